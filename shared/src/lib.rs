@@ -1,0 +1,17 @@
+//! # skipprd core library
+//!
+//! Everything the `skipprd` CLI (`local/`) and the Lambda functions (`functions/`) do lives here;
+//! the binaries only parse their input and wire these pieces together. See
+//! `docs/architecture.md` for the module map and the I/O-edge traits.
+//!
+//! - [`config`]: `skippr.yml` discovery, parsing, environment substitution, validation.
+//! - [`schema`]: type inference, the saved schema format, conversion of records to Arrow.
+//! - [`sources`]: connectors that read records (the File source first).
+//! - [`deadletter`]: records that could not be read or typed, with where they came from.
+//! - [`pipeline`]: the commands' core logic (`discover`), reporting progress through events.
+
+pub mod config;
+pub mod deadletter;
+pub mod pipeline;
+pub mod schema;
+pub mod sources;

@@ -1,0 +1,1 @@
+//! Schemas (placeholder: being written).

@@ -1,0 +1,1 @@
+//! The File source (placeholder: being written).

@@ -1,0 +1,71 @@
+//! Sources: connectors that read records.
+//!
+//! A source yields [`SourceBatch`]es: bounded groups of JSON-object records, each with the
+//! [`Position`] just after it, plus the [`Deadletter`]s met on the way. The pipeline types the
+//! records (see [`crate::schema`]) into Arrow record batches.
+//!
+//! The trait is synchronous on purpose: reading and parsing are CPU-bound, and the pipeline
+//! drives a source on a blocking thread. A source backed by an async client bridges with a
+//! runtime handle.
+
+pub mod file;
+
+use serde::{Deserialize, Serialize};
+
+use crate::deadletter::Deadletter;
+
+/// Where a record came from, precise enough to resume right after it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Position {
+    /// The file path (as matched by the configured path or glob) or object URI.
+    pub uri: String,
+    /// Byte offset just after this record in the (decompressed) stream; for Parquet, the
+    /// 0-based index of the next row.
+    pub offset: u64,
+    /// 1-based number of this record in its file: the line number for line formats (the
+    /// header counts as line 1 in CSV), the element number in a JSON array, the row number
+    /// in Parquet.
+    pub record: u64,
+}
+
+/// One record read from a source.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SourceRecord {
+    /// The record's fields, in source order.
+    pub value: serde_json::Map<String, serde_json::Value>,
+    /// The position just after this record.
+    pub position: Position,
+}
+
+/// A bounded group of records read in one step.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct SourceBatch {
+    /// Records that parsed, in source order.
+    pub records: Vec<SourceRecord>,
+    /// Records that did not, in source order.
+    pub deadletters: Vec<Deadletter>,
+    /// Input bytes consumed by this batch (compressed bytes for compressed files).
+    pub bytes_read: u64,
+}
+
+/// How far a source has got, for progress displays.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Progress {
+    /// Input bytes consumed so far.
+    pub bytes_done: u64,
+    /// Input bytes in all, when known.
+    pub bytes_total: Option<u64>,
+    /// Files (objects) finished so far.
+    pub files_done: u64,
+    /// Files (objects) in all, when known.
+    pub files_total: Option<u64>,
+}
+
+/// A connector that reads records.
+pub trait Source: Send {
+    /// Read the next batch; `Ok(None)` once the source has nothing more right now.
+    fn next_batch(&mut self) -> Result<Option<SourceBatch>, file::FileSourceError>;
+
+    /// How far reading has got.
+    fn progress(&self) -> Progress;
+}
