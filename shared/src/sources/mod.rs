@@ -8,7 +8,10 @@
 //! drives a source on a blocking thread. A source backed by an async client bridges with a
 //! runtime handle.
 
+pub mod error;
 pub mod file;
+
+pub use error::SourceError;
 
 use serde::{Deserialize, Serialize};
 
@@ -64,7 +67,7 @@ pub struct Progress {
 /// A connector that reads records.
 pub trait Source: Send {
     /// Read the next batch; `Ok(None)` once the source has nothing more right now.
-    fn next_batch(&mut self) -> Result<Option<SourceBatch>, file::FileSourceError>;
+    fn next_batch(&mut self) -> Result<Option<SourceBatch>, SourceError>;
 
     /// How far reading has got.
     fn progress(&self) -> Progress;

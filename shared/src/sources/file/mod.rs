@@ -1,1 +1,390 @@
-//! The File source (placeholder: being written).
+//! The File source: JSON lines, JSON arrays, CSV and Parquet files, plain or gzipped, from one
+//! file, a directory tree or a glob.
+//!
+//! # Which files
+//!
+//! [`FileSourceOptions::path`] is resolved against [`FileSourceOptions::base_dir`] when
+//! relative, then read as:
+//!
+//! - a **file**: read as is; if its format cannot be told, opening fails with
+//!   [`SourceError::UnknownFormat`];
+//! - a **directory**: every regular file below it, recursively, except hidden ones (names
+//!   starting with `.`, and everything in hidden directories); links to files are followed,
+//!   links to directories are not;
+//! - a **glob** (`data/*.jsonl`, `logs/**/*.csv.gz`) when no file of that name exists: `*`,
+//!   `?` and `[...]` match within one path component, `**` any number of them; none of them
+//!   matches a hidden name.
+//!
+//! Files found in a directory or by a glob whose format cannot be told are skipped with a
+//! warning. The list is sorted by path (component by component), so reading order is
+//! deterministic. Nothing found is [`SourceError::NoFiles`]; a missing literal path is
+//! [`SourceError::NotFound`]; a malformed glob is [`SourceError::BadPattern`].
+//!
+//! # Formats and their detection
+//!
+//! [`detect_format`] decides, unless [`FileSourceOptions::format`] names the format (the
+//! compression is still detected). Content beats the name: the gzip magic bytes `1f 8b` mean
+//! gzip and `PAR1` means Parquet whatever the extension. Then the extension, after any `.gz` or
+//! `.gzip`:
+//!
+//! | extension | format |
+//! |---|---|
+//! | `.jsonl`, `.ndjson` | JSON lines |
+//! | `.json` | JSON array if the first non-whitespace byte is `[`, else JSON lines |
+//! | `.csv` | CSV with a header row |
+//! | `.parquet`, `.pq` | Parquet (not gzipped: [`SourceError::UnsupportedCompression`]) |
+//! | anything else | sniffed: `{` means JSON lines, `[` a JSON array |
+//!
+//! Reading streams through a 1 MiB buffer over the file (or over a gzip decoder, which accepts
+//! concatenated members): memory stays bounded by the batch size plus one record, whatever the
+//! file size. A leading UTF-8 byte-order mark is skipped in the text formats.
+//!
+//! - **JSON lines**: split on `\n`; a trailing `\r` is dropped and blank lines are skipped.
+//! - **JSON arrays**: a scanner finds each top-level element (tracking nesting, strings and
+//!   escapes) and parses it alone, so a 10 GB array costs no more memory than its largest
+//!   element. A file that ends inside an element gives a deadletter for that element; a
+//!   trailing comma is ignored with a warning; data after the closing `]` is a deadletter.
+//! - **CSV**: the first row names the columns (empty names become `column_<n>`, repeated ones
+//!   `name_2`, `name_3`, with a warning); quoted fields may hold commas, quotes and newlines;
+//!   blank lines are skipped. Cells are typed (see [`type_cell`]):
+//!   - empty → `null`;
+//!   - `true`/`false`, in any case → boolean;
+//!   - a canonical integer (optional `-`, no leading zeros unless exactly `0`, fits `i64`) →
+//!     integer;
+//!   - a canonical decimal (`-?\d+\.\d+`, optionally with an exponent, or digits with an
+//!     exponent; no leading zeros) → float;
+//!   - anything else stays a string, so `007`, `12,5`, `+1`, `.5` and ` 42` are strings.
+//! - **Parquet**: read in Arrow batches and converted row by row: structs become objects,
+//!   lists arrays, dates `"YYYY-MM-DD"`, timestamps ISO 8601 strings, nulls explicit `null`s.
+//!
+//! # Positions
+//!
+//! Every record carries a [`Position`]: `uri` is the file as listed (relative to the base
+//! directory when the configured path was relative), `record` its 1-based line number (JSON
+//! lines; for CSV the line the row starts on, the header being line 1), element number (JSON
+//! arrays) or row number (Parquet), and `offset` the byte just after the record in the
+//! decompressed stream: after its `\n` for JSON lines, after the row for CSV, after the
+//! element's last byte for JSON arrays, and for Parquet the 0-based index of the next row.
+//! Skipping `offset` bytes (rows) of a file resumes right after the record.
+//!
+//! # Deadletters
+//!
+//! A record that does not parse never stops reading: it becomes a [`Deadletter`] in the batch
+//! with the file, the line/element number, the offset of the record's *first* byte, the raw
+//! text (clipped) and the parser's message:
+//!
+//! - [`FailureCode::Malformed`]: bad JSON, a CSV row with the wrong number of fields or invalid
+//!   UTF-8, an element cut off by the end of the file;
+//! - [`FailureCode::NotAnObject`]: valid JSON that is not an object (`42`, `[1]`);
+//! - [`FailureCode::TooLarge`]: a record longer than [`FileSourceOptions::max_record_bytes`];
+//!   only a prefix is ever held. In CSV an over-long record (usually an unclosed quote) also
+//!   ends reading of that file.
+//!
+//! # Errors
+//!
+//! A [`SourceError`] names the file: a file that disappeared after opening
+//! ([`SourceError::Vanished`]), an I/O failure such as a permission error
+//! ([`SourceError::Io`], retryable when transient), a corrupt or truncated gzip stream
+//! ([`SourceError::CorruptGzip`]) or an unreadable Parquet file ([`SourceError::Parquet`]).
+//! Records read before the error are returned first; the error comes on the next call. After
+//! an error, the source moves on to the next file if called again.
+//!
+//! # Batches
+//!
+//! A batch closes at [`FileSourceOptions::batch_rows`] records and deadletters together, or
+//! once [`FileSourceOptions::batch_bytes`] input bytes were consumed, whichever comes first; a
+//! batch may span files. Input bytes are bytes on disk: exact for plain text files, counted at
+//! the read granularity for gzip, estimated from the row count for Parquet; over a full read
+//! they add up to the files' sizes at opening.
+//!
+//! [`Deadletter`]: crate::deadletter::Deadletter
+//! [`FailureCode::Malformed`]: crate::deadletter::FailureCode::Malformed
+//! [`FailureCode::NotAnObject`]: crate::deadletter::FailureCode::NotAnObject
+//! [`FailureCode::TooLarge`]: crate::deadletter::FailureCode::TooLarge
+//! [`Position`]: crate::sources::Position
+
+mod compression;
+mod csv;
+mod detect;
+mod json_array;
+mod jsonl;
+mod parquet;
+mod paths;
+mod reader;
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+pub use self::compression::Compression;
+pub use self::csv::type_cell;
+pub use self::detect::detect_format;
+use self::paths::ListedFile;
+use self::reader::{FileContext, Item, RecordReader};
+use super::{Progress, Source, SourceBatch, SourceError};
+
+/// A file format the File source reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FileFormat {
+    /// One JSON object per line (`.jsonl`, `.ndjson`, line-oriented `.json`).
+    Jsonl,
+    /// One JSON array of objects (`.json` starting with `[`).
+    JsonArray,
+    /// CSV with a header row (`.csv`).
+    Csv,
+    /// Apache Parquet (`.parquet`, `.pq`).
+    Parquet,
+}
+
+impl FileFormat {
+    /// The format's name as written in configuration.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FileFormat::Jsonl => "jsonl",
+            FileFormat::JsonArray => "json_array",
+            FileFormat::Csv => "csv",
+            FileFormat::Parquet => "parquet",
+        }
+    }
+}
+
+/// What the File source reads and how.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileSourceOptions {
+    /// A file, a directory (all regular, non-hidden files below it, recursively) or a glob
+    /// (`data/*.jsonl`, `logs/**/*.csv`).
+    pub path: String,
+    /// The format of every file; `None` detects it per file.
+    pub format: Option<FileFormat>,
+    /// The directory a relative `path` is resolved against (the config file's directory).
+    pub base_dir: PathBuf,
+    /// A batch closes at this many records and deadletters (at least 1).
+    pub batch_rows: usize,
+    /// ... or once this many input bytes were consumed, whichever comes first.
+    pub batch_bytes: u64,
+    /// A longer record becomes a [`FailureCode::TooLarge`](crate::deadletter::FailureCode)
+    /// deadletter.
+    pub max_record_bytes: usize,
+}
+
+impl FileSourceOptions {
+    /// The default number of records in a batch.
+    pub const DEFAULT_BATCH_ROWS: usize = 10_000;
+    /// The default number of input bytes in a batch.
+    pub const DEFAULT_BATCH_BYTES: u64 = 10 * 1024 * 1024;
+    /// The default maximum record size.
+    pub const DEFAULT_MAX_RECORD_BYTES: usize = 64 * 1024 * 1024;
+}
+
+impl Default for FileSourceOptions {
+    fn default() -> Self {
+        FileSourceOptions {
+            path: String::new(),
+            format: None,
+            base_dir: PathBuf::from("."),
+            batch_rows: Self::DEFAULT_BATCH_ROWS,
+            batch_bytes: Self::DEFAULT_BATCH_BYTES,
+            max_record_bytes: Self::DEFAULT_MAX_RECORD_BYTES,
+        }
+    }
+}
+
+/// The file being read.
+struct Current {
+    /// Index into the file list.
+    index: usize,
+    reader: Box<dyn RecordReader>,
+    /// Input bytes of this file already counted in batches.
+    credited: u64,
+}
+
+/// Reads records from files; see the [module documentation](self).
+pub struct FileSource {
+    options: FileSourceOptions,
+    files: Vec<ListedFile>,
+    paths: Vec<PathBuf>,
+    next_file: usize,
+    current: Option<Current>,
+    bytes_done: u64,
+    bytes_total: u64,
+    files_done: u64,
+    /// An error met after some records of a batch; reported on the next call.
+    pending_error: Option<SourceError>,
+}
+
+impl std::fmt::Debug for FileSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FileSource")
+            .field("path", &self.options.path)
+            .field("files", &self.paths)
+            .field("next_file", &self.next_file)
+            .field("progress", &self.progress())
+            .finish_non_exhaustive()
+    }
+}
+
+impl FileSource {
+    /// List the files `options.path` names and check their formats; nothing is read yet
+    /// beyond each file's first few KiB.
+    pub fn open(options: FileSourceOptions) -> Result<FileSource, SourceError> {
+        let files = paths::list_files(&options)?;
+        let paths = files.iter().map(|file| file.path.clone()).collect();
+        let bytes_total = files.iter().map(|file| file.size).sum();
+        Ok(FileSource {
+            options,
+            files,
+            paths,
+            next_file: 0,
+            current: None,
+            bytes_done: 0,
+            bytes_total,
+            files_done: 0,
+            pending_error: None,
+        })
+    }
+
+    /// The files to read, in reading order, as paths to open (the base directory joined to a
+    /// relative configured path).
+    pub fn files(&self) -> &[PathBuf] {
+        &self.paths
+    }
+
+    /// The format and compression each file is read with, in reading order.
+    pub fn formats(&self) -> impl Iterator<Item = (FileFormat, Compression)> + '_ {
+        self.files
+            .iter()
+            .map(|file| (file.format, file.compression))
+    }
+
+    /// Open the reader for file `index`.
+    fn open_reader(&self, index: usize) -> Result<Box<dyn RecordReader>, SourceError> {
+        let file = &self.files[index];
+        let ctx = FileContext {
+            uri: file.display.clone(),
+            max_record_bytes: self.options.max_record_bytes.max(1),
+        };
+        let stream = || compression::open_stream(&file.path, &file.display, file.compression);
+        let reader: Box<dyn RecordReader> = match file.format {
+            FileFormat::Jsonl => Box::new(jsonl::JsonLinesReader::new(ctx, stream()?)),
+            FileFormat::JsonArray => Box::new(json_array::JsonArrayReader::new(ctx, stream()?)),
+            FileFormat::Csv => Box::new(csv::CsvReader::new(ctx, stream()?)),
+            FileFormat::Parquet => Box::new(parquet::ParquetReader::open(
+                ctx,
+                &file.path,
+                file.size,
+                self.options.batch_rows,
+            )?),
+        };
+        Ok(reader)
+    }
+
+    /// Count the input bytes the current reader consumed since last counted.
+    fn credit(&mut self, batch: &mut SourceBatch) {
+        if let Some(current) = &mut self.current {
+            let size = self.files[current.index].size;
+            let consumed = current.reader.consumed().min(size);
+            if consumed > current.credited {
+                let delta = consumed - current.credited;
+                current.credited = consumed;
+                batch.bytes_read += delta;
+                self.bytes_done += delta;
+            }
+        }
+    }
+
+    /// Finish file `index`: count all its bytes as read and move on.
+    fn finish_file(&mut self, index: usize, credited: u64, batch: &mut SourceBatch) {
+        let rest = self.files[index].size.saturating_sub(credited);
+        batch.bytes_read += rest;
+        self.bytes_done += rest;
+        self.files_done += 1;
+        self.current = None;
+    }
+
+    /// Fill `batch`; an error leaves the failed file finished.
+    fn fill(&mut self, batch: &mut SourceBatch) -> Result<(), SourceError> {
+        let rows = self.options.batch_rows.max(1);
+        loop {
+            if self.current.is_none() {
+                if self.next_file >= self.files.len() {
+                    return Ok(());
+                }
+                let index = self.next_file;
+                self.next_file += 1;
+                match self.open_reader(index) {
+                    Ok(reader) => {
+                        self.current = Some(Current {
+                            index,
+                            reader,
+                            credited: 0,
+                        });
+                    }
+                    Err(error) => {
+                        self.finish_file(index, 0, batch);
+                        return Err(error);
+                    }
+                }
+            }
+            let Some(current) = self.current.as_mut() else {
+                continue;
+            };
+            match current.reader.next_item() {
+                Ok(Some(Item::Record(record))) => {
+                    batch.records.push(record);
+                    self.credit(batch);
+                }
+                Ok(Some(Item::Dead(dead))) => {
+                    batch.deadletters.push(dead);
+                    self.credit(batch);
+                }
+                Ok(None) => {
+                    self.credit(batch);
+                    if let Some(done) = self.current.take() {
+                        self.finish_file(done.index, done.credited, batch);
+                    }
+                }
+                Err(error) => {
+                    let (index, credited) = (current.index, current.credited);
+                    self.finish_file(index, credited, batch);
+                    return Err(error);
+                }
+            }
+            let items = batch.records.len() + batch.deadletters.len();
+            let started = items > 0 || batch.bytes_read > 0;
+            if started && (items >= rows || batch.bytes_read >= self.options.batch_bytes) {
+                return Ok(());
+            }
+        }
+    }
+}
+
+impl Source for FileSource {
+    fn next_batch(&mut self) -> Result<Option<SourceBatch>, SourceError> {
+        if let Some(error) = self.pending_error.take() {
+            return Err(error);
+        }
+        let mut batch = SourceBatch::default();
+        let result = self.fill(&mut batch);
+        let empty =
+            batch.records.is_empty() && batch.deadletters.is_empty() && batch.bytes_read == 0;
+        match result {
+            Ok(()) if empty => Ok(None),
+            Ok(()) => Ok(Some(batch)),
+            Err(error) if empty => Err(error),
+            Err(error) => {
+                self.pending_error = Some(error);
+                Ok(Some(batch))
+            }
+        }
+    }
+
+    fn progress(&self) -> Progress {
+        Progress {
+            bytes_done: self.bytes_done,
+            bytes_total: Some(self.bytes_total),
+            files_done: self.files_done,
+            files_total: Some(self.files.len() as u64),
+        }
+    }
+}

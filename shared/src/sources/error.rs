@@ -1,0 +1,230 @@
+//! Errors a source can fail with.
+//!
+//! A [`SourceError`] stops reading (of the current file, at least); a record that merely fails to
+//! parse never does, it becomes a [`crate::deadletter::Deadletter`] instead. Every message is one
+//! line, starts lower-case and names the file (or pattern) as the user wrote it.
+
+use std::io;
+
+/// Why a source could not go on.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SourceError {
+    /// The configured path names no file, directory or glob match.
+    #[error("no such file or directory `{path}`")]
+    NotFound {
+        /// The path as configured.
+        path: String,
+    },
+
+    /// A directory or glob matched no readable file.
+    #[error("no files match `{pattern}`")]
+    NoFiles {
+        /// The directory or glob pattern as configured.
+        pattern: String,
+    },
+
+    /// The glob pattern is not valid.
+    #[error("bad glob pattern `{pattern}`: {message}")]
+    BadPattern {
+        /// The pattern as configured.
+        pattern: String,
+        /// What is wrong with it, and where.
+        message: String,
+    },
+
+    /// The file's format could not be told from its name or content.
+    #[error(
+        "cannot tell the format of `{path}`: use a .jsonl, .json, .csv or .parquet name (optionally .gz), or set `format`"
+    )]
+    UnknownFormat {
+        /// The file.
+        path: String,
+    },
+
+    /// The file's compression cannot be read with its format (a gzipped Parquet file).
+    #[error("cannot read `{path}`: {format} files cannot be gzip-compressed, decompress it first")]
+    UnsupportedCompression {
+        /// The file.
+        path: String,
+        /// The format's name.
+        format: &'static str,
+    },
+
+    /// A file listed when the source was opened was gone when its turn came.
+    #[error("file `{path}` vanished before it could be read")]
+    Vanished {
+        /// The file.
+        path: String,
+    },
+
+    /// Reading the file (or listing a directory) failed.
+    #[error("cannot read `{path}`: {}", describe_io(source))]
+    Io {
+        /// The file or directory.
+        path: String,
+        /// The operating system's error.
+        #[source]
+        source: io::Error,
+    },
+
+    /// The file's gzip stream is corrupt or truncated.
+    #[error("corrupt gzip stream in `{path}`: {message}")]
+    CorruptGzip {
+        /// The file.
+        path: String,
+        /// The decoder's complaint.
+        message: String,
+    },
+
+    /// The Parquet file could not be read.
+    #[error("cannot read Parquet file `{path}`: {message}")]
+    Parquet {
+        /// The file.
+        path: String,
+        /// The reader's complaint.
+        message: String,
+    },
+
+    /// The CSV reader failed in a way that is not tied to one row.
+    #[error("cannot read CSV file `{path}` at line {line}: {message}")]
+    Csv {
+        /// The file.
+        path: String,
+        /// The 1-based line where reading stopped.
+        line: u64,
+        /// The reader's complaint.
+        message: String,
+    },
+}
+
+impl SourceError {
+    /// Whether trying the same read again may succeed: true for interrupted or timed-out I/O,
+    /// false for missing files, bad patterns, unknown formats and corrupt content.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            SourceError::Io { source, .. } => is_transient(source.kind()),
+            SourceError::NotFound { .. }
+            | SourceError::NoFiles { .. }
+            | SourceError::BadPattern { .. }
+            | SourceError::UnknownFormat { .. }
+            | SourceError::UnsupportedCompression { .. }
+            | SourceError::Vanished { .. }
+            | SourceError::CorruptGzip { .. }
+            | SourceError::Parquet { .. }
+            | SourceError::Csv { .. } => false,
+        }
+    }
+
+    /// The file, directory or pattern the error is about, as configured or listed.
+    pub fn path(&self) -> &str {
+        match self {
+            SourceError::NotFound { path }
+            | SourceError::UnknownFormat { path }
+            | SourceError::UnsupportedCompression { path, .. }
+            | SourceError::Vanished { path }
+            | SourceError::Io { path, .. }
+            | SourceError::CorruptGzip { path, .. }
+            | SourceError::Parquet { path, .. }
+            | SourceError::Csv { path, .. } => path,
+            SourceError::NoFiles { pattern } | SourceError::BadPattern { pattern, .. } => pattern,
+        }
+    }
+}
+
+/// I/O error kinds worth a retry.
+fn is_transient(kind: io::ErrorKind) -> bool {
+    matches!(
+        kind,
+        io::ErrorKind::Interrupted
+            | io::ErrorKind::TimedOut
+            | io::ErrorKind::WouldBlock
+            | io::ErrorKind::ConnectionReset
+            | io::ErrorKind::ConnectionAborted
+            | io::ErrorKind::BrokenPipe
+            | io::ErrorKind::ResourceBusy
+    )
+}
+
+/// An I/O error as a short lower-case phrase: "permission denied" rather than
+/// "Permission denied (os error 13)".
+pub(crate) fn describe_io(error: &io::Error) -> String {
+    let text = error.to_string();
+    let text = match text.find(" (os error ") {
+        Some(at) if text.ends_with(')') => &text[..at],
+        _ => text.as_str(),
+    };
+    lower_first(text)
+}
+
+/// `text` with its first character lower-cased, unless it starts an acronym ("CSV", "I/O").
+pub(crate) fn lower_first(text: &str) -> String {
+    let mut chars = text.chars();
+    match (chars.next(), chars.next()) {
+        (Some(first), Some(second)) if first.is_uppercase() && !second.is_uppercase() => {
+            let mut out = String::with_capacity(text.len());
+            out.extend(first.to_lowercase());
+            out.push_str(&text[first.len_utf8()..]);
+            out
+        }
+        _ => text.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn io_errors_read_as_one_lower_case_line_naming_the_path() {
+        let error = SourceError::Io {
+            path: "data/x.jsonl".into(),
+            source: io::Error::from_raw_os_error(13),
+        };
+        assert_eq!(
+            error.to_string(),
+            "cannot read `data/x.jsonl`: permission denied"
+        );
+        assert!(!error.is_retryable());
+        assert_eq!(error.path(), "data/x.jsonl");
+    }
+
+    #[test]
+    fn interrupted_io_is_retryable_and_missing_files_are_not() {
+        let interrupted = SourceError::Io {
+            path: "a".into(),
+            source: io::Error::from(io::ErrorKind::Interrupted),
+        };
+        assert!(interrupted.is_retryable());
+        assert!(!SourceError::NotFound { path: "a".into() }.is_retryable());
+        assert!(
+            !SourceError::BadPattern {
+                pattern: "[".into(),
+                message: "x".into()
+            }
+            .is_retryable()
+        );
+        assert!(
+            !SourceError::Parquet {
+                path: "a".into(),
+                message: "x".into()
+            }
+            .is_retryable()
+        );
+    }
+
+    #[test]
+    fn no_files_message_names_the_pattern() {
+        let error = SourceError::NoFiles {
+            pattern: "data/*.jsonl".into(),
+        };
+        assert_eq!(error.to_string(), "no files match `data/*.jsonl`");
+    }
+
+    #[test]
+    fn lower_first_keeps_acronyms() {
+        assert_eq!(lower_first("Invalid data"), "invalid data");
+        assert_eq!(lower_first("EOF while parsing"), "EOF while parsing");
+        assert_eq!(lower_first(""), "");
+    }
+}

@@ -1,0 +1,169 @@
+//! Telling a file's format and compression from its name and first bytes.
+
+use std::path::Path;
+
+use super::FileFormat;
+use super::compression::{Compression, GZIP_MAGIC, gunzip_head};
+
+/// How many leading bytes of a file [`detect_format`] wants to see.
+pub(crate) const HEAD_BYTES: usize = 8 * 1024;
+
+/// How many decompressed bytes of a gzip head are sniffed.
+const SNIFF_BYTES: usize = 64 * 1024;
+
+/// The first bytes of a Parquet file.
+const PARQUET_MAGIC: &[u8] = b"PAR1";
+
+/// The UTF-8 byte-order mark, skipped when sniffing.
+pub(crate) const UTF8_BOM: &[u8] = b"\xEF\xBB\xBF";
+
+/// Tell the format and compression of the file at `path` from its name and `head`, its first
+/// bytes (a few KiB are plenty; fewer if the file is shorter).
+///
+/// Content beats the name: gzip is recognised by its magic bytes `1f 8b` and Parquet by `PAR1`
+/// whatever the extension says. Otherwise the extension (after any `.gz`/`.gzip`) decides:
+/// `.jsonl`/`.ndjson` are JSON lines, `.csv` is CSV, `.parquet`/`.pq` Parquet, and `.json` is a
+/// JSON array when its first non-whitespace byte is `[` and JSON lines otherwise. With an
+/// unknown extension the content is sniffed: `{` means JSON lines, `[` a JSON array. `None`
+/// when nothing fits.
+pub fn detect_format(path: &Path, head: &[u8]) -> Option<(FileFormat, Compression)> {
+    let compression = detect_compression(head);
+    if compression == Compression::None && head.starts_with(PARQUET_MAGIC) {
+        return Some((FileFormat::Parquet, Compression::None));
+    }
+    let decoded;
+    let content = match compression {
+        Compression::Gzip => {
+            decoded = gunzip_head(head, SNIFF_BYTES);
+            decoded.as_slice()
+        }
+        Compression::None => head,
+    };
+    let format = match inner_extension(path).as_deref() {
+        Some("jsonl" | "ndjson") => FileFormat::Jsonl,
+        Some("json") => match first_significant_byte(content) {
+            Some(b'[') => FileFormat::JsonArray,
+            _ => FileFormat::Jsonl,
+        },
+        Some("csv") => FileFormat::Csv,
+        Some("parquet" | "pq") => FileFormat::Parquet,
+        _ => match first_significant_byte(content) {
+            Some(b'{') => FileFormat::Jsonl,
+            Some(b'[') => FileFormat::JsonArray,
+            _ => return None,
+        },
+    };
+    Some((format, compression))
+}
+
+/// Gzip when `head` starts with the gzip magic bytes.
+pub(crate) fn detect_compression(head: &[u8]) -> Compression {
+    if head.starts_with(&GZIP_MAGIC) {
+        Compression::Gzip
+    } else {
+        Compression::None
+    }
+}
+
+/// The lower-cased extension of `path` once a trailing `.gz`/`.gzip` is set aside.
+fn inner_extension(path: &Path) -> Option<String> {
+    let name = path.file_name()?.to_str()?.to_ascii_lowercase();
+    let name = name
+        .strip_suffix(".gz")
+        .or_else(|| name.strip_suffix(".gzip"))
+        .unwrap_or(&name);
+    let (stem, extension) = name.rsplit_once('.')?;
+    if stem.is_empty() {
+        return None;
+    }
+    Some(extension.to_owned())
+}
+
+/// The first byte that is not whitespace, after any byte-order mark.
+pub(crate) fn first_significant_byte(content: &[u8]) -> Option<u8> {
+    let content = content.strip_prefix(UTF8_BOM).unwrap_or(content);
+    content.iter().copied().find(|b| !b.is_ascii_whitespace())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use flate2::write::GzEncoder;
+    use std::io::Write;
+
+    fn gzip(bytes: &[u8]) -> Vec<u8> {
+        let mut encoder = GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        encoder.write_all(bytes).unwrap();
+        encoder.finish().unwrap()
+    }
+
+    fn detect(name: &str, head: &[u8]) -> Option<(FileFormat, Compression)> {
+        detect_format(Path::new(name), head)
+    }
+
+    #[test]
+    fn extensions_name_the_format_with_optional_gzip() {
+        let none = Compression::None;
+        let gz = Compression::Gzip;
+        assert_eq!(detect("a.jsonl", b"{}"), Some((FileFormat::Jsonl, none)));
+        assert_eq!(detect("a.NDJSON", b"{}"), Some((FileFormat::Jsonl, none)));
+        assert_eq!(detect("a.csv", b"a,b"), Some((FileFormat::Csv, none)));
+        assert_eq!(detect("a.pq", b""), Some((FileFormat::Parquet, none)));
+        assert_eq!(detect("a.parquet", b""), Some((FileFormat::Parquet, none)));
+        assert_eq!(
+            detect("a.csv.gz", &gzip(b"a,b\n")),
+            Some((FileFormat::Csv, gz))
+        );
+        assert_eq!(
+            detect("a.jsonl.gzip", &gzip(b"{}\n")),
+            Some((FileFormat::Jsonl, gz))
+        );
+    }
+
+    #[test]
+    fn json_files_are_sniffed_for_an_array() {
+        assert_eq!(
+            detect("a.json", b" \n [{}]"),
+            Some((FileFormat::JsonArray, Compression::None))
+        );
+        assert_eq!(
+            detect("a.json", b"{}\n{}"),
+            Some((FileFormat::Jsonl, Compression::None))
+        );
+        assert_eq!(
+            detect("a.json.gz", &gzip(b"\xEF\xBB\xBF[1]")),
+            Some((FileFormat::JsonArray, Compression::Gzip))
+        );
+    }
+
+    #[test]
+    fn magic_bytes_beat_a_misleading_extension() {
+        assert_eq!(
+            detect("a.csv", b"PAR1\x15\x04"),
+            Some((FileFormat::Parquet, Compression::None))
+        );
+        assert_eq!(
+            detect("a.txt", &gzip(b"{\"a\":1}\n")),
+            Some((FileFormat::Jsonl, Compression::Gzip))
+        );
+        assert_eq!(
+            detect("a.csv", &gzip(b"a,b\n1,2\n")),
+            Some((FileFormat::Csv, Compression::Gzip))
+        );
+    }
+
+    #[test]
+    fn unknown_extensions_are_sniffed_or_refused() {
+        assert_eq!(
+            detect("data", b"  {\"a\":1}"),
+            Some((FileFormat::Jsonl, Compression::None))
+        );
+        assert_eq!(
+            detect("data.txt", b"[1]"),
+            Some((FileFormat::JsonArray, Compression::None))
+        );
+        assert_eq!(detect("notes.txt", b"hello"), None);
+        assert_eq!(detect(".jsonl", b"hello"), None);
+        assert_eq!(detect("empty.bin", b""), None);
+    }
+}

@@ -1,0 +1,196 @@
+//! What every per-format reader has in common: the item type, the reader trait and the helpers
+//! that turn record text into records or deadletters.
+
+use serde_json::Value;
+
+use crate::deadletter::{Deadletter, FailureCode};
+use crate::sources::error::lower_first;
+use crate::sources::{Position, SourceError, SourceRecord};
+
+/// One thing read from a file: a record or a deadletter.
+#[derive(Debug)]
+pub(crate) enum Item {
+    /// A record that parsed.
+    Record(SourceRecord),
+    /// A record that did not.
+    Dead(Deadletter),
+}
+
+/// A reader of one file in one format.
+pub(crate) trait RecordReader: Send {
+    /// The next record or deadletter; `Ok(None)` at the end of the file.
+    fn next_item(&mut self) -> Result<Option<Item>, SourceError>;
+
+    /// Input bytes consumed so far: bytes of the file on disk, exact for plain text formats,
+    /// to the read granularity for compressed files, estimated for Parquet.
+    fn consumed(&self) -> u64;
+}
+
+/// What a reader knows about the file it reads.
+#[derive(Debug, Clone)]
+pub(crate) struct FileContext {
+    /// The file as shown to users and stored in positions.
+    pub(crate) uri: String,
+    /// The longest record accepted, in bytes.
+    pub(crate) max_record_bytes: usize,
+}
+
+impl FileContext {
+    /// A record at `record` (1-based) ending just before `end`.
+    pub(crate) fn record(
+        &self,
+        value: serde_json::Map<String, Value>,
+        end: u64,
+        record: u64,
+    ) -> Item {
+        Item::Record(SourceRecord {
+            value,
+            position: Position {
+                uri: self.uri.clone(),
+                offset: end,
+                record,
+            },
+        })
+    }
+
+    /// A deadletter for the record numbered `line` starting at `offset`.
+    pub(crate) fn dead(
+        &self,
+        line: u64,
+        offset: u64,
+        raw: String,
+        error: String,
+        code: FailureCode,
+    ) -> Item {
+        Item::Dead(Deadletter {
+            source_uri: self.uri.clone(),
+            line,
+            offset,
+            raw,
+            error,
+            code,
+            namespace: None,
+        })
+    }
+
+    /// Parse `text` as one JSON record: an object becomes a record, anything else a deadletter.
+    pub(crate) fn parse_json(&self, text: &[u8], line: u64, start: u64, end: u64) -> Item {
+        match serde_json::from_slice::<Value>(text) {
+            Ok(Value::Object(map)) => self.record(map, end, line),
+            Ok(other) => self.dead(
+                line,
+                start,
+                raw_text(text),
+                format!("expected a JSON object, found {}", json_kind(&other)),
+                FailureCode::NotAnObject,
+            ),
+            Err(error) => self.dead(
+                line,
+                start,
+                raw_text(text),
+                lower_first(&error.to_string()),
+                FailureCode::Malformed,
+            ),
+        }
+    }
+
+    /// A deadletter for a record of `total` bytes, more than the maximum, of which `prefix`
+    /// was kept.
+    pub(crate) fn too_large(&self, prefix: &[u8], total: u64, line: u64, start: u64) -> Item {
+        self.dead(
+            line,
+            start,
+            clipped_raw(prefix, total),
+            format!(
+                "record is {total} bytes, more than the maximum of {} bytes",
+                self.max_record_bytes
+            ),
+            FailureCode::TooLarge,
+        )
+    }
+}
+
+/// Bytes kept of a record that is too large, for its deadletter.
+pub(crate) const KEPT_PREFIX_BYTES: usize = Deadletter::MAX_RAW_BYTES;
+
+/// Raw record text for a deadletter: lossily decoded and clipped.
+pub(crate) fn raw_text(bytes: &[u8]) -> String {
+    let end = bytes.len().min(KEPT_PREFIX_BYTES + 4);
+    let text = String::from_utf8_lossy(&bytes[..end]);
+    if end < bytes.len() {
+        clipped_raw(&bytes[..end], bytes.len() as u64)
+    } else {
+        Deadletter::clip_raw(&text)
+    }
+}
+
+/// The kept `prefix` of a record of `total` bytes, cut and marked like [`Deadletter::clip_raw`].
+pub(crate) fn clipped_raw(prefix: &[u8], total: u64) -> String {
+    let text = String::from_utf8_lossy(prefix);
+    if (prefix.len() as u64) >= total && text.len() <= Deadletter::MAX_RAW_BYTES {
+        return text.into_owned();
+    }
+    let mut end = text.len().min(Deadletter::MAX_RAW_BYTES);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…[cut, {total} bytes in all]", &text[..end])
+}
+
+/// "a number", "an array" and so on, for messages.
+fn json_kind(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn context() -> FileContext {
+        FileContext {
+            uri: "x.jsonl".into(),
+            max_record_bytes: 100,
+        }
+    }
+
+    #[test]
+    fn objects_become_records_and_other_values_deadletters() {
+        let ctx = context();
+        assert!(matches!(
+            ctx.parse_json(b"{\"a\":1}", 1, 0, 8),
+            Item::Record(_)
+        ));
+        match ctx.parse_json(b"[1]", 3, 10, 14) {
+            Item::Dead(d) => {
+                assert_eq!(d.code, FailureCode::NotAnObject);
+                assert_eq!((d.line, d.offset), (3, 10));
+                assert_eq!(d.error, "expected a JSON object, found an array");
+            }
+            Item::Record(_) => panic!("an array is not a record"),
+        }
+        match ctx.parse_json(b"{oops", 1, 0, 5) {
+            Item::Dead(d) => {
+                assert_eq!(d.code, FailureCode::Malformed);
+                assert_eq!(d.raw, "{oops");
+                assert!(d.error.starts_with("key must be a string"), "{}", d.error);
+            }
+            Item::Record(_) => panic!("bad JSON is not a record"),
+        }
+    }
+
+    #[test]
+    fn clipped_raw_marks_a_cut_prefix_with_the_full_length() {
+        assert_eq!(clipped_raw(b"abc", 3), "abc");
+        assert_eq!(clipped_raw(b"abc", 10), "abc…[cut, 10 bytes in all]");
+        let long = vec![b'x'; KEPT_PREFIX_BYTES + 10];
+        let raw = raw_text(&long);
+        assert!(raw.ends_with(&format!("[cut, {} bytes in all]", long.len())));
+    }
+}
