@@ -293,10 +293,14 @@ impl FileSource {
         }
     }
 
-    /// Finish file `index`: count all its bytes as read and move on.
-    fn finish_file(&mut self, index: usize, credited: u64, batch: &mut SourceBatch) {
+    /// Finish file `index`: count all its bytes as done and move on. The bytes not yet
+    /// credited go into `batch` when given (a file read to its end), into progress only when
+    /// not (a file given up on).
+    fn finish_file(&mut self, index: usize, credited: u64, batch: Option<&mut SourceBatch>) {
         let rest = self.files[index].size.saturating_sub(credited);
-        batch.bytes_read += rest;
+        if let Some(batch) = batch {
+            batch.bytes_read += rest;
+        }
         self.bytes_done += rest;
         self.files_done += 1;
         self.current = None;
@@ -321,7 +325,7 @@ impl FileSource {
                         });
                     }
                     Err(error) => {
-                        self.finish_file(index, 0, batch);
+                        self.finish_file(index, 0, None);
                         return Err(error);
                     }
                 }
@@ -341,12 +345,12 @@ impl FileSource {
                 Ok(None) => {
                     self.credit(batch);
                     if let Some(done) = self.current.take() {
-                        self.finish_file(done.index, done.credited, batch);
+                        self.finish_file(done.index, done.credited, Some(batch));
                     }
                 }
                 Err(error) => {
                     let (index, credited) = (current.index, current.credited);
-                    self.finish_file(index, credited, batch);
+                    self.finish_file(index, credited, None);
                     return Err(error);
                 }
             }
@@ -366,12 +370,11 @@ impl Source for FileSource {
         }
         let mut batch = SourceBatch::default();
         let result = self.fill(&mut batch);
-        let empty =
-            batch.records.is_empty() && batch.deadletters.is_empty() && batch.bytes_read == 0;
+        let no_items = batch.records.is_empty() && batch.deadletters.is_empty();
         match result {
-            Ok(()) if empty => Ok(None),
+            Ok(()) if no_items && batch.bytes_read == 0 => Ok(None),
             Ok(()) => Ok(Some(batch)),
-            Err(error) if empty => Err(error),
+            Err(error) if no_items => Err(error),
             Err(error) => {
                 self.pending_error = Some(error);
                 Ok(Some(batch))
@@ -386,5 +389,325 @@ impl Source for FileSource {
             files_done: self.files_done,
             files_total: Some(self.files.len() as u64),
         }
+    }
+}
+
+/// Helpers shared by the File source's tests.
+#[cfg(test)]
+pub(crate) mod testing {
+    use std::io::Write;
+    use std::path::{Path, PathBuf};
+
+    use super::{FileSource, FileSourceOptions};
+    use crate::deadletter::Deadletter;
+    use crate::sources::{Source, SourceBatch, SourceError, SourceRecord};
+
+    /// Write `bytes` to `dir/name`, creating parent directories.
+    pub(crate) fn write(dir: &Path, name: &str, bytes: &[u8]) -> PathBuf {
+        let path = dir.join(name);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).unwrap();
+        }
+        std::fs::write(&path, bytes).unwrap();
+        path
+    }
+
+    /// `bytes` gzipped.
+    pub(crate) fn gzip(bytes: &[u8]) -> Vec<u8> {
+        let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        encoder.write_all(bytes).unwrap();
+        encoder.finish().unwrap()
+    }
+
+    /// Options reading `path` relative to `dir`.
+    pub(crate) fn options(dir: &Path, path: &str) -> FileSourceOptions {
+        FileSourceOptions {
+            path: path.to_owned(),
+            base_dir: dir.to_path_buf(),
+            ..FileSourceOptions::default()
+        }
+    }
+
+    /// Everything a source yields, batch by batch.
+    pub(crate) fn batches(options: FileSourceOptions) -> Result<Vec<SourceBatch>, SourceError> {
+        let mut source = FileSource::open(options)?;
+        let mut out = Vec::new();
+        while let Some(batch) = source.next_batch()? {
+            out.push(batch);
+        }
+        Ok(out)
+    }
+
+    /// All records and deadletters a source yields.
+    pub(crate) fn read_all(
+        options: FileSourceOptions,
+    ) -> Result<(Vec<SourceRecord>, Vec<Deadletter>), SourceError> {
+        let mut records = Vec::new();
+        let mut dead = Vec::new();
+        for batch in batches(options)? {
+            records.extend(batch.records);
+            dead.extend(batch.deadletters);
+        }
+        Ok((records, dead))
+    }
+
+    /// Read one file written with `bytes`, expecting success.
+    pub(crate) fn read_bytes(name: &str, bytes: &[u8]) -> (Vec<SourceRecord>, Vec<Deadletter>) {
+        let dir = tempfile::tempdir().unwrap();
+        write(dir.path(), name, bytes);
+        read_all(options(dir.path(), name)).unwrap()
+    }
+
+    /// The records' values as JSON text, for compact comparisons.
+    pub(crate) fn values(records: &[SourceRecord]) -> Vec<String> {
+        records
+            .iter()
+            .map(|r| serde_json::Value::Object(r.value.clone()).to_string())
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::testing::*;
+    use super::*;
+    use crate::deadletter::FailureCode;
+    use crate::sources::Source;
+    use proptest::prelude::*;
+
+    #[test]
+    fn defaults_are_the_documented_ones() {
+        let options = FileSourceOptions::default();
+        assert_eq!(options.batch_rows, 10_000);
+        assert_eq!(options.batch_bytes, 10 * 1024 * 1024);
+        assert_eq!(options.max_record_bytes, 64 * 1024 * 1024);
+        assert_eq!(options.base_dir, PathBuf::from("."));
+        assert_eq!(options.path, "");
+    }
+
+    #[test]
+    fn file_format_serializes_in_snake_case() {
+        assert_eq!(
+            serde_json::to_string(&FileFormat::JsonArray).unwrap(),
+            "\"json_array\""
+        );
+        let parsed: FileFormat = serde_json::from_str("\"jsonl\"").unwrap();
+        assert_eq!(parsed, FileFormat::Jsonl);
+        assert_eq!(FileFormat::Csv.as_str(), "csv");
+    }
+
+    #[test]
+    fn batches_hold_at_most_batch_rows_records() {
+        let dir = tempfile::tempdir().unwrap();
+        let text: String = (0..25).map(|i| format!("{{\"i\":{i}}}\n")).collect();
+        write(dir.path(), "a.jsonl", text.as_bytes());
+        let batches = batches(FileSourceOptions {
+            batch_rows: 10,
+            ..options(dir.path(), "a.jsonl")
+        })
+        .unwrap();
+        let sizes: Vec<usize> = batches.iter().map(|b| b.records.len()).collect();
+        assert_eq!(sizes, vec![10, 10, 5]);
+        let total: u64 = batches.iter().map(|b| b.bytes_read).sum();
+        assert_eq!(total, text.len() as u64);
+    }
+
+    #[test]
+    fn batches_close_once_batch_bytes_were_consumed() {
+        let dir = tempfile::tempdir().unwrap();
+        // 20 lines of 10 bytes each.
+        let text: String = (0..20).map(|i| format!("{{\"i\":{i:03}}}\n")).collect();
+        let text = text.replace(":0", ":1");
+        assert_eq!(text.len(), 200);
+        write(dir.path(), "a.jsonl", text.as_bytes());
+        let batches = batches(FileSourceOptions {
+            batch_bytes: 35,
+            ..options(dir.path(), "a.jsonl")
+        })
+        .unwrap();
+        // Each batch closes at the first record that takes it to 35 bytes or more.
+        let sizes: Vec<usize> = batches.iter().map(|b| b.records.len()).collect();
+        assert_eq!(sizes, vec![4, 4, 4, 4, 4]);
+        assert!(batches.iter().all(|b| b.bytes_read == 40));
+    }
+
+    #[test]
+    fn a_batch_spans_files_and_progress_reaches_the_total() {
+        let dir = tempfile::tempdir().unwrap();
+        write(dir.path(), "d/a.jsonl", b"{\"f\":\"a\"}\n{\"f\":\"a\"}\n");
+        write(dir.path(), "d/b.csv", b"f\nb\nb\n");
+        write(dir.path(), "d/c.jsonl.gz", &gzip(b"{\"f\":\"c\"}\n"));
+        let mut source = FileSource::open(options(dir.path(), "d")).unwrap();
+        let total = source.progress().bytes_total.unwrap();
+        assert_eq!(source.progress().files_total, Some(3));
+        let batch = source.next_batch().unwrap().unwrap();
+        assert_eq!(batch.records.len(), 5);
+        let uris: Vec<&str> = batch
+            .records
+            .iter()
+            .map(|r| r.position.uri.as_str())
+            .collect();
+        assert_eq!(
+            uris,
+            vec![
+                "d/a.jsonl",
+                "d/a.jsonl",
+                "d/b.csv",
+                "d/b.csv",
+                "d/c.jsonl.gz"
+            ]
+        );
+        assert_eq!(batch.bytes_read, total);
+        assert!(source.next_batch().unwrap().is_none());
+        let progress = source.progress();
+        assert_eq!(progress.bytes_done, total);
+        assert_eq!(progress.files_done, 3);
+    }
+
+    #[test]
+    fn an_explicit_format_overrides_detection() {
+        let dir = tempfile::tempdir().unwrap();
+        write(dir.path(), "data.txt", b"a,b\n1,x\n");
+        let (records, _) = read_all(FileSourceOptions {
+            format: Some(FileFormat::Csv),
+            ..options(dir.path(), "data.txt")
+        })
+        .unwrap();
+        assert_eq!(values(&records), vec![r#"{"a":1,"b":"x"}"#]);
+    }
+
+    #[test]
+    fn a_file_removed_after_opening_has_vanished() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = write(dir.path(), "a.jsonl", b"{}\n");
+        let mut source = FileSource::open(options(dir.path(), "a.jsonl")).unwrap();
+        std::fs::remove_file(path).unwrap();
+        let error = source.next_batch().unwrap_err();
+        assert!(matches!(error, SourceError::Vanished { ref path } if path == "a.jsonl"));
+        assert!(!error.is_retryable());
+    }
+
+    #[test]
+    fn records_read_before_an_error_are_returned_before_it() {
+        let dir = tempfile::tempdir().unwrap();
+        write(dir.path(), "d/a.jsonl", b"{\"a\":1}\n");
+        let mut corrupt = gzip(b"{\"b\":2}\n{\"b\":3}\n");
+        let middle = corrupt.len() / 2;
+        corrupt[middle] ^= 0xff;
+        corrupt.truncate(corrupt.len() - 4);
+        write(dir.path(), "d/b.jsonl.gz", &corrupt);
+        write(dir.path(), "d/c.jsonl", b"{\"c\":4}\n");
+        let mut source = FileSource::open(options(dir.path(), "d")).unwrap();
+        let first = source.next_batch().unwrap().unwrap();
+        assert_eq!(values(&first.records)[0], r#"{"a":1}"#);
+        let error = source.next_batch().unwrap_err();
+        assert!(
+            matches!(error, SourceError::CorruptGzip { ref path, .. } if path == "d/b.jsonl.gz"),
+            "{error}"
+        );
+        assert!(
+            error
+                .to_string()
+                .starts_with("corrupt gzip stream in `d/b.jsonl.gz`")
+        );
+        // The source moves on to the next file.
+        let last = source.next_batch().unwrap().unwrap();
+        assert_eq!(values(&last.records), vec![r#"{"c":4}"#]);
+        assert!(source.next_batch().unwrap().is_none());
+        assert_eq!(source.progress().files_done, 3);
+    }
+
+    #[test]
+    fn a_large_jsonl_file_is_read_in_batches_of_at_most_batch_rows() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("big.jsonl");
+        let mut file = std::io::BufWriter::new(std::fs::File::create(&path).unwrap());
+        let padding = "x".repeat(80);
+        let mut lines = 0u64;
+        let mut written = 0u64;
+        while written < 50 * 1024 * 1024 {
+            let line = format!("{{\"n\":{lines},\"pad\":\"{padding}\"}}\n");
+            std::io::Write::write_all(&mut file, line.as_bytes()).unwrap();
+            written += line.len() as u64;
+            lines += 1;
+        }
+        drop(file);
+        let mut source = FileSource::open(FileSourceOptions {
+            batch_rows: 1000,
+            ..options(dir.path(), "big.jsonl")
+        })
+        .unwrap();
+        let mut seen = 0u64;
+        let mut bytes = 0u64;
+        while let Some(batch) = source.next_batch().unwrap() {
+            assert!(batch.records.len() <= 1000);
+            assert!(batch.deadletters.is_empty());
+            seen += batch.records.len() as u64;
+            bytes += batch.bytes_read;
+        }
+        assert_eq!(seen, lines);
+        assert_eq!(bytes, written);
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        #[test]
+        fn random_bytes_never_panic_in_any_text_format(
+            bytes in proptest::collection::vec(any::<u8>(), 0..512),
+            seed in proptest::collection::vec(
+                prop_oneof![
+                    Just(b'{'), Just(b'}'), Just(b'['), Just(b']'), Just(b'"'),
+                    Just(b'\\'), Just(b','), Just(b'\n'), Just(b':'), Just(b'1'),
+                ],
+                0..256,
+            ),
+        ) {
+            let dir = tempfile::tempdir().unwrap();
+            for (name, content) in [
+                ("a.jsonl", &bytes), ("b.json", &bytes), ("c.csv", &bytes),
+                ("d.jsonl", &seed), ("e.json", &seed), ("f.csv", &seed),
+            ] {
+                write(dir.path(), name, content);
+                let options = FileSourceOptions {
+                    max_record_bytes: 64,
+                    batch_rows: 3,
+                    ..options(dir.path(), name)
+                };
+                // Errors are fine (an unknown format, say); panics are not.
+                if let Ok(mut source) = FileSource::open(options) {
+                    let mut guard = 0;
+                    while let Ok(Some(_)) = source.next_batch() {
+                        guard += 1;
+                        prop_assert!(guard < 10_000);
+                    }
+                }
+                let mut json_array = FileSourceOptions {
+                    format: Some(FileFormat::JsonArray),
+                    max_record_bytes: 16,
+                    ..super::testing::options(dir.path(), name)
+                };
+                json_array.batch_rows = 2;
+                if let Ok(mut source) = FileSource::open(json_array) {
+                    while let Ok(Some(_)) = source.next_batch() {}
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn deadletters_count_toward_batch_rows() {
+        let (_, dead) = read_bytes("a.jsonl", b"1\n2\n3\n");
+        assert_eq!(dead.len(), 3);
+        assert!(dead.iter().all(|d| d.code == FailureCode::NotAnObject));
+        let dir = tempfile::tempdir().unwrap();
+        write(dir.path(), "a.jsonl", b"1\n2\n3\n");
+        let batches = batches(FileSourceOptions {
+            batch_rows: 2,
+            ..options(dir.path(), "a.jsonl")
+        })
+        .unwrap();
+        let sizes: Vec<usize> = batches.iter().map(|b| b.deadletters.len()).collect();
+        assert_eq!(sizes, vec![2, 1]);
     }
 }
