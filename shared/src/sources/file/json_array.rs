@@ -223,7 +223,9 @@ impl Scanner {
                 None
             }
             State::Trailing => {
-                self.end = pos + 1;
+                if !byte.is_ascii_whitespace() {
+                    self.end = pos + 1;
+                }
                 if self.element.len() < KEPT_PREFIX_BYTES {
                     self.element.push(byte);
                 }
@@ -259,7 +261,7 @@ impl Scanner {
             State::Trailing => Some(ctx.dead(
                 self.element_no,
                 self.start,
-                clipped_raw(&self.element, self.end - self.start),
+                clipped_raw(self.element.trim_ascii_end(), self.end - self.start),
                 "unexpected data after the end of the array".to_owned(),
                 FailureCode::Malformed,
             )),
@@ -312,5 +314,175 @@ impl RecordReader for JsonArrayReader {
             Compression::None => self.offset,
             Compression::Gzip => self.stream.disk_bytes.load(Ordering::Relaxed),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::*;
+    use super::super::{FileFormat, FileSource, FileSourceOptions};
+    use crate::deadletter::FailureCode;
+
+    const TRICKY: &str = r#"[
+  {"id": 1, "s": "brackets ] } [ { and a comma, here", "nested": {"deep": [1, {"x": "]"}]}},
+  {"id": 2, "q": "escaped \" quote, then \\", "e": "\\\"]"},
+  {"id": 3, "u": "\u005d unicode", "empty": {}, "list": []}
+]
+"#;
+
+    #[test]
+    fn elements_with_nested_objects_and_tricky_strings_are_split_correctly() {
+        let (records, dead) = read_bytes("x.json", TRICKY.as_bytes());
+        assert!(dead.is_empty(), "{dead:?}");
+        assert_eq!(records.len(), 3);
+        assert_eq!(
+            records[0].value["s"],
+            serde_json::json!("brackets ] } [ { and a comma, here")
+        );
+        assert_eq!(records[0].value["nested"]["deep"][1]["x"], "]");
+        assert_eq!(records[1].value["q"], "escaped \" quote, then \\");
+        assert_eq!(records[1].value["e"], "\\\"]");
+        assert_eq!(records[2].value["u"], "] unicode");
+        let numbers: Vec<u64> = records.iter().map(|r| r.position.record).collect();
+        assert_eq!(numbers, vec![1, 2, 3]);
+        // The offset is just after each element's closing brace.
+        for record in &records {
+            let end = usize::try_from(record.position.offset).unwrap();
+            assert_eq!(&TRICKY[end - 1..end], "}");
+            assert!(TRICKY[end..].trim_start().starts_with([',', ']']));
+        }
+    }
+
+    #[test]
+    fn gzipped_arrays_read_by_extension_and_by_magic_bytes() {
+        let (gz, _) = read_bytes("x.json.gz", &gzip(TRICKY.as_bytes()));
+        assert_eq!(gz.len(), 3);
+        let (magic, _) = read_bytes("x.json", &gzip(TRICKY.as_bytes()));
+        assert_eq!(values(&magic), values(&gz));
+        let (sniffed, _) = read_bytes("export.dat", &gzip(TRICKY.as_bytes()));
+        assert_eq!(values(&sniffed), values(&gz));
+    }
+
+    #[test]
+    fn a_file_truncated_mid_element_gives_a_deadletter_for_it_then_ends() {
+        let text = br#"[{"a":1}, {"a":2}, {"a": "cut here"#;
+        let (records, dead) = read_bytes("x.json", text);
+        assert_eq!(values(&records), vec![r#"{"a":1}"#, r#"{"a":2}"#]);
+        assert_eq!(dead.len(), 1);
+        assert_eq!(dead[0].code, FailureCode::Malformed);
+        assert_eq!(dead[0].line, 3);
+        assert_eq!(dead[0].offset, 19);
+        assert_eq!(dead[0].raw, r#"{"a": "cut here"#);
+    }
+
+    #[test]
+    fn non_object_and_malformed_elements_are_deadletters_between_good_records() {
+        let text = br#"[{"a":1}, 42, {"b":}, , "s", {"c":3}]"#;
+        let (records, dead) = read_bytes("x.json", text);
+        assert_eq!(values(&records), vec![r#"{"a":1}"#, r#"{"c":3}"#]);
+        assert_eq!(records[1].position.record, 6);
+        let summary: Vec<_> = dead
+            .iter()
+            .map(|d| (d.code, d.line, d.raw.as_str()))
+            .collect();
+        assert_eq!(
+            summary,
+            vec![
+                (FailureCode::NotAnObject, 2, "42"),
+                (FailureCode::Malformed, 3, r#"{"b":}"#),
+                (FailureCode::Malformed, 4, ""),
+                (FailureCode::NotAnObject, 5, r#""s""#),
+            ]
+        );
+        assert_eq!(dead[1].offset, 14);
+    }
+
+    #[test]
+    fn empty_arrays_trailing_commas_and_unclosed_arrays_are_handled() {
+        let (records, dead) = read_bytes("x.json", b"  [ ]  ");
+        assert!(records.is_empty() && dead.is_empty());
+        let (records, dead) = read_bytes("x.json", b"[{\"a\":1},]");
+        assert_eq!(records.len(), 1);
+        assert!(dead.is_empty());
+        // Complete elements before the missing `]` still arrive.
+        let (records, dead) = read_bytes("x.json", b"[{\"a\":1}, {\"a\":2}");
+        assert_eq!(records.len(), 2);
+        assert!(dead.is_empty());
+    }
+
+    #[test]
+    fn data_after_the_array_is_a_deadletter() {
+        let (records, dead) = read_bytes("x.json", b"[{\"a\":1}] {\"b\":2}\n");
+        assert_eq!(records.len(), 1);
+        assert_eq!(dead.len(), 1);
+        assert_eq!(dead[0].raw, "{\"b\":2}");
+        assert_eq!(dead[0].offset, 10);
+        assert!(dead[0].error.contains("after the end of the array"));
+    }
+
+    #[test]
+    fn a_json_array_file_that_does_not_start_with_a_bracket_is_one_deadletter() {
+        let dir = tempfile::tempdir().unwrap();
+        write(dir.path(), "x.txt", b"{\"a\":1}\n");
+        let (records, dead) = read_all(FileSourceOptions {
+            format: Some(FileFormat::JsonArray),
+            ..options(dir.path(), "x.txt")
+        })
+        .unwrap();
+        assert!(records.is_empty());
+        assert_eq!(dead.len(), 1);
+        assert!(
+            dead[0].error.starts_with("expected `[`"),
+            "{}",
+            dead[0].error
+        );
+    }
+
+    #[test]
+    fn an_over_long_element_is_too_large_and_the_next_one_still_arrives() {
+        let dir = tempfile::tempdir().unwrap();
+        let long = format!("{{\"pad\":\"{}\",\"n\":[[[]]]}}", "z".repeat(5000));
+        let text = format!("[{long},{{\"ok\":1}}]");
+        write(dir.path(), "x.json", text.as_bytes());
+        let (records, dead) = read_all(FileSourceOptions {
+            max_record_bytes: 1000,
+            ..options(dir.path(), "x.json")
+        })
+        .unwrap();
+        assert_eq!(values(&records), vec![r#"{"ok":1}"#]);
+        assert_eq!(dead.len(), 1);
+        assert_eq!(dead[0].code, FailureCode::TooLarge);
+        assert_eq!(dead[0].offset, 1);
+        assert!(
+            dead[0].error.contains(&long.len().to_string()),
+            "{}",
+            dead[0].error
+        );
+    }
+
+    #[test]
+    fn elements_arrive_across_buffer_refills_and_batches() {
+        let dir = tempfile::tempdir().unwrap();
+        let body: Vec<String> = (0..30_000)
+            .map(|i| format!("{{\"i\":{i},\"s\":\"{}\"}}", "ab\\\"c,]".repeat(10)))
+            .collect();
+        let text = format!("[{}]", body.join(",\n"));
+        assert!(text.len() > 2 * 1024 * 1024);
+        write(dir.path(), "x.json", text.as_bytes());
+        let mut source = FileSource::open(FileSourceOptions {
+            batch_rows: 7000,
+            ..options(dir.path(), "x.json")
+        })
+        .unwrap();
+        let mut n = 0i64;
+        while let Some(batch) = crate::sources::Source::next_batch(&mut source).unwrap() {
+            assert!(batch.records.len() <= 7000);
+            assert!(batch.deadletters.is_empty());
+            for record in batch.records {
+                assert_eq!(record.value["i"], n);
+                n += 1;
+            }
+        }
+        assert_eq!(n, 30_000);
     }
 }
