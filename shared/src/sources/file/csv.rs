@@ -163,6 +163,8 @@ pub(crate) struct CsvReader {
     compression: Compression,
     headers: Option<Vec<String>>,
     row: csv::ByteRecord,
+    /// The line the next record starts on (or a blank line before it).
+    next_line: u64,
     done: bool,
 }
 
@@ -189,6 +191,7 @@ impl CsvReader {
             compression: stream.compression,
             headers: None,
             row: csv::ByteRecord::new(),
+            next_line: 1,
             done: false,
         }
     }
@@ -196,7 +199,7 @@ impl CsvReader {
     /// Turn a parser error into an item (a record too large) or a [`SourceError`].
     fn fail(&mut self, error: csv::Error) -> Result<Option<Item>, SourceError> {
         self.done = true;
-        let line = self.reader.position().line();
+        let line = self.next_line;
         let message = lower_first(&error.to_string());
         match error.into_kind() {
             csv::ErrorKind::Io(io_error) => {
@@ -252,6 +255,7 @@ impl CsvReader {
         self.headers = Some(names);
         self.record_start
             .store(self.reader.position().byte(), Ordering::Relaxed);
+        self.next_line = self.reader.position().line();
         Ok(None)
     }
 }
@@ -276,6 +280,7 @@ impl RecordReader for CsvReader {
         }
         let end = self.reader.position().byte();
         self.record_start.store(end, Ordering::Relaxed);
+        self.next_line = self.reader.position().line();
         let (start, line) = self.row.position().map_or((0, 0), |p| (p.byte(), p.line()));
         let headers = self.headers.as_deref().unwrap_or_default();
         if self.row.len() != headers.len() {
@@ -332,4 +337,187 @@ fn raw_row(row: &csv::ByteRecord) -> String {
     };
     let bytes = bytes.strip_suffix(b"\n").unwrap_or(&bytes);
     raw_text(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::*;
+    use super::super::{FileSource, FileSourceOptions};
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn cells_are_typed_by_the_documented_rules() {
+        let cases = [
+            ("", json!(null)),
+            ("true", json!(true)),
+            ("FALSE", json!(false)),
+            ("True", json!(true)),
+            ("0", json!(0)),
+            ("42", json!(42)),
+            ("-17", json!(-17)),
+            ("9223372036854775807", json!(i64::MAX)),
+            ("1.5", json!(1.5)),
+            ("-0.25", json!(-0.25)),
+            ("0.0", json!(0.0)),
+            ("2e3", json!(2000.0)),
+            ("1.5E-3", json!(0.0015)),
+            ("-1e+2", json!(-100.0)),
+        ];
+        for (cell, expected) in cases {
+            assert_eq!(type_cell(cell), expected, "cell {cell:?}");
+        }
+        let strings = [
+            "007",
+            "00",
+            "-0",
+            "01.5",
+            "12,5",
+            "+1",
+            ".5",
+            "1.",
+            " 42",
+            "42 ",
+            "1e",
+            "1e+",
+            "0x1f",
+            "NaN",
+            "inf",
+            "1e999",
+            "9223372036854775808",
+            "yes",
+            "null",
+            "-",
+        ];
+        for cell in strings {
+            assert_eq!(type_cell(cell), json!(cell), "cell {cell:?}");
+        }
+    }
+
+    #[test]
+    fn rows_become_objects_keyed_by_the_header() {
+        let text = "id,name,zip,score,ok,note\n1,Ann,007,1.5,TRUE,\n2,\"Bo, Jr.\",12345,-3,false,\"two\nlines\"\n";
+        let (records, dead) = read_bytes("x.csv", text.as_bytes());
+        assert!(dead.is_empty(), "{dead:?}");
+        assert_eq!(
+            values(&records),
+            vec![
+                r#"{"id":1,"name":"Ann","zip":"007","score":1.5,"ok":true,"note":null}"#,
+                r#"{"id":2,"name":"Bo, Jr.","zip":12345,"score":-3,"ok":false,"note":"two\nlines"}"#,
+            ]
+        );
+        // The header is line 1; the second row starts on line 3 and spans two lines.
+        assert_eq!(records[0].position.record, 2);
+        assert_eq!(records[1].position.record, 3);
+        assert_eq!(records[0].position.offset, 46);
+        assert_eq!(records[1].position.offset, text.len() as u64);
+    }
+
+    #[test]
+    fn gzipped_csv_reads_by_extension_and_by_magic_bytes() {
+        let text = b"a,b\n1,x\n2,y\n";
+        let expected = vec![r#"{"a":1,"b":"x"}"#, r#"{"a":2,"b":"y"}"#];
+        let (gz, _) = read_bytes("x.csv.gz", &gzip(text));
+        assert_eq!(values(&gz), expected);
+        let (magic, _) = read_bytes("x.csv", &gzip(text));
+        assert_eq!(values(&magic), expected);
+        assert_eq!(magic[1].position.offset, text.len() as u64);
+    }
+
+    #[test]
+    fn a_row_with_the_wrong_number_of_fields_is_a_malformed_deadletter() {
+        let text = b"a,b\n1,2\n3,4,5\n6\n7,8\n";
+        let (records, dead) = read_bytes("x.csv", text);
+        assert_eq!(
+            values(&records),
+            vec![r#"{"a":1,"b":2}"#, r#"{"a":7,"b":8}"#]
+        );
+        let summary: Vec<_> = dead
+            .iter()
+            .map(|d| (d.line, d.offset, d.raw.as_str()))
+            .collect();
+        assert_eq!(summary, vec![(3, 8, "3,4,5"), (4, 14, "6")]);
+        assert!(dead.iter().all(|d| d.code == FailureCode::Malformed));
+        assert_eq!(dead[0].error, "row has 3 fields but the header has 2");
+    }
+
+    #[test]
+    fn invalid_utf8_in_a_cell_is_a_malformed_deadletter() {
+        let (records, dead) = read_bytes("x.csv", b"a\n\xff\xfe\nok\n");
+        assert_eq!(values(&records), vec![r#"{"a":"ok"}"#]);
+        assert_eq!(dead.len(), 1);
+        assert!(dead[0].error.contains("invalid UTF-8"));
+    }
+
+    #[test]
+    fn empty_and_repeated_header_names_are_made_unique() {
+        let (names, changed) =
+            unique_headers(&["a".into(), "".into(), "a".into(), "a_2".into(), "a".into()]);
+        assert!(changed);
+        assert_eq!(names, vec!["a", "column_2", "a_3", "a_2", "a_4"]);
+        let (names, changed) = unique_headers(&["x".into(), "y".into()]);
+        assert!(!changed);
+        assert_eq!(names, vec!["x", "y"]);
+        let (records, _) = read_bytes("x.csv", b"id,,id\n1,2,3\n");
+        assert_eq!(values(&records), vec![r#"{"id":1,"column_2":2,"id_2":3}"#]);
+    }
+
+    #[test]
+    fn a_byte_order_mark_blank_lines_and_crlf_are_tolerated() {
+        let text = b"\xEF\xBB\xBFa,b\r\n1,2\r\n\r\n3,4\r\n";
+        let (records, dead) = read_bytes("x.csv", text);
+        assert!(dead.is_empty());
+        assert_eq!(
+            values(&records),
+            vec![r#"{"a":1,"b":2}"#, r#"{"a":3,"b":4}"#]
+        );
+        // The row ends at its `\r`; the `\n` after it reads as a blank line on resume.
+        assert_eq!(records[1].position.offset, text.len() as u64 - 1);
+        assert_eq!(records[0].position.offset, 12);
+    }
+
+    #[test]
+    fn an_unclosed_quote_longer_than_the_maximum_is_too_large_and_ends_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let text = format!("a,b\n1,2\n3,\"{}\n", "never closed\n".repeat(50_000));
+        write(dir.path(), "x.csv", text.as_bytes());
+        let (records, dead) = read_all(FileSourceOptions {
+            max_record_bytes: 10_000,
+            ..options(dir.path(), "x.csv")
+        })
+        .unwrap();
+        assert_eq!(values(&records), vec![r#"{"a":1,"b":2}"#]);
+        assert_eq!(dead.len(), 1);
+        assert_eq!(dead[0].code, FailureCode::TooLarge);
+        assert_eq!(dead[0].offset, 8);
+        assert_eq!(dead[0].line, 3);
+    }
+
+    #[test]
+    fn resuming_at_a_rows_offset_after_the_header_yields_the_remaining_rows() {
+        let text = "a,b\n1,\"x\ny\"\n2,z\n3,w\n";
+        let (records, _) = read_bytes("x.csv", text.as_bytes());
+        assert_eq!(records.len(), 3);
+        for (i, record) in records.iter().enumerate().take(2) {
+            let offset = usize::try_from(record.position.offset).unwrap();
+            let rest = format!("a,b\n{}", &text[offset..]);
+            let (again, _) = read_bytes("rest.csv", rest.as_bytes());
+            assert_eq!(values(&again), values(&records[i + 1..]));
+        }
+    }
+
+    #[test]
+    fn an_empty_or_header_only_file_has_no_records() {
+        let dir = tempfile::tempdir().unwrap();
+        write(dir.path(), "empty.csv", b"");
+        write(dir.path(), "header.csv", b"a,b\n");
+        for name in ["empty.csv", "header.csv"] {
+            let mut source = FileSource::open(options(dir.path(), name)).unwrap();
+            let mut records = 0;
+            while let Some(batch) = crate::sources::Source::next_batch(&mut source).unwrap() {
+                records += batch.records.len() + batch.deadletters.len();
+            }
+            assert_eq!(records, 0, "{name}");
+        }
+    }
 }
