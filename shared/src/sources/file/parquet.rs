@@ -141,3 +141,183 @@ pub(crate) fn batch_to_json(batch: &RecordBatch) -> Result<Vec<Map<String, Value
     }
     Ok(rows)
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use arrow::array::{
+        ArrayRef, Date32Array, Float64Array, Int64Array, ListBuilder, StringArray, StructArray,
+        TimestampMillisecondArray,
+    };
+    use arrow::datatypes::{DataType, Field};
+    use parquet::arrow::ArrowWriter;
+    use parquet::file::properties::WriterProperties;
+
+    use super::super::testing::*;
+    use super::super::{FileSource, FileSourceOptions};
+    use super::*;
+    use crate::sources::Source;
+
+    /// A batch of `rows` rows with a nested struct, a list, a date, a timestamp and nulls.
+    fn sample_batch(first: i64, rows: usize) -> RecordBatch {
+        let ids: Vec<i64> = (first..first + rows as i64).collect();
+        let id: ArrayRef = Arc::new(Int64Array::from(ids.clone()));
+        let name: ArrayRef = Arc::new(StringArray::from(
+            ids.iter()
+                .map(|i| (i % 3 != 0).then(|| format!("n{i}")))
+                .collect::<Vec<_>>(),
+        ));
+        let city: ArrayRef = Arc::new(StringArray::from(
+            ids.iter()
+                .map(|i| (i % 2 == 0).then(|| "Oslo".to_owned()))
+                .collect::<Vec<_>>(),
+        ));
+        let lat: ArrayRef = Arc::new(Float64Array::from(
+            ids.iter().map(|i| *i as f64 + 0.5).collect::<Vec<_>>(),
+        ));
+        let address: ArrayRef = Arc::new(StructArray::from(vec![
+            (Arc::new(Field::new("city", DataType::Utf8, true)), city),
+            (Arc::new(Field::new("lat", DataType::Float64, false)), lat),
+        ]));
+        let mut tags = ListBuilder::new(arrow::array::StringBuilder::new());
+        for i in &ids {
+            if i % 4 == 3 {
+                tags.append_null();
+            } else {
+                for t in 0..(i % 3) {
+                    tags.values().append_value(format!("t{t}"));
+                }
+                tags.append(true);
+            }
+        }
+        let tags: ArrayRef = Arc::new(tags.finish());
+        // 2024-01-01 is day 19723 since the epoch.
+        let day: ArrayRef = Arc::new(Date32Array::from(
+            ids.iter().map(|i| 19_723 + *i as i32).collect::<Vec<_>>(),
+        ));
+        let at: ArrayRef = Arc::new(TimestampMillisecondArray::from(
+            ids.iter().map(|i| i * 1000).collect::<Vec<_>>(),
+        ));
+        RecordBatch::try_from_iter(vec![
+            ("id", id),
+            ("name", name),
+            ("address", address),
+            ("tags", tags),
+            ("day", day),
+            ("at", at),
+        ])
+        .unwrap()
+    }
+
+    fn write_parquet(path: &Path, batches: &[RecordBatch]) {
+        let file = std::fs::File::create(path).unwrap();
+        let props = WriterProperties::builder()
+            .set_max_row_group_row_count(Some(40))
+            .build();
+        let mut writer = ArrowWriter::try_new(file, batches[0].schema(), Some(props)).unwrap();
+        for batch in batches {
+            writer.write(batch).unwrap();
+        }
+        writer.close().unwrap();
+    }
+
+    #[test]
+    fn nested_structs_lists_dates_and_nulls_read_back_as_json() {
+        let dir = tempfile::tempdir().unwrap();
+        write_parquet(&dir.path().join("x.parquet"), &[sample_batch(0, 8)]);
+        let (records, dead) = read_all(options(dir.path(), "x.parquet")).unwrap();
+        assert!(dead.is_empty());
+        assert_eq!(records.len(), 8);
+        assert_eq!(
+            values(&records[..4]),
+            vec![
+                r#"{"id":0,"name":null,"address":{"city":"Oslo","lat":0.5},"tags":[],"day":"2024-01-01","at":"1970-01-01T00:00:00"}"#,
+                r#"{"id":1,"name":"n1","address":{"city":null,"lat":1.5},"tags":["t0"],"day":"2024-01-02","at":"1970-01-01T00:00:01"}"#,
+                r#"{"id":2,"name":"n2","address":{"city":"Oslo","lat":2.5},"tags":["t0","t1"],"day":"2024-01-03","at":"1970-01-01T00:00:02"}"#,
+                r#"{"id":3,"name":null,"address":{"city":null,"lat":3.5},"tags":null,"day":"2024-01-04","at":"1970-01-01T00:00:03"}"#,
+            ]
+        );
+        let positions: Vec<(u64, u64)> = records
+            .iter()
+            .map(|r| (r.position.offset, r.position.record))
+            .collect();
+        assert_eq!(positions[0], (1, 1));
+        assert_eq!(positions[7], (8, 8));
+        assert_eq!(records[0].position.uri, "x.parquet");
+    }
+
+    #[test]
+    fn row_groups_and_batches_are_followed_in_order_and_bytes_add_up() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("x.pq");
+        write_parquet(&path, &[sample_batch(0, 70), sample_batch(70, 30)]);
+        let size = std::fs::metadata(&path).unwrap().len();
+        let batches = batches(FileSourceOptions {
+            batch_rows: 25,
+            ..options(dir.path(), "x.pq")
+        })
+        .unwrap();
+        let sizes: Vec<usize> = batches.iter().map(|b| b.records.len()).collect();
+        assert_eq!(sizes, vec![25, 25, 25, 25]);
+        let ids: Vec<i64> = batches
+            .iter()
+            .flat_map(|b| b.records.iter().map(|r| r.value["id"].as_i64().unwrap()))
+            .collect();
+        assert_eq!(ids, (0..100).collect::<Vec<_>>());
+        assert_eq!(batches.iter().map(|b| b.bytes_read).sum::<u64>(), size);
+        assert!(batches[0].bytes_read > 0 && batches[0].bytes_read < size);
+    }
+
+    #[test]
+    fn parquet_is_recognised_by_its_magic_bytes_under_another_name() {
+        let dir = tempfile::tempdir().unwrap();
+        write_parquet(&dir.path().join("x.csv"), &[sample_batch(0, 3)]);
+        let (records, _) = read_all(options(dir.path(), "x.csv")).unwrap();
+        assert_eq!(records.len(), 3);
+    }
+
+    #[test]
+    fn a_corrupt_parquet_file_is_an_error_naming_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("x.parquet");
+        write_parquet(&path, &[sample_batch(0, 10)]);
+        let mut bytes = std::fs::read(&path).unwrap();
+        let len = bytes.len();
+        bytes.truncate(len - 12);
+        std::fs::write(&path, &bytes).unwrap();
+        let mut source = FileSource::open(options(dir.path(), "x.parquet")).unwrap();
+        let error = source.next_batch().unwrap_err();
+        assert!(
+            matches!(error, SourceError::Parquet { ref path, .. } if path == "x.parquet"),
+            "{error}"
+        );
+        assert!(
+            error
+                .to_string()
+                .starts_with("cannot read Parquet file `x.parquet`: ")
+        );
+        assert!(!error.is_retryable());
+
+        write(dir.path(), "junk.parquet", b"PAR1 not really parquet");
+        let mut source = FileSource::open(options(dir.path(), "junk.parquet")).unwrap();
+        assert!(matches!(
+            source.next_batch(),
+            Err(SourceError::Parquet { .. })
+        ));
+    }
+
+    #[test]
+    fn a_gzipped_parquet_file_is_refused_when_opening() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("x.parquet");
+        write_parquet(&path, &[sample_batch(0, 3)]);
+        let bytes = std::fs::read(&path).unwrap();
+        write(dir.path(), "x.parquet.gz", &gzip(&bytes));
+        let error = FileSource::open(options(dir.path(), "x.parquet.gz")).unwrap_err();
+        assert!(
+            matches!(error, SourceError::UnsupportedCompression { .. }),
+            "{error}"
+        );
+    }
+}
