@@ -224,3 +224,156 @@ fn describe(
         compression,
     }))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::*;
+    use super::super::{FileSource, FileSourceOptions};
+    use super::*;
+
+    fn listed(options: &FileSourceOptions) -> Vec<String> {
+        list_files(options)
+            .unwrap()
+            .into_iter()
+            .map(|f| f.display)
+            .collect()
+    }
+
+    #[test]
+    fn a_glob_lists_matches_sorted_and_skips_hidden_files() {
+        let dir = tempfile::tempdir().unwrap();
+        for name in [
+            "data/c.jsonl",
+            "data/a.jsonl",
+            "data/b.jsonl",
+            "data/.hidden.jsonl",
+            "data/x.csv",
+        ] {
+            write(dir.path(), name, b"{}\n");
+        }
+        assert_eq!(
+            listed(&options(dir.path(), "data/*.jsonl")),
+            vec!["data/a.jsonl", "data/b.jsonl", "data/c.jsonl"]
+        );
+    }
+
+    #[test]
+    fn a_double_star_glob_descends_but_not_into_hidden_directories() {
+        let dir = tempfile::tempdir().unwrap();
+        for name in ["d/b/2.jsonl", "d/a/1.jsonl", "d/.git/3.jsonl", "d/0.jsonl"] {
+            write(dir.path(), name, b"{}\n");
+        }
+        assert_eq!(
+            listed(&options(dir.path(), "d/**/*.jsonl")),
+            vec!["d/0.jsonl", "d/a/1.jsonl", "d/b/2.jsonl"]
+        );
+    }
+
+    #[test]
+    fn a_directory_is_read_recursively_without_hidden_or_unknown_files() {
+        let dir = tempfile::tempdir().unwrap();
+        for name in [
+            "in/z.jsonl",
+            "in/sub/deeper/a.csv",
+            "in/sub/b.json",
+            "in/.cache/c.jsonl",
+            "in/.d.jsonl",
+        ] {
+            write(dir.path(), name, b"{}\n");
+        }
+        write(dir.path(), "in/README.md", b"# notes");
+        assert_eq!(
+            listed(&options(dir.path(), "in")),
+            vec!["in/sub/b.json", "in/sub/deeper/a.csv", "in/z.jsonl"]
+        );
+    }
+
+    #[test]
+    fn an_absolute_path_stays_absolute_in_positions() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = write(dir.path(), "a.jsonl", b"{\"a\":1}\n");
+        let absolute = path.display().to_string();
+        let (records, _) = read_all(FileSourceOptions {
+            path: absolute.clone(),
+            base_dir: "/nonexistent".into(),
+            ..FileSourceOptions::default()
+        })
+        .unwrap();
+        assert_eq!(records[0].position.uri, absolute);
+    }
+
+    #[test]
+    fn files_lists_the_paths_to_open_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        write(dir.path(), "b.jsonl", b"{}\n");
+        write(dir.path(), "a.jsonl", b"{}\n");
+        let source = FileSource::open(options(dir.path(), "*.jsonl")).unwrap();
+        assert_eq!(
+            source.files(),
+            &[dir.path().join("a.jsonl"), dir.path().join("b.jsonl")]
+        );
+    }
+
+    #[test]
+    fn a_missing_file_is_an_error_naming_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let error = FileSource::open(options(dir.path(), "data/x.jsonl")).unwrap_err();
+        assert!(matches!(error, SourceError::NotFound { ref path } if path == "data/x.jsonl"));
+        assert_eq!(
+            error.to_string(),
+            "no such file or directory `data/x.jsonl`"
+        );
+    }
+
+    #[test]
+    fn a_glob_without_matches_is_an_error_naming_the_pattern() {
+        let dir = tempfile::tempdir().unwrap();
+        write(dir.path(), "data/a.csv", b"a\n1\n");
+        let error = FileSource::open(options(dir.path(), "data/*.jsonl")).unwrap_err();
+        assert_eq!(error.to_string(), "no files match `data/*.jsonl`");
+        let empty = tempfile::tempdir().unwrap();
+        std::fs::create_dir(empty.path().join("nothing")).unwrap();
+        let error = FileSource::open(options(empty.path(), "nothing")).unwrap_err();
+        assert_eq!(error.to_string(), "no files match `nothing`");
+    }
+
+    #[test]
+    fn a_bad_glob_pattern_is_a_clear_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let error = FileSource::open(options(dir.path(), "data/[*.jsonl")).unwrap_err();
+        assert!(matches!(error, SourceError::BadPattern { .. }), "{error}");
+        assert!(
+            error
+                .to_string()
+                .starts_with("bad glob pattern `data/[*.jsonl`: "),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn a_named_file_of_unknown_format_is_an_error_naming_it() {
+        let dir = tempfile::tempdir().unwrap();
+        write(dir.path(), "notes.txt", b"hello");
+        let error = FileSource::open(options(dir.path(), "notes.txt")).unwrap_err();
+        assert!(matches!(error, SourceError::UnknownFormat { ref path } if path == "notes.txt"));
+        assert!(error.to_string().contains("`notes.txt`"));
+        // Content sniffing rescues a JSON file with an odd name.
+        write(dir.path(), "export.dat", b"{\"a\":1}\n");
+        let (records, _) = read_all(options(dir.path(), "export.dat")).unwrap();
+        assert_eq!(records.len(), 1);
+    }
+
+    #[test]
+    fn base_dir_with_glob_characters_is_taken_literally() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = dir.path().join("odd[dir]");
+        write(&base, "a.jsonl", b"{}\n");
+        assert_eq!(listed(&options(&base, "*.jsonl")), vec!["a.jsonl"]);
+    }
+
+    #[test]
+    fn an_empty_path_is_refused() {
+        let error = FileSource::open(FileSourceOptions::default()).unwrap_err();
+        assert!(matches!(error, SourceError::NotFound { .. }));
+    }
+}
