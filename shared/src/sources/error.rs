@@ -10,7 +10,7 @@ use std::io;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum SourceError {
-    /// The configured path names no file, directory or glob match.
+    /// The configured path names no file, directory or glob match (or is empty).
     #[error("no such file or directory `{path}`")]
     NotFound {
         /// The path as configured.

@@ -265,10 +265,10 @@ impl RecordReader for CsvReader {
         if self.done {
             return Ok(None);
         }
-        if self.headers.is_none() {
-            if let Some(item) = self.read_headers()? {
-                return Ok(Some(item));
-            }
+        if self.headers.is_none()
+            && let Some(item) = self.read_headers()?
+        {
+            return Ok(Some(item));
         }
         let more = match self.reader.read_byte_record(&mut self.row) {
             Ok(more) => more,

@@ -63,9 +63,11 @@
 //! directory when the configured path was relative), `record` its 1-based line number (JSON
 //! lines; for CSV the line the row starts on, the header being line 1), element number (JSON
 //! arrays) or row number (Parquet), and `offset` the byte just after the record in the
-//! decompressed stream: after its `\n` for JSON lines, after the row for CSV, after the
-//! element's last byte for JSON arrays, and for Parquet the 0-based index of the next row.
-//! Skipping `offset` bytes (rows) of a file resumes right after the record.
+//! decompressed stream: after its `\n` for JSON lines; for CSV the CSV parser's position after
+//! the row (after its terminator; with `\r\n` endings after the `\r`, the `\n` then reading
+//! as a blank line); after the element's last byte for JSON arrays (a resumed reader expects
+//! `,` or `]` next); and for Parquet the 0-based index of the next row. Skipping `offset`
+//! bytes (rows) of a file, after the header for CSV, resumes right after the record.
 //!
 //! # Deadletters
 //!

@@ -372,6 +372,21 @@ mod tests {
     }
 
     #[test]
+    fn dot_paths_are_shown_relative_to_the_base_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        write(dir.path(), "data/a.jsonl", b"{}\n");
+        assert_eq!(listed(&options(dir.path(), ".")), vec!["data/a.jsonl"]);
+        assert_eq!(
+            listed(&options(dir.path(), "./data/*.jsonl")),
+            vec!["data/a.jsonl"]
+        );
+        assert_eq!(
+            listed(&options(&dir.path().join("data"), "../data/a.jsonl")),
+            vec!["../data/a.jsonl"]
+        );
+    }
+
+    #[test]
     fn an_empty_path_is_refused() {
         let error = FileSource::open(FileSourceOptions::default()).unwrap_err();
         assert!(matches!(error, SourceError::NotFound { .. }));
