@@ -1,0 +1,447 @@
+//! Order-independent schema inference.
+//!
+//! Every field keeps an [`Acc`]: counts and bounds over the values seen, merged by addition,
+//! minimum and maximum, so merging is commutative and associative. Types are decided only in
+//! [`SchemaInferrer::finish`], from the merged accumulators.
+
+use std::collections::BTreeMap;
+
+use serde_json::{Map, Value};
+
+use super::error::SchemaError;
+use super::namespace::{TransformOptions, flatten, route};
+use super::saved::PipelineSchema;
+use super::{Field, FieldType, NamespaceSchema};
+
+/// Unix seconds accepted as `timestamp`: 2010-01-01 (inclusive) to 2100-01-01 (exclusive).
+pub(crate) const SECONDS_RANGE: std::ops::Range<i64> = 1_262_304_000..4_102_444_800;
+/// Unix milliseconds accepted as `timestamp_ms`: 2010-01-01 (inclusive) to 2040-01-01 (exclusive).
+pub(crate) const MILLIS_RANGE: std::ops::Range<i64> = 1_262_304_000_000..2_208_988_800_000;
+
+/// The date a `YYYY-MM-DD` string names, if it is exactly that shape and a real day.
+pub(crate) fn parse_date(text: &str) -> Option<chrono::NaiveDate> {
+    let bytes = text.as_bytes();
+    if bytes.len() != 10 || bytes[4] != b'-' || bytes[7] != b'-' {
+        return None;
+    }
+    let digits = |range: std::ops::Range<usize>| -> Option<u32> {
+        let mut value = 0u32;
+        for &byte in &bytes[range] {
+            if !byte.is_ascii_digit() {
+                return None;
+            }
+            value = value * 10 + u32::from(byte - b'0');
+        }
+        Some(value)
+    };
+    let year = i32::try_from(digits(0..4)?).ok()?;
+    chrono::NaiveDate::from_ymd_opt(year, digits(5..7)?, digits(8..10)?)
+}
+
+/// The number a numeric string holds: decimal number text (sign, digits, fraction, exponent)
+/// with a finite value.
+pub(crate) fn parse_numeric(text: &str) -> Option<f64> {
+    let bytes = text.as_bytes();
+    if !bytes.iter().any(u8::is_ascii_digit)
+        || !bytes
+            .iter()
+            .all(|b| b.is_ascii_digit() || matches!(b, b'+' | b'-' | b'.' | b'e' | b'E'))
+    {
+        return None;
+    }
+    text.parse::<f64>().ok().filter(|n| n.is_finite())
+}
+
+/// The kinds a field's values can have, in the precedence order for the main column.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Kind {
+    Struct,
+    List,
+    Number,
+    Boolean,
+    Text,
+}
+
+/// A summary of all values seen for one field (or one list element position).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct Acc {
+    nulls: u64,
+    bools: u64,
+    ints: u64,
+    /// Smallest and largest integer, when `ints > 0`.
+    int_bounds: Option<(i64, i64)>,
+    ints_in_seconds: u64,
+    ints_in_millis: u64,
+    floats: u64,
+    strings: u64,
+    strings_dates: u64,
+    strings_numeric: u64,
+    objects: u64,
+    children: BTreeMap<String, Acc>,
+    arrays: u64,
+    elements: Option<Box<Acc>>,
+}
+
+impl Acc {
+    /// Account for one value.
+    pub(crate) fn add(&mut self, value: &Value) {
+        match value {
+            Value::Null => self.nulls += 1,
+            Value::Bool(_) => self.bools += 1,
+            Value::Number(number) => match number.as_i64() {
+                Some(int) => self.add_int(int),
+                None => self.floats += 1,
+            },
+            Value::String(text) => {
+                self.strings += 1;
+                if parse_date(text).is_some() {
+                    self.strings_dates += 1;
+                }
+                if parse_numeric(text).is_some() {
+                    self.strings_numeric += 1;
+                }
+            }
+            Value::Object(object) => {
+                self.objects += 1;
+                for (key, child) in object {
+                    add_to(&mut self.children, key, child);
+                }
+            }
+            Value::Array(items) => {
+                self.arrays += 1;
+                let elements = self.elements.get_or_insert_with(Box::default);
+                for item in items {
+                    elements.add(item);
+                }
+            }
+        }
+    }
+
+    fn add_int(&mut self, int: i64) {
+        self.ints += 1;
+        self.int_bounds = Some(match self.int_bounds {
+            Some((low, high)) => (low.min(int), high.max(int)),
+            None => (int, int),
+        });
+        if SECONDS_RANGE.contains(&int) {
+            self.ints_in_seconds += 1;
+        }
+        if MILLIS_RANGE.contains(&int) {
+            self.ints_in_millis += 1;
+        }
+    }
+
+    /// Combine with another summary (commutative and associative).
+    pub(crate) fn merge(&mut self, other: Acc) {
+        self.nulls += other.nulls;
+        self.bools += other.bools;
+        self.ints += other.ints;
+        self.int_bounds = match (self.int_bounds, other.int_bounds) {
+            (Some((a_low, a_high)), Some((b_low, b_high))) => {
+                Some((a_low.min(b_low), a_high.max(b_high)))
+            }
+            (bounds, None) | (None, bounds) => bounds,
+        };
+        self.ints_in_seconds += other.ints_in_seconds;
+        self.ints_in_millis += other.ints_in_millis;
+        self.floats += other.floats;
+        self.strings += other.strings;
+        self.strings_dates += other.strings_dates;
+        self.strings_numeric += other.strings_numeric;
+        self.objects += other.objects;
+        merge_children(&mut self.children, other.children);
+        self.arrays += other.arrays;
+        match (&mut self.elements, other.elements) {
+            (Some(mine), Some(theirs)) => mine.merge(*theirs),
+            (mine @ None, theirs) => *mine = theirs,
+            (Some(_), None) => {}
+        }
+    }
+
+    /// Whether the strings are absorbed by the numbers (numbers present, every string numeric).
+    fn strings_fold_into_numbers(&self) -> bool {
+        self.ints + self.floats > 0 && self.strings > 0 && self.strings_numeric == self.strings
+    }
+
+    /// The kinds present, in precedence order (nulls are not a kind).
+    fn kinds(&self) -> Vec<Kind> {
+        let mut kinds = Vec::new();
+        if self.objects > 0 {
+            kinds.push(Kind::Struct);
+        }
+        if self.arrays > 0 {
+            kinds.push(Kind::List);
+        }
+        if self.ints + self.floats > 0 {
+            kinds.push(Kind::Number);
+        }
+        if self.bools > 0 {
+            kinds.push(Kind::Boolean);
+        }
+        if self.strings > 0 && !self.strings_fold_into_numbers() {
+            kinds.push(Kind::Text);
+        }
+        kinds
+    }
+
+    /// The part of this summary made of one kind's values (no nulls).
+    fn part(&self, kind: Kind) -> Acc {
+        let mut part = Acc::default();
+        match kind {
+            Kind::Struct => {
+                part.objects = self.objects;
+                part.children = self.children.clone();
+            }
+            Kind::List => {
+                part.arrays = self.arrays;
+                part.elements = self.elements.clone();
+            }
+            Kind::Number => {
+                part.ints = self.ints;
+                part.int_bounds = self.int_bounds;
+                part.ints_in_seconds = self.ints_in_seconds;
+                part.ints_in_millis = self.ints_in_millis;
+                part.floats = self.floats;
+                if self.strings_fold_into_numbers() {
+                    part.strings = self.strings;
+                    part.strings_dates = self.strings_dates;
+                    part.strings_numeric = self.strings_numeric;
+                }
+            }
+            Kind::Boolean => part.bools = self.bools,
+            Kind::Text => {
+                part.strings = self.strings;
+                part.strings_dates = self.strings_dates;
+                part.strings_numeric = self.strings_numeric;
+            }
+        }
+        part
+    }
+
+    /// The type of this summary's values of one kind.
+    fn type_of(&self, kind: Kind) -> FieldType {
+        match kind {
+            Kind::Struct => FieldType::Struct(finalize_fields(&self.children)),
+            Kind::List => FieldType::List(Box::new(match &self.elements {
+                Some(elements) => elements.element_type(),
+                None => FieldType::String,
+            })),
+            Kind::Number => {
+                if self.floats > 0 || self.strings_fold_into_numbers() {
+                    FieldType::Double
+                } else if self.ints_in_seconds == self.ints {
+                    FieldType::Timestamp
+                } else if self.ints_in_millis == self.ints {
+                    FieldType::TimestampMs
+                } else {
+                    match self.int_bounds {
+                        Some((low, high))
+                            if i32::try_from(low).is_ok() && i32::try_from(high).is_ok() =>
+                        {
+                            FieldType::Int
+                        }
+                        _ => FieldType::Long,
+                    }
+                }
+            }
+            Kind::Boolean => FieldType::Boolean,
+            Kind::Text => {
+                if self.strings_dates == self.strings {
+                    FieldType::Date
+                } else {
+                    FieldType::String
+                }
+            }
+        }
+    }
+
+    /// The element type of a list: one kind's type, or `string` when the elements conflict
+    /// (or are all null, or there were none).
+    fn element_type(&self) -> FieldType {
+        match self.kinds().as_slice() {
+            [kind] => self.type_of(*kind),
+            _ => FieldType::String,
+        }
+    }
+}
+
+/// Account for `value` under `key`, creating the key's summary on first use.
+fn add_to(map: &mut BTreeMap<String, Acc>, key: &str, value: &Value) {
+    match map.get_mut(key) {
+        Some(acc) => acc.add(value),
+        None => {
+            let mut acc = Acc::default();
+            acc.add(value);
+            map.insert(key.to_owned(), acc);
+        }
+    }
+}
+
+fn merge_children(mine: &mut BTreeMap<String, Acc>, theirs: BTreeMap<String, Acc>) {
+    for (key, acc) in theirs {
+        match mine.get_mut(&key) {
+            Some(existing) => existing.merge(acc),
+            None => {
+                mine.insert(key, acc);
+            }
+        }
+    }
+}
+
+/// Decide the fields of an object from its children's summaries, adding sibling fields for
+/// conflicts and merging siblings into real fields of the same name.
+///
+/// Names are processed in ascending byte order. A sibling `<name>_<type>` always sorts after
+/// `<name>`, so every contribution to a name has arrived before that name is decided, and the
+/// output comes out sorted.
+pub(crate) fn finalize_fields(children: &BTreeMap<String, Acc>) -> Vec<Field> {
+    let mut pending: BTreeMap<String, Acc> = children.clone();
+    let mut fields = Vec::with_capacity(pending.len());
+    while let Some((name, acc)) = pending.pop_first() {
+        let kinds = acc.kinds();
+        let Some((&main, others)) = kinds.split_first() else {
+            fields.push(Field::new(name, FieldType::String));
+            continue;
+        };
+        fields.push(Field::new(name.clone(), acc.type_of(main)));
+        for &kind in others {
+            let part = acc.part(kind);
+            let sibling = format!("{name}_{}", part.type_of(kind).type_name());
+            match pending.get_mut(&sibling) {
+                Some(existing) => existing.merge(part),
+                None => {
+                    pending.insert(sibling, part);
+                }
+            }
+        }
+    }
+    fields
+}
+
+/// The running inference for one namespace.
+#[derive(Debug, Clone, Default, PartialEq)]
+struct NamespaceAcc {
+    records: u64,
+    fields: BTreeMap<String, Acc>,
+}
+
+impl NamespaceAcc {
+    fn merge(&mut self, other: NamespaceAcc) {
+        self.records += other.records;
+        merge_children(&mut self.fields, other.fields);
+    }
+}
+
+/// Infers one schema per namespace from records, in any order and in any number of parts.
+///
+/// ```
+/// use skipprd::schema::{SchemaInferrer, TransformOptions};
+///
+/// let mut inferrer = SchemaInferrer::new(TransformOptions::default());
+/// let record = serde_json::json!({"id": 1, "price": 9.5});
+/// inferrer.add(record.as_object().unwrap()).unwrap();
+/// let schema = inferrer.finish("shop", "acme");
+/// assert_eq!(schema.namespaces["default"].records, 1);
+/// ```
+#[derive(Debug, Clone)]
+pub struct SchemaInferrer {
+    options: TransformOptions,
+    namespaces: BTreeMap<String, NamespaceAcc>,
+}
+
+impl SchemaInferrer {
+    /// An empty inference that routes and shapes records by `transform`.
+    pub fn new(transform: TransformOptions) -> Self {
+        SchemaInferrer {
+            options: transform,
+            namespaces: BTreeMap::new(),
+        }
+    }
+
+    /// Route one record to its namespace and accumulate it. Returns the namespace name.
+    ///
+    /// Fails (without accumulating the record) when the record would create a namespace
+    /// beyond `max_namespaces`.
+    pub fn add(&mut self, record: &Map<String, Value>) -> Result<&str, SchemaError> {
+        let name = route(record, &self.options);
+        if !self.namespaces.contains_key(name.as_ref()) {
+            if self.namespaces.len() >= self.options.max_namespaces {
+                return Err(SchemaError::TooManyNamespaces {
+                    fields: self
+                        .options
+                        .namespace_fields
+                        .iter()
+                        .map(|field| format!("`{field}`"))
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                    limit: self.options.max_namespaces,
+                    namespace: name.into_owned(),
+                });
+            }
+            self.namespaces
+                .insert(name.to_string(), NamespaceAcc::default());
+        }
+        if let Some(acc) = self.namespaces.get_mut(name.as_ref()) {
+            acc.records += 1;
+            if self.options.flatten_events {
+                for (key, value) in flatten(record) {
+                    add_to(&mut acc.fields, &key, value);
+                }
+            } else {
+                for (key, value) in record {
+                    add_to(&mut acc.fields, key, value);
+                }
+            }
+        }
+        Ok(self
+            .namespaces
+            .get_key_value(name.as_ref())
+            .map_or("", |(key, _)| key.as_str()))
+    }
+
+    /// Combine another partial inference into this one. The result is the same whichever
+    /// way round, and in whatever grouping, partial inferences are merged. This inference's
+    /// options are kept, and `max_namespaces` is not checked again.
+    pub fn merge(&mut self, other: SchemaInferrer) {
+        for (name, acc) in other.namespaces {
+            match self.namespaces.get_mut(&name) {
+                Some(existing) => existing.merge(acc),
+                None => {
+                    self.namespaces.insert(name, acc);
+                }
+            }
+        }
+    }
+
+    /// Decide the types and produce the schema file contents.
+    pub fn finish(&self, pipeline: &str, workspace: &str) -> PipelineSchema {
+        PipelineSchema {
+            format_version: PipelineSchema::FORMAT_VERSION,
+            workspace: workspace.to_owned(),
+            pipeline: pipeline.to_owned(),
+            namespaces: self
+                .namespaces
+                .iter()
+                .map(|(name, acc)| {
+                    let schema = NamespaceSchema {
+                        fields: finalize_fields(&acc.fields),
+                        records: acc.records,
+                    };
+                    (name.clone(), schema)
+                })
+                .collect(),
+        }
+    }
+
+    /// The namespaces seen so far, sorted by name, with their record counts.
+    pub fn namespaces(&self) -> impl Iterator<Item = (&str, u64)> {
+        self.namespaces
+            .iter()
+            .map(|(name, acc)| (name.as_str(), acc.records))
+    }
+
+    /// The options records are routed and shaped by.
+    pub fn options(&self) -> &TransformOptions {
+        &self.options
+    }
+}
