@@ -914,7 +914,16 @@ mod tests {
     }
 
     fn arb_key() -> impl Strategy<Value = String> {
-        prop_oneof![Just("a"), Just("b"), Just("B"), Just("c.d")].prop_map(str::to_owned)
+        // `a_string` and `a_int` collide with siblings of `a`, exercising the merge rule.
+        prop_oneof![
+            Just("a"),
+            Just("b"),
+            Just("B"),
+            Just("c.d"),
+            Just("a_string"),
+            Just("a_int")
+        ]
+        .prop_map(str::to_owned)
     }
 
     fn arb_record() -> impl Strategy<Value = Map<String, Value>> {

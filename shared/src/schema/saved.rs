@@ -5,6 +5,7 @@ use std::fmt::Write as _;
 use std::fs;
 use std::io::{self, Write as _};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde_json::{Map, Value};
 
@@ -99,7 +100,13 @@ impl PipelineSchema {
             || "schema.json".into(),
             |name| name.to_string_lossy().into_owned(),
         );
-        let temp = dir.join(format!(".{file_name}.tmp-{}", std::process::id()));
+        // Unique per process and per call, so concurrent saves never share a temporary file.
+        static SAVES: AtomicU64 = AtomicU64::new(0);
+        let temp = dir.join(format!(
+            ".{file_name}.tmp-{}-{}",
+            std::process::id(),
+            SAVES.fetch_add(1, Ordering::Relaxed)
+        ));
         let written = (|| {
             let mut file = fs::File::create(&temp).map_err(io_error("create", &temp))?;
             file.write_all(self.to_json_pretty().as_bytes())
