@@ -72,7 +72,7 @@ pub(crate) fn route<'a>(
             }
         }
     }
-    Cow::Owned(sanitize(&joined))
+    Cow::Owned(sanitize_namespace(&joined))
 }
 
 /// Follow a dot path through nested objects.
@@ -105,10 +105,6 @@ pub fn sanitize_namespace(raw: &str) -> String {
     } else {
         trimmed.to_owned()
     }
-}
-
-fn sanitize(raw: &str) -> String {
-    sanitize_namespace(raw)
 }
 
 /// Flatten nested objects into dotted keys (`{"a":{"b":1}}` -> `a.b`). Lists and scalars are
