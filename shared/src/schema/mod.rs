@@ -1,1 +1,329 @@
-//! Schemas (placeholder: being written).
+//! # Schemas
+//!
+//! `skipprd discover` reads sample data, infers one schema per *namespace* (a destination
+//! table), and saves them all in one schema file. Later runs type every record against that
+//! file and turn records into Arrow record batches.
+//!
+//! ## Inference
+//!
+//! Inference is deterministic: the same records give byte-for-byte the same schema file,
+//! whatever the batch size, the order of records or files, or how the work was split between
+//! partial inferences that were merged afterwards. To get that, every field keeps a summary of
+//! the values seen (counts by JSON kind, the smallest and largest integer, whether every
+//! string is a date, ...) and summaries merge by adding counts; the types are only decided at
+//! the end, from the merged summary, by the fixed rules below.
+//!
+//! ### Value kinds
+//!
+//! | JSON value | counts as |
+//! |---|---|
+//! | `true` / `false` | boolean |
+//! | a number written without fraction or exponent that fits a signed 64-bit integer | integer |
+//! | any other number (`1.5`, `1e3`, `1.0`, or an integer beyond 64 bits) | float |
+//! | a string | string (also noted: is it a date? is it a number?) |
+//! | an object | struct (each key summarized recursively, to full depth) |
+//! | an array | list (all elements of all arrays summarized together as one element) |
+//! | `null`, or a missing key | null |
+//!
+//! A string is a **date** when it is exactly `YYYY-MM-DD` and names a real calendar day
+//! (`2023-02-28` is a date, `2023-02-30` and `2023-2-28` are not). A string is **numeric**
+//! when it is decimal number text: an optional sign, digits with an optional fraction, and an
+//! optional exponent (`42`, `-0.5`, `1e9`, `.5`), and the value is finite (`NaN` and `inf`
+//! are not numeric).
+//!
+//! ### Types
+//!
+//! | type | Arrow type | chosen when a field holds |
+//! |---|---|---|
+//! | `string` | `Utf8` | only nulls; or strings that are not all dates |
+//! | `boolean` | `Boolean` | only booleans |
+//! | `int` | `Int32` | only integers, all in `[-2147483648, 2147483647]` (and not all timestamps) |
+//! | `long` | `Int64` | only integers, some outside 32 bits (and not all timestamps) |
+//! | `double` | `Float64` | integers and floats; or numbers together with strings that are all numeric |
+//! | `date` | `Date32` | only strings, all dates |
+//! | `timestamp` | `Timestamp(Microsecond, "UTC")` | only integers, all in `[1262304000, 4102444800)`: Unix seconds from 2010-01-01 up to (not including) 2100-01-01 |
+//! | `timestamp_ms` | `Timestamp(Millisecond, "UTC")` | only integers, all in `[1262304000000, 2208988800000)`: Unix milliseconds from 2010-01-01 up to (not including) 2040-01-01 |
+//! | `struct` | `Struct` | objects; the fields are inferred recursively |
+//! | `list` | `List` (item field `element`) | arrays; the element type is inferred from all elements |
+//!
+//! Nulls never change a type: every field is nullable.
+//!
+//! ### Conflicts: sibling columns
+//!
+//! When one field holds values of incompatible kinds, the column is not broken and nothing is
+//! an error. The field keeps one kind, picked by this precedence:
+//!
+//! > struct > list > number (its type from the rules above) > boolean > string/date
+//!
+//! and every other kind present becomes a **sibling field** `<field>_<type>` in the same
+//! object, typed from just those values, where `<type>` is the sibling's type name
+//! (`boolean`, `int`, `long`, `double`, `date`, `timestamp`, `timestamp_ms`, `string`,
+//! `struct`, `list`). For example, a `price` that is `12.5` in most records and `"n/a"` in
+//! some becomes `price: double` plus `price_string: string`.
+//!
+//! Values that still fit the field are not conflicts: integers next to floats make a `double`,
+//! and numbers next to strings that are *all* numeric make a `double` too (the numeric strings
+//! are stored as numbers). One non-numeric string among them sends *all* of the strings to
+//! the `_string` sibling at inference; when typing records, a numeric string still lands in
+//! the `double` column because it fits there.
+//!
+//! If a sibling's name is also the name of a real field (the data has both `price` with
+//! conflicting strings and its own `price_string`), the two are merged into one field and
+//! typed from all of their values together, by the same rules (so it may get siblings of its
+//! own, such as `price_string_int`). Its name stays `price_string` even when the merged type
+//! is not `string`.
+//!
+//! Inside a list, the elements have no siblings: if the elements of a field's arrays
+//! conflict, the element type is `string` and every element is stored as text (strings as
+//! they are, other values as their JSON text, for example `{"a":1}` or `42`). An array field
+//! that is only ever empty, or holds only nulls, has element type `string`.
+//!
+//! ### Field order
+//!
+//! Fields are sorted by name (bytewise, so `B` < `_` < `a`) at every level, so the order in
+//! which fields first appear does not matter.
+//!
+//! ## Namespaces
+//!
+//! Records are routed to namespaces before typing (see [`TransformOptions`]):
+//!
+//! - Without `namespace_fields`, every record goes to `default_namespace`.
+//! - With them, the namespace is the value at each field's dot path (`meta.type` looks up
+//!   `type` inside the object `meta`): strings as they are, numbers and booleans as their
+//!   JSON text. Several fields are joined with `_` (`["source", "version"]` gives `web_2`).
+//! - The name is sanitized to be table-safe: lowercased, each run of characters outside
+//!   `[a-z0-9_]` replaced by one `_`, leading and trailing `_` trimmed; an empty result is `_`.
+//! - A record where any namespace field is missing, null, an object or an array goes to
+//!   `default_namespace` (which is used as configured, not sanitized).
+//! - Routing stops with an error once more than `max_namespaces` (default 1000) namespaces
+//!   would exist; the error names the fields and the limit. Merging partial inferences
+//!   ([`SchemaInferrer::merge`]) does not check the limit again.
+//!
+//! Namespace fields are looked up in the record as read, before flattening.
+//!
+//! ### Flattening
+//!
+//! With `flatten_events`, nested objects become dotted top-level columns: `{"a":{"b":{"c":1}}}`
+//! gives the column `a.b.c`. Arrays stay lists and their elements are not flattened. An empty
+//! object gives no column. If a literal dotted key collides with a flattened one (`"a.b"` next
+//! to `"a":{"b":..}`), the key later in the record wins. The same flattening is applied when
+//! inferring and when typing records ([`RecordBatchBuilder::with_flatten_events`]).
+//!
+//! ## Typing records
+//!
+//! [`RecordBatchBuilder`] puts each record's values into the columns of its namespace's
+//! schema. A value goes into its field's column when it fits:
+//!
+//! - `boolean`: booleans. `int`: integers in 32 bits. `long`: integers in 64 bits.
+//! - `double`: any number, and numeric strings.
+//! - `date`: `YYYY-MM-DD` strings naming a real day.
+//! - `timestamp`: integers, read as Unix seconds (stored as microseconds).
+//!   `timestamp_ms`: integers, read as Unix milliseconds.
+//! - `string`: anything: strings as they are, numbers and booleans as their JSON text,
+//!   objects and arrays as compact JSON text.
+//! - `struct`: objects (their keys are typed recursively; keys not in the schema are ignored).
+//! - `list`: arrays (each element must fit the element type).
+//!
+//! A missing key or `null` is a null. A value that does not fit its column goes to a sibling
+//! column `<field>_<type>` that it fits, trying the type names in the order `boolean`, `int`,
+//! `long`, `double`, `timestamp`, `timestamp_ms`, `date`, `struct`, `list`, `string` (and,
+//! when the sibling itself does not fit, that sibling's own siblings). A sibling column is
+//! only used when the record has no value of its own for it. A value that fits nowhere
+//! rejects the whole record as a deadletter with code `untypeable`, naming the field path,
+//! the value's JSON type and the column type; the batch is left as if the record had never
+//! been appended.
+//!
+//! ## The saved schema file (format version 1)
+//!
+//! One JSON document per pipeline, written by [`PipelineSchema::save`] with 2-space
+//! indentation, keys in a fixed order, namespaces sorted by name, and a trailing newline; it
+//! holds no timestamps, so unchanged data saves to identical bytes. Each field is an object
+//! with `name` and `type`; a `struct` adds `fields` (the same shape, recursively) and a
+//! `list` adds `element` (a type object without a `name`). A file with any other
+//! `format_version` is refused with a message asking to upgrade skipprd or discover again.
+//!
+//! ```json
+//! {
+//!   "format_version": 1,
+//!   "workspace": "acme",
+//!   "pipeline": "shop-events",
+//!   "namespaces": {
+//!     "orders": {
+//!       "records": 2,
+//!       "fields": [
+//!         {
+//!           "name": "customer",
+//!           "type": "struct",
+//!           "fields": [
+//!             {
+//!               "name": "since",
+//!               "type": "date"
+//!             }
+//!           ]
+//!         },
+//!         {
+//!           "name": "price",
+//!           "type": "double"
+//!         },
+//!         {
+//!           "name": "price_string",
+//!           "type": "string"
+//!         },
+//!         {
+//!           "name": "tags",
+//!           "type": "list",
+//!           "element": {
+//!             "type": "string"
+//!           }
+//!         }
+//!       ]
+//!     }
+//!   }
+//! }
+//! ```
+//!
+//! Unknown keys are refused too, so a typo in a hand-edited file is reported rather than
+//! silently ignored.
+
+mod arrow;
+mod error;
+mod infer;
+mod namespace;
+mod saved;
+
+pub use self::arrow::{RecordBatchBuilder, to_arrow_schema};
+pub use self::error::SchemaError;
+pub use self::infer::SchemaInferrer;
+pub use self::namespace::{TransformOptions, namespace_for, sanitize_namespace};
+pub use self::saved::PipelineSchema;
+
+/// The type of a field. Every field is nullable.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum FieldType {
+    /// `true` / `false`.
+    Boolean,
+    /// A signed 32-bit integer.
+    Int,
+    /// A signed 64-bit integer.
+    Long,
+    /// A 64-bit float.
+    Double,
+    /// A calendar date (`YYYY-MM-DD`).
+    Date,
+    /// A UTC instant read from Unix seconds, stored with microsecond precision.
+    Timestamp,
+    /// A UTC instant read from Unix milliseconds.
+    TimestampMs,
+    /// UTF-8 text.
+    String,
+    /// An object with these fields, sorted by name.
+    Struct(Vec<Field>),
+    /// An array whose elements have this type.
+    List(Box<FieldType>),
+}
+
+impl FieldType {
+    /// The type's name as written in the schema file and in sibling names
+    /// (`boolean`, `int`, `long`, `double`, `date`, `timestamp`, `timestamp_ms`, `string`,
+    /// `struct`, `list`).
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            FieldType::Boolean => "boolean",
+            FieldType::Int => "int",
+            FieldType::Long => "long",
+            FieldType::Double => "double",
+            FieldType::Date => "date",
+            FieldType::Timestamp => "timestamp",
+            FieldType::TimestampMs => "timestamp_ms",
+            FieldType::String => "string",
+            FieldType::Struct(_) => "struct",
+            FieldType::List(_) => "list",
+        }
+    }
+
+    /// The type of a scalar (non-struct, non-list) type name, if it is one.
+    pub fn scalar_from_name(name: &str) -> Option<FieldType> {
+        Some(match name {
+            "boolean" => FieldType::Boolean,
+            "int" => FieldType::Int,
+            "long" => FieldType::Long,
+            "double" => FieldType::Double,
+            "date" => FieldType::Date,
+            "timestamp" => FieldType::Timestamp,
+            "timestamp_ms" => FieldType::TimestampMs,
+            "string" => FieldType::String,
+            _ => return None,
+        })
+    }
+}
+
+impl std::fmt::Display for FieldType {
+    /// Scalars by their type name, lists as `list<element>` (`list<list<int>>`), structs as `struct`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            FieldType::List(element) => write!(f, "list<{element}>"),
+            other => f.write_str(other.type_name()),
+        }
+    }
+}
+
+/// One named, nullable field.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Field {
+    /// The field's name (a key of the JSON object; a dotted path when flattening).
+    pub name: String,
+    /// The field's type.
+    pub field_type: FieldType,
+}
+
+impl Field {
+    /// A field with this name and type.
+    pub fn new(name: impl Into<String>, field_type: FieldType) -> Self {
+        Field {
+            name: name.into(),
+            field_type,
+        }
+    }
+}
+
+/// The schema of one namespace: its top-level fields, sorted by name, and how many records
+/// it was inferred from.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NamespaceSchema {
+    /// Top-level fields, sorted by name.
+    pub fields: Vec<Field>,
+    /// Records the schema was inferred from.
+    pub records: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn type_names_round_trip_for_scalars() {
+        for field_type in [
+            FieldType::Boolean,
+            FieldType::Int,
+            FieldType::Long,
+            FieldType::Double,
+            FieldType::Date,
+            FieldType::Timestamp,
+            FieldType::TimestampMs,
+            FieldType::String,
+        ] {
+            assert_eq!(
+                FieldType::scalar_from_name(field_type.type_name()),
+                Some(field_type)
+            );
+        }
+        assert_eq!(FieldType::scalar_from_name("struct"), None);
+    }
+
+    #[test]
+    fn display_spells_out_nested_list_types() {
+        let nested = FieldType::List(Box::new(FieldType::List(Box::new(FieldType::Int))));
+        assert_eq!(nested.to_string(), "list<list<int>>");
+        assert_eq!(FieldType::Struct(vec![]).to_string(), "struct");
+    }
+}

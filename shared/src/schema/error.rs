@@ -1,0 +1,142 @@
+//! Errors from schema inference, the saved schema file and Arrow conversion.
+
+use std::io;
+use std::path::PathBuf;
+
+/// Something went wrong while inferring, saving, loading or applying a schema.
+///
+/// Every message is one line and names the file, field or namespace involved. A record that
+/// cannot be typed is not a `SchemaError`: it becomes a
+/// [`Deadletter`](crate::deadletter::Deadletter).
+#[derive(Debug, thiserror::Error)]
+pub enum SchemaError {
+    /// There is no saved schema at this path.
+    #[error("no saved schema at `{}`: run `skipprd discover` first", path.display())]
+    NotFound {
+        /// The path that was looked up.
+        path: PathBuf,
+    },
+
+    /// Reading or writing a schema file (or its directory) failed.
+    #[error("cannot {action} `{}`: {error}", path.display())]
+    Io {
+        /// What was being done, for example `write` or `rename into place`.
+        action: &'static str,
+        /// The file or directory involved.
+        path: PathBuf,
+        /// The underlying I/O error.
+        error: io::Error,
+    },
+
+    /// The schema file is not valid JSON or does not have the expected shape.
+    #[error("invalid schema file `{}`: {message}", path.display())]
+    Invalid {
+        /// The schema file.
+        path: PathBuf,
+        /// What is wrong and where in the file.
+        message: String,
+    },
+
+    /// The schema file was written in a format version this build does not read.
+    #[error(
+        "schema file `{}` has format_version {found}, but this skipprd reads only version {supported}: upgrade skipprd or run `skipprd discover` again",
+        path.display()
+    )]
+    UnsupportedVersion {
+        /// The schema file.
+        path: PathBuf,
+        /// The version found in the file, as written there.
+        found: String,
+        /// The version this build reads.
+        supported: u32,
+    },
+
+    /// Routing records by the namespace fields produced more namespaces than allowed.
+    #[error(
+        "too many namespaces: routing by {fields} would create more than {limit} (the next would be `{namespace}`); route by a field with fewer distinct values or raise max_namespaces"
+    )]
+    TooManyNamespaces {
+        /// The namespace field paths, quoted and comma-separated.
+        fields: String,
+        /// The configured limit.
+        limit: usize,
+        /// The namespace that would have gone over the limit.
+        namespace: String,
+    },
+
+    /// Assembling an Arrow record batch failed (an internal inconsistency or an over-large batch).
+    #[error("cannot build an Arrow batch for namespace `{namespace}`: {message}")]
+    Arrow {
+        /// The namespace being built (empty when not set on the builder).
+        namespace: String,
+        /// The Arrow error text.
+        message: String,
+    },
+}
+
+impl SchemaError {
+    /// Whether trying the same operation again might succeed (transient I/O trouble only).
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            SchemaError::Io { error, .. } => matches!(
+                error.kind(),
+                io::ErrorKind::Interrupted
+                    | io::ErrorKind::TimedOut
+                    | io::ErrorKind::WouldBlock
+                    | io::ErrorKind::ResourceBusy
+            ),
+            SchemaError::NotFound { .. }
+            | SchemaError::Invalid { .. }
+            | SchemaError::UnsupportedVersion { .. }
+            | SchemaError::TooManyNamespaces { .. }
+            | SchemaError::Arrow { .. } => false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn not_found_message_tells_the_user_to_run_discover() {
+        let error = SchemaError::NotFound {
+            path: PathBuf::from("/tmp/x/schema.json"),
+        };
+        assert_eq!(
+            error.to_string(),
+            "no saved schema at `/tmp/x/schema.json`: run `skipprd discover` first"
+        );
+        assert!(!error.is_retryable());
+    }
+
+    #[test]
+    fn only_transient_io_errors_are_retryable() {
+        let transient = SchemaError::Io {
+            action: "write",
+            path: PathBuf::from("a"),
+            error: io::Error::from(io::ErrorKind::Interrupted),
+        };
+        let permanent = SchemaError::Io {
+            action: "write",
+            path: PathBuf::from("a"),
+            error: io::Error::from(io::ErrorKind::PermissionDenied),
+        };
+        assert!(transient.is_retryable());
+        assert!(!permanent.is_retryable());
+        assert!(!transient.to_string().contains('\n'));
+    }
+
+    #[test]
+    fn too_many_namespaces_names_the_fields_and_the_limit() {
+        let error = SchemaError::TooManyNamespaces {
+            fields: "`type`".into(),
+            limit: 3,
+            namespace: "d".into(),
+        };
+        let text = error.to_string();
+        assert!(text.contains("`type`"), "{text}");
+        assert!(text.contains("more than 3"), "{text}");
+        assert!(text.contains("max_namespaces"), "{text}");
+    }
+}

@@ -1,0 +1,237 @@
+//! Routing records to namespaces, and flattening nested objects into dotted columns.
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+
+use serde_json::{Map, Value};
+
+/// How records are shaped and routed before typing. See the [module docs](super) for the rules.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TransformOptions {
+    /// The namespace for every record when `namespace_fields` is empty, and for records that
+    /// lack (or have null in) a namespace field.
+    pub default_namespace: String,
+    /// Dot paths (`a.b.c`, through nested objects) whose values name a record's namespace.
+    /// Several fields make a composite name joined with `_`.
+    pub namespace_fields: Vec<String>,
+    /// Turn nested objects into dotted top-level columns (`a.b.c`); lists stay lists.
+    pub flatten_events: bool,
+    /// The most namespaces one inference may create (1000 by default).
+    pub max_namespaces: usize,
+}
+
+impl TransformOptions {
+    /// The default limit on namespaces.
+    pub const DEFAULT_MAX_NAMESPACES: usize = 1000;
+}
+
+impl Default for TransformOptions {
+    /// Everything into the namespace `default`, no flattening, at most 1000 namespaces.
+    fn default() -> Self {
+        TransformOptions {
+            default_namespace: "default".to_owned(),
+            namespace_fields: Vec::new(),
+            flatten_events: false,
+            max_namespaces: Self::DEFAULT_MAX_NAMESPACES,
+        }
+    }
+}
+
+/// The namespace a record belongs to under `options` (see the [module docs](super)).
+///
+/// Without namespace fields this is `options.default_namespace`. Otherwise it is the value at
+/// each dot path (strings as they are, numbers and booleans as their JSON text), joined with
+/// `_` and sanitized to a table-safe name; a record where any of the paths is missing, null,
+/// an object or an array goes to `options.default_namespace`.
+pub fn namespace_for(record: &Map<String, Value>, options: &TransformOptions) -> String {
+    route(record, options).into_owned()
+}
+
+/// [`namespace_for`] without allocating in the common default case.
+pub(crate) fn route<'a>(
+    record: &Map<String, Value>,
+    options: &'a TransformOptions,
+) -> Cow<'a, str> {
+    if options.namespace_fields.is_empty() {
+        return Cow::Borrowed(&options.default_namespace);
+    }
+    let mut joined = String::new();
+    for (index, path) in options.namespace_fields.iter().enumerate() {
+        let Some(value) = lookup_path(record, path) else {
+            return Cow::Borrowed(&options.default_namespace);
+        };
+        if index > 0 {
+            joined.push('_');
+        }
+        match value {
+            Value::String(text) => joined.push_str(text),
+            Value::Number(number) => joined.push_str(&number.to_string()),
+            Value::Bool(flag) => joined.push_str(if *flag { "true" } else { "false" }),
+            Value::Null | Value::Object(_) | Value::Array(_) => {
+                return Cow::Borrowed(&options.default_namespace);
+            }
+        }
+    }
+    Cow::Owned(sanitize_namespace(&joined))
+}
+
+/// Follow a dot path through nested objects.
+fn lookup_path<'r>(record: &'r Map<String, Value>, path: &str) -> Option<&'r Value> {
+    let mut parts = path.split('.');
+    let mut current = record.get(parts.next()?)?;
+    for part in parts {
+        current = current.as_object()?.get(part)?;
+    }
+    Some(current)
+}
+
+/// Make a table-safe name: lowercase, each run of characters outside `[a-z0-9_]` becomes one
+/// `_`, leading and trailing `_` are trimmed, and an empty result becomes `_`.
+pub fn sanitize_namespace(raw: &str) -> String {
+    let mut out = String::with_capacity(raw.len());
+    let mut in_run = false;
+    for ch in raw.chars().flat_map(char::to_lowercase) {
+        if ch.is_ascii_lowercase() || ch.is_ascii_digit() || ch == '_' {
+            out.push(ch);
+            in_run = false;
+        } else if !in_run {
+            out.push('_');
+            in_run = true;
+        }
+    }
+    let trimmed = out.trim_matches('_');
+    if trimmed.is_empty() {
+        "_".to_owned()
+    } else {
+        trimmed.to_owned()
+    }
+}
+
+/// Flatten nested objects into dotted keys (`{"a":{"b":1}}` -> `a.b`). Lists and scalars are
+/// kept as they are; an empty object contributes no key. When two keys end up with the same
+/// dotted name (a literal `"a.b"` key next to `{"a":{"b":..}}`), the one later in the record wins.
+pub(crate) fn flatten(record: &Map<String, Value>) -> BTreeMap<String, &Value> {
+    let mut out = BTreeMap::new();
+    let mut prefix = String::new();
+    flatten_into(record, &mut prefix, &mut out);
+    out
+}
+
+fn flatten_into<'r>(
+    object: &'r Map<String, Value>,
+    prefix: &mut String,
+    out: &mut BTreeMap<String, &'r Value>,
+) {
+    for (key, value) in object {
+        let mark = prefix.len();
+        if mark > 0 {
+            prefix.push('.');
+        }
+        prefix.push_str(key);
+        match value {
+            Value::Object(child) => flatten_into(child, prefix, out),
+            other => {
+                out.insert(prefix.clone(), other);
+            }
+        }
+        prefix.truncate(mark);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn object(value: Value) -> Map<String, Value> {
+        match value {
+            Value::Object(map) => map,
+            other => panic!("not an object: {other}"),
+        }
+    }
+
+    fn options(fields: &[&str]) -> TransformOptions {
+        TransformOptions {
+            default_namespace: "events".into(),
+            namespace_fields: fields.iter().map(|f| (*f).to_owned()).collect(),
+            ..TransformOptions::default()
+        }
+    }
+
+    #[test]
+    fn without_namespace_fields_every_record_goes_to_the_default_namespace() {
+        let record = object(json!({"type": "click"}));
+        assert_eq!(namespace_for(&record, &options(&[])), "events");
+    }
+
+    #[test]
+    fn a_single_field_names_the_namespace_after_sanitizing() {
+        let record = object(json!({"type": "Page View!"}));
+        assert_eq!(namespace_for(&record, &options(&["type"])), "page_view");
+    }
+
+    #[test]
+    fn a_nested_dot_path_is_followed_through_objects() {
+        let record = object(json!({"meta": {"kind": {"name": "Order"}}}));
+        assert_eq!(
+            namespace_for(&record, &options(&["meta.kind.name"])),
+            "order"
+        );
+    }
+
+    #[test]
+    fn composite_fields_join_with_underscore_and_numbers_become_text() {
+        let record = object(json!({"source": "Web", "version": 2, "beta": true}));
+        assert_eq!(
+            namespace_for(&record, &options(&["source", "version", "beta"])),
+            "web_2_true"
+        );
+    }
+
+    #[test]
+    fn a_missing_null_or_nested_value_routes_to_the_default_namespace() {
+        let opts = options(&["type", "version"]);
+        assert_eq!(
+            namespace_for(&object(json!({"type": "a"})), &opts),
+            "events"
+        );
+        assert_eq!(
+            namespace_for(&object(json!({"type": "a", "version": null})), &opts),
+            "events"
+        );
+        assert_eq!(
+            namespace_for(&object(json!({"type": {"x": 1}, "version": 1})), &opts),
+            "events"
+        );
+    }
+
+    #[test]
+    fn sanitizing_collapses_runs_trims_underscores_and_never_returns_empty() {
+        assert_eq!(sanitize_namespace("  Hello -- World  "), "hello_world");
+        assert_eq!(sanitize_namespace("__a__b__"), "a__b");
+        assert_eq!(sanitize_namespace("Ünïcode"), "n_code");
+        assert_eq!(sanitize_namespace("!!!"), "_");
+        assert_eq!(sanitize_namespace(""), "_");
+        assert_eq!(sanitize_namespace("v1.2"), "v1_2");
+    }
+
+    #[test]
+    fn flattening_makes_dotted_keys_and_keeps_lists_whole() {
+        let record = object(json!({
+            "a": {"b": {"c": 1}, "d": "x"},
+            "list": [{"inner": {"deep": 1}}],
+            "empty": {},
+            "top": null
+        }));
+        let flat = flatten(&record);
+        let keys: Vec<&str> = flat.keys().map(String::as_str).collect();
+        assert_eq!(keys, ["a.b.c", "a.d", "list", "top"]);
+        assert_eq!(flat["list"], &json!([{"inner": {"deep": 1}}]));
+    }
+
+    #[test]
+    fn flattening_lets_the_later_of_two_colliding_keys_win() {
+        let record = object(json!({"a.b": 1, "a": {"b": 2}}));
+        assert_eq!(flatten(&record)["a.b"], &json!(2));
+    }
+}
