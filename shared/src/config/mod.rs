@@ -1,1 +1,270 @@
-//! Configuration (placeholder: being written).
+//! `skippr.yml`: discovery, parsing, environment substitution and validation.
+//!
+//! Three steps, kept apart (parse, then validate, then build in the commands):
+//!
+//! 1. [`load`] finds the file, parses it into the typed [`Config`] (serde, every struct
+//!    `deny_unknown_fields`) and substitutes `${NAME}` references from the environment and the
+//!    `.env` files beside it. Unknown keys fail here, with the file, the key path, the line
+//!    and column, and a "did you mean" suggestion.
+//! 2. [`validate`] is pure (no file system, network or clock): it resolves references,
+//!    checks names, applies environment fallbacks and defaults, and returns a
+//!    [`validate::ValidatedConfig`] that the commands use.
+//! 3. The commands build connectors from the validated values and do the I/O.
+//!
+//! The doc comment on every field below is its reference documentation: `docs/config.md` is
+//! generated from them ([`reference::markdown`]) and a test fails when it is stale.
+
+#![allow(
+    clippy::result_large_err,
+    reason = "config errors are built once, on the cold path, and carry the file, key path and position a user needs"
+)]
+
+pub mod connectors;
+pub mod env;
+pub mod error;
+pub mod load;
+pub mod reference;
+pub mod secret;
+pub mod validate;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Deserializer};
+
+pub use connectors::{
+    ConnectorSet, DeadletterConnector, Entry, SchemaSinkConnector, SinkConnector, SourceConnector,
+};
+pub use error::ConfigError;
+pub use load::{ConfigSource, LoadedConfig, discover_config_file, load, load_file};
+pub use secret::Secret;
+pub use validate::{ValidatedConfig, ValidatedPipeline, validate};
+
+/// The whole project file.
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Project-wide settings: identity, where schemas and state live.
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub skippr: SkipprSettings,
+    /// Pipelines by name: each reads one source and writes to at most one destination.
+    /// Names may not contain dots and may not be `deadletters`, `wal`, `_skippr`, `skippr`
+    /// or `metadata`.
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub pipelines: BTreeMap<String, PipelineConfig>,
+    /// Sources by logical name: each maps to exactly one connector type.
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub data_sources: BTreeMap<String, Entry<SourceConnector>>,
+    /// Destinations by logical name: each maps to exactly one connector type, plus an optional
+    /// `schema_sink` reference.
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub data_sinks: BTreeMap<String, Entry<SinkConnector>>,
+    /// Where rejected records go, by logical name.
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub deadletter_sinks: BTreeMap<String, Entry<DeadletterConnector>>,
+    /// Where sinks' schemas are written, by logical name.
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub schema_sinks: BTreeMap<String, Entry<SchemaSinkConnector>>,
+    /// Accepted for compatibility with the original product and ignored.
+    #[serde(default)]
+    #[schemars(skip)]
+    pub dbt: Option<serde::de::IgnoredAny>,
+    /// Accepted for compatibility with the original product and ignored.
+    #[serde(default)]
+    #[schemars(skip)]
+    pub vector_sources: Option<serde::de::IgnoredAny>,
+}
+
+/// The `skippr` section.
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SkipprSettings {
+    /// Workspace name; with the tenant and the pipeline name it is the identity of saved
+    /// progress, so renaming it starts every pipeline from the beginning. Default: env
+    /// `WORKSPACE_NAME`, else `default`.
+    #[serde(default)]
+    pub workspace: Option<String>,
+    /// Tenant name, the outermost part of the identity. Default: env `TENANT`, else `default`.
+    #[serde(default)]
+    pub tenant: Option<String>,
+    /// Where schemas are saved: `local` (under the pipeline's data dir) or `s3` (in
+    /// `skippr_s3_bucket`). Default: env `SKIPPRD_EL_STORAGE_MODE`, else `s3` when a skippr
+    /// bucket is configured, else `local`.
+    #[serde(default)]
+    pub skipprd_el_storage_mode: Option<StorageMode>,
+    /// Metadata bucket (a bucket name); also the WAL bucket when `WAL_STORAGE=s3` and no
+    /// `wal_s3_bucket` is set. Default: env `SKIPPR_S3_BUCKET`.
+    #[serde(default)]
+    pub skippr_s3_bucket: Option<String>,
+    /// Dedicated WAL bucket for `WAL_STORAGE=s3`. Default: env `SKIPPR_WAL_S3_BUCKET`, else
+    /// `skippr_s3_bucket`.
+    #[serde(default)]
+    pub wal_s3_bucket: Option<String>,
+    /// The state store: resume positions, acknowledgements, schema versions, the writer lease.
+    #[serde(default)]
+    pub store: Option<StoreConfig>,
+    /// `true` makes `sync` SIGKILL itself at a random moment 15-60 s into a run, to prove
+    /// recovery. Default: env `SKIPPR_CHAOS_MODE=yes`, else off.
+    #[serde(default)]
+    pub chaos_mode: Option<bool>,
+}
+
+/// Where schemas are saved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum StorageMode {
+    /// Under the pipeline's data directory.
+    Local,
+    /// In the skippr bucket.
+    S3,
+}
+
+/// The `skippr.store` section.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct StoreConfig {
+    /// `sled`: the embedded local store (default; the name is kept for compatibility);
+    /// `dynamodb`: one DynamoDB table. `cloud-tables` is recognised and rejected.
+    #[serde(rename = "type")]
+    pub store_type: StoreType,
+    /// DynamoDB table name, when `type` is `dynamodb`.
+    #[serde(default)]
+    pub name: Option<String>,
+}
+
+/// The kind of state store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum StoreType {
+    /// The embedded local store.
+    Sled,
+    /// A DynamoDB table.
+    Dynamodb,
+    /// Recognised for compatibility; not supported.
+    CloudTables,
+}
+
+/// One pipeline.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PipelineConfig {
+    /// The source: `data_sources.<name>`.
+    pub data_source: String,
+    /// The destination: `data_sinks.<name>`. Without it the WAL is the dataset and nothing is
+    /// reclaimed.
+    #[serde(default)]
+    pub data_sink: Option<String>,
+    /// Where rejected records go: `deadletter_sinks.<name>`. Without it they are counted and
+    /// logged.
+    #[serde(default)]
+    pub deadletter_sink: Option<String>,
+    /// Older placement of a sink's `schema_sinks.<name>` reference; still accepted.
+    #[serde(default)]
+    pub schema_sink: Option<String>,
+    /// Seconds between the starts of two `sync` passes when not run with `--once`. Default 900.
+    #[serde(default)]
+    pub sync_frequency_seconds: Option<u64>,
+    /// Directory for the WAL, resume positions and (in local storage mode) the schema; the
+    /// pipeline uses `<data_dir>/<workspace>_<pipeline>/`. Relative paths are resolved against
+    /// the config file's directory. Default: env `DATA_DIR`, else `./data`.
+    #[serde(default)]
+    pub data_dir: Option<PathBuf>,
+    /// How records are routed to namespaces (tables) and shaped.
+    #[serde(default)]
+    pub transform: Option<TransformConfig>,
+}
+
+/// The `transform` section of a pipeline. Each key also reads `TRANSFORM_<KEY>` from the
+/// environment when absent (for example `TRANSFORM_NAMESPACE_FIELDS`).
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TransformConfig {
+    /// Field (dot path) whose value names the namespace, i.e. the table, of each record; a
+    /// comma list makes a composite name (values joined by `_`). Default: one namespace named
+    /// after the pipeline.
+    #[serde(default)]
+    pub namespace_fields: Option<FieldList>,
+    /// `true`: nested objects become dotted top-level columns (`a.b.c`). Default `false`.
+    #[serde(default)]
+    pub flatten_events: Option<bool>,
+    /// Fields (dot paths) to partition by: Hive partitions for Hive/S3/File sinks, the
+    /// partition spec for Iceberg sinks.
+    #[serde(default)]
+    pub batch_partition_fields: Option<FieldList>,
+    /// Time fields (dot paths, unix seconds or milliseconds); the first one present in a
+    /// record partitions it by `batch_time_unit`.
+    #[serde(default)]
+    pub batch_time_fields: Option<FieldList>,
+    /// Granularity of time partitions.
+    #[serde(default)]
+    pub batch_time_unit: Option<TimeUnit>,
+    /// Fields (dot paths) to sort rows by within each Parquet file; fields missing from a
+    /// namespace are ignored, with a warning once per run.
+    #[serde(default)]
+    pub batch_order_fields: Option<FieldList>,
+}
+
+/// Granularity of time partitions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum TimeUnit {
+    /// One partition per year.
+    Year,
+    /// One partition per month.
+    Month,
+    /// One partition per day.
+    Day,
+    /// One partition per hour.
+    Hour,
+    /// One partition per minute.
+    Minute,
+}
+
+/// A list of field paths, written as a comma-separated string or a YAML list.
+#[derive(Debug, Clone, Default, PartialEq, Eq, JsonSchema)]
+#[schemars(with = "String")]
+pub struct FieldList(pub Vec<String>);
+
+impl FieldList {
+    /// Parse a comma-separated list, trimming blanks and dropping empty items.
+    pub fn parse(text: &str) -> Self {
+        FieldList(
+            text.split(',')
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(str::to_owned)
+                .collect(),
+        )
+    }
+}
+
+impl<'de> Deserialize<'de> for FieldList {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Repr {
+            Text(String),
+            List(Vec<String>),
+        }
+        Ok(match Repr::deserialize(deserializer)? {
+            Repr::Text(text) => FieldList::parse(&text),
+            Repr::List(items) => FieldList(
+                items
+                    .iter()
+                    .map(|s| s.trim().to_owned())
+                    .filter(|s| !s.is_empty())
+                    .collect(),
+            ),
+        })
+    }
+}
+
+/// `key:` with no value (YAML null) means the default, like an absent key.
+fn null_as_default<'de, D, T>(deserializer: D) -> Result<T, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Default + Deserialize<'de>,
+{
+    Ok(Option::<T>::deserialize(deserializer)?.unwrap_or_default())
+}

@@ -1,0 +1,606 @@
+//! Connector entries: `data_sources`, `data_sinks`, `deadletter_sinks` and `schema_sinks`.
+//!
+//! Each entry is a logical name mapped to exactly one PascalCase connector type, whose value
+//! holds that connector's fields (every connector also accepts an optional `version` pin):
+//!
+//! ```yaml
+//! data_sinks:
+//!   lake:                          # logical name (no dots)
+//!     Duckdb:                      # exactly one connector type
+//!       warehouse: file://./lake
+//!     schema_sink: schema_sinks.files   # optional, sinks only
+//! ```
+//!
+//! Every connector of the product is modelled here, so a config written for a later version
+//! parses and validates its keys today; one that this build cannot run yet fails validation
+//! with "connector `X` (section.name) is not supported yet", never a silent no-op.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::marker::PhantomData;
+
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, Visitor};
+
+use super::secret::Secret;
+
+/// A family of connector types that can appear under one section.
+pub trait ConnectorSet: Sized {
+    /// The section the entries live in (`data_sources`, ...).
+    const SECTION: &'static str;
+    /// The connector type names, PascalCase, as written in the file.
+    const TYPES: &'static [&'static str];
+    /// The keys an entry accepts: the types, plus `schema_sink` where allowed.
+    const ENTRY_KEYS: &'static [&'static str];
+    /// Deserialize the fields of connector `type_name`.
+    fn deserialize_type<'de, D: Deserializer<'de>>(type_name: &str, d: D)
+    -> Result<Self, D::Error>;
+    /// This connector's type name.
+    fn type_name(&self) -> &'static str;
+    /// Whether this build can run the connector.
+    fn is_supported(&self) -> bool;
+    /// The `version` pin, if any.
+    fn version(&self) -> Option<&str>;
+}
+
+macro_rules! connector_set {
+    (
+        $(#[$meta:meta])*
+        $name:ident, section = $section:literal, schema_sink = $allow:tt,
+        { $( $(#[$vmeta:meta])* $variant:ident($ty:ty) = $supported:expr ),+ $(,)? }
+    ) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone)]
+        #[non_exhaustive]
+        pub enum $name {
+            $( $(#[$vmeta])* $variant($ty), )+
+        }
+
+        impl ConnectorSet for $name {
+            const SECTION: &'static str = $section;
+            const TYPES: &'static [&'static str] = &[$(stringify!($variant)),+];
+            const ENTRY_KEYS: &'static [&'static str] =
+                connector_set!(@keys $allow, $(stringify!($variant)),+);
+
+            fn deserialize_type<'de, D: Deserializer<'de>>(type_name: &str, d: D) -> Result<Self, D::Error> {
+                match type_name {
+                    $( stringify!($variant) => <$ty>::deserialize(d).map($name::$variant), )+
+                    other => Err(de::Error::unknown_variant(other, Self::TYPES)),
+                }
+            }
+
+            fn type_name(&self) -> &'static str {
+                match self { $( $name::$variant(_) => stringify!($variant), )+ }
+            }
+
+            fn is_supported(&self) -> bool {
+                match self { $( $name::$variant(_) => $supported, )+ }
+            }
+
+            fn version(&self) -> Option<&str> {
+                match self { $( $name::$variant(c) => c.version.as_deref(), )+ }
+            }
+        }
+
+        impl $name {
+            /// The JSON schema of each connector type, for the reference docs.
+            pub fn type_schemas() -> Vec<(&'static str, schemars::Schema)> {
+                vec![ $( (stringify!($variant), schemars::schema_for!($ty)), )+ ]
+            }
+        }
+    };
+    (@keys true, $($t:expr),+) => { &[$($t),+, "schema_sink"] };
+    (@keys false, $($t:expr),+) => { &[$($t),+] };
+}
+
+/// One entry of a connector section: exactly one connector, plus (for sinks) an optional
+/// `schema_sink` reference.
+#[derive(Debug, Clone)]
+pub struct Entry<C> {
+    /// The connector and its fields.
+    pub connector: C,
+    /// `schema_sinks.<name>`: where this sink's schema is written (sinks only).
+    pub schema_sink: Option<String>,
+}
+
+/// The message of the error raised when an entry names no connector type.
+pub(crate) const NO_CONNECTOR: &str = "no connector type";
+
+impl<'de, C: ConnectorSet> Deserialize<'de> for Entry<C> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct EntryVisitor<C>(PhantomData<C>);
+        struct TypeSeed<'a, C>(&'a str, PhantomData<C>);
+
+        impl<'de, C: ConnectorSet> DeserializeSeed<'de> for TypeSeed<'_, C> {
+            type Value = C;
+            fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<C, D::Error> {
+                C::deserialize_type(self.0, d)
+            }
+        }
+
+        impl<'de, C: ConnectorSet> Visitor<'de> for EntryVisitor<C> {
+            type Value = Entry<C>;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                write!(
+                    f,
+                    "a map with exactly one connector type ({})",
+                    C::TYPES.join(", ")
+                )
+            }
+
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Entry<C>, A::Error> {
+                let mut connector: Option<C> = None;
+                let mut schema_sink = None;
+                while let Some(key) = map.next_key::<String>()? {
+                    if key == "schema_sink" && C::ENTRY_KEYS.contains(&"schema_sink") {
+                        schema_sink = Some(map.next_value::<String>()?);
+                    } else if C::TYPES.contains(&key.as_str()) {
+                        if let Some(first) = &connector {
+                            return Err(de::Error::custom(format!(
+                                "an entry has exactly one connector type, but this one has both `{}` and `{key}`",
+                                first.type_name()
+                            )));
+                        }
+                        connector = Some(map.next_value_seed(TypeSeed::<C>(&key, PhantomData))?);
+                    } else {
+                        return Err(de::Error::unknown_variant(&key, C::ENTRY_KEYS));
+                    }
+                }
+                let connector = connector.ok_or_else(|| {
+                    de::Error::custom(format!(
+                        "{NO_CONNECTOR}: expected exactly one of {}",
+                        C::TYPES.join(", ")
+                    ))
+                })?;
+                Ok(Entry {
+                    connector,
+                    schema_sink,
+                })
+            }
+        }
+
+        deserializer.deserialize_map(EntryVisitor(PhantomData))
+    }
+}
+
+impl<C: ConnectorSet> JsonSchema for Entry<C> {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        format!("{}Entry", C::SECTION).into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "type": "object",
+            "description": format!("Exactly one connector type ({}) mapped to its fields.", C::TYPES.join(", ")),
+        })
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Shared field types
+// ---------------------------------------------------------------------------------------------
+
+/// The record format of a file-like source.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum InputFormat {
+    /// One JSON object per line (`.jsonl`, `.ndjson`).
+    Jsonl,
+    /// JSON: a top-level array of objects, or JSON lines; detected from the first byte.
+    Json,
+    /// A top-level JSON array of objects.
+    JsonArray,
+    /// Comma-separated values with a header row.
+    Csv,
+    /// Apache Parquet.
+    Parquet,
+}
+
+/// The record format a file-like sink writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum OutputFormat {
+    /// Apache Parquet (default).
+    Parquet,
+    /// One JSON object per line.
+    Jsonl,
+}
+
+/// Where an Iceberg warehouse's files live.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ObjectStoreKind {
+    /// Amazon S3 (or an S3-compatible endpoint).
+    S3,
+    /// The local file system.
+    File,
+}
+
+// ---------------------------------------------------------------------------------------------
+// Sources
+// ---------------------------------------------------------------------------------------------
+
+connector_set! {
+    /// A `data_sources` connector.
+    SourceConnector, section = "data_sources", schema_sink = false, {
+        /// Local files: a file, a directory or a glob.
+        File(FileSourceConfig) = true,
+        /// Objects under an S3 prefix.
+        S3(S3SourceConfig) = false,
+        /// PostgreSQL tables, incremental by cursor column and primary key.
+        Postgres(PostgresSourceConfig) = false,
+        /// A paginated JSON REST API.
+        HttpClient(HttpClientSourceConfig) = false,
+        /// JSON lines on standard input (a push source: lost on a crash before commit).
+        Stdin(StdinSourceConfig) = false,
+    }
+}
+
+/// `File` source: reads local files.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct FileSourceConfig {
+    /// Connector version pin. Accepted for compatibility; this build has its connectors built in.
+    #[serde(default)]
+    pub version: Option<String>,
+    /// A file, a directory (every non-hidden file below it) or a glob such as `data/*.jsonl`.
+    /// Relative paths are resolved against the directory of the config file.
+    pub path: String,
+    /// Record format. Default: detected per file from its extension (`.jsonl`, `.ndjson`,
+    /// `.json`, `.csv`, `.parquet`, each optionally `.gz`) and its first bytes.
+    #[serde(default)]
+    pub format: Option<InputFormat>,
+    /// Records per batch (one Arrow record batch). Default 10000. A batch also closes once
+    /// `BUFFER_THRESHOLD_BYTES` (default 10 MB) of input were read.
+    #[serde(default)]
+    pub batch_size: Option<usize>,
+}
+
+/// `S3` source: reads objects under a prefix.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct S3SourceConfig {
+    /// Connector version pin. Accepted for compatibility.
+    #[serde(default)]
+    pub version: Option<String>,
+    /// Bucket name (not a URI).
+    pub s3_bucket: String,
+    /// Key prefix to read under. Default: the whole bucket.
+    #[serde(default)]
+    pub s3_prefix: Option<String>,
+    /// AWS region. Default: from the standard AWS configuration chain.
+    #[serde(default)]
+    pub region: Option<String>,
+    /// Endpoint URL of an S3-compatible service. Default: `AWS_ENDPOINT_URL`, else AWS.
+    #[serde(default)]
+    pub endpoint: Option<String>,
+    /// Record format. Default: detected per object, as for the File source.
+    #[serde(default)]
+    pub format: Option<InputFormat>,
+}
+
+/// `Postgres` source: reads tables incrementally.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PostgresSourceConfig {
+    /// Connector version pin. Accepted for compatibility.
+    #[serde(default)]
+    pub version: Option<String>,
+    /// Server host name or address.
+    pub host: String,
+    /// Server port. Default 5432.
+    #[serde(default)]
+    pub port: Option<u16>,
+    /// Database name.
+    pub database: String,
+    /// User name.
+    pub user: String,
+    /// Password: a `${NAME}` reference. Default: none (trust or peer authentication).
+    #[serde(default)]
+    pub password: Option<Secret>,
+    /// Schema the tables live in. Default `public`.
+    #[serde(default)]
+    pub schema: Option<String>,
+    /// Tables to read. Default: every table in `schema`.
+    #[serde(default)]
+    pub tables: Vec<PostgresTableConfig>,
+    /// libpq `sslmode` (`disable`, `prefer`, `require`, `verify-full`). Default `prefer`.
+    #[serde(default)]
+    pub sslmode: Option<String>,
+}
+
+/// One table of a `Postgres` source.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PostgresTableConfig {
+    /// Table name.
+    pub name: String,
+    /// Column that grows with every change (an `updated_at` or serial id). Default: read the
+    /// whole table every pass.
+    #[serde(default)]
+    pub cursor_field: Option<String>,
+    /// Primary key columns; with a cursor they break ties, so rows sharing a cursor value are
+    /// never lost. Default: the table's primary key.
+    #[serde(default)]
+    pub primary_key: Option<Vec<String>>,
+}
+
+/// `HttpClient` source: a paginated JSON REST API.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct HttpClientSourceConfig {
+    /// Connector version pin. Accepted for compatibility.
+    #[serde(default)]
+    pub version: Option<String>,
+    /// URL of the first page.
+    pub url: String,
+    /// Extra request headers (not secrets: use `bearer_token` for credentials).
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    /// Bearer token sent as `Authorization: Bearer ...`: a `${NAME}` reference.
+    #[serde(default)]
+    pub bearer_token: Option<Secret>,
+    /// Dot path to the array of records in each response. Default: the response itself.
+    #[serde(default)]
+    pub records_path: Option<String>,
+    /// Dot path to the next page's URL in each response. Default: no pagination.
+    #[serde(default)]
+    pub next_url_path: Option<String>,
+}
+
+/// `Stdin` source: records on standard input.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct StdinSourceConfig {
+    /// Connector version pin. Accepted for compatibility.
+    #[serde(default)]
+    pub version: Option<String>,
+    /// Record format. Default `jsonl`.
+    #[serde(default)]
+    pub format: Option<InputFormat>,
+}
+
+// ---------------------------------------------------------------------------------------------
+// Sinks
+// ---------------------------------------------------------------------------------------------
+
+connector_set! {
+    /// A `data_sinks` connector.
+    SinkConnector, section = "data_sinks", schema_sink = true, {
+        /// Iceberg tables whose catalog pointers live in the state store. Exactly once.
+        SkipprLake(SkipprLakeSinkConfig) = false,
+        /// Iceberg tables in S3 registered in AWS Glue, queryable by Athena. Exactly once.
+        AthenaIceberg(AthenaIcebergSinkConfig) = false,
+        /// Iceberg tables on a local `file://` warehouse, readable by DuckDB. Exactly once.
+        Duckdb(DuckdbSinkConfig) = false,
+        /// PostgreSQL tables. Exactly once.
+        Postgres(PostgresSinkConfig) = false,
+        /// Parquet or JSON files in S3. Overwrite on retry.
+        S3(S3SinkConfig) = false,
+        /// Parquet or JSON files on local disk. Overwrite on retry.
+        File(FileSinkConfig) = false,
+        /// Hive-partitioned Parquet in S3 registered in Glue. Overwrite on retry.
+        Athena(AthenaSinkConfig) = false,
+        /// Records printed to standard output (debugging; no guarantee).
+        Stdout(StdoutSinkConfig) = false,
+    }
+}
+
+connector_set! {
+    /// A `deadletter_sinks` connector.
+    DeadletterConnector, section = "deadletter_sinks", schema_sink = true, {
+        /// Deadletter records as files on local disk.
+        File(FileSinkConfig) = false,
+        /// Deadletter records as objects in S3.
+        S3(S3SinkConfig) = false,
+        /// Deadletter records in an Athena table named `_dl_<pipeline>`.
+        Athena(AthenaSinkConfig) = false,
+    }
+}
+
+connector_set! {
+    /// A `schema_sinks` connector: where a sink's schema is written.
+    SchemaSinkConnector, section = "schema_sinks", schema_sink = false, {
+        /// Schema files on local disk.
+        File(FileSchemaSinkConfig) = false,
+        /// Schema objects in S3.
+        S3(S3SchemaSinkConfig) = false,
+    }
+}
+
+/// `SkipprLake` sink.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SkipprLakeSinkConfig {
+    /// Connector version pin. Accepted for compatibility.
+    #[serde(default)]
+    pub version: Option<String>,
+    /// Warehouse root: `s3://bucket/prefix` or `file://path`.
+    pub warehouse: String,
+    /// State-store table holding the catalog pointers (may be the store's own table).
+    /// Default: the state store's table.
+    #[serde(default)]
+    pub catalog_table: Option<String>,
+    /// Iceberg namespace; tables live at `{warehouse}/{table_namespace}/{table}`. Default `default`.
+    #[serde(default)]
+    pub table_namespace: Option<String>,
+    /// AWS region for an `s3://` warehouse.
+    #[serde(default)]
+    pub region: Option<String>,
+    /// Object store kind. Default: from the warehouse URI scheme.
+    #[serde(default)]
+    pub object_store: Option<ObjectStoreKind>,
+}
+
+/// `AthenaIceberg` sink.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AthenaIcebergSinkConfig {
+    /// Connector version pin. Accepted for compatibility.
+    #[serde(default)]
+    pub version: Option<String>,
+    /// Warehouse root, `s3://bucket/prefix`; tables live at `{warehouse}/{glue_database_name}/{table}`.
+    pub warehouse: String,
+    /// Glue database the tables are registered in.
+    pub glue_database_name: String,
+    /// Athena workgroup for queries. Default `primary`.
+    #[serde(default)]
+    pub athena_workgroup_name: Option<String>,
+    /// Bucket name (not a URI) for Athena query results.
+    #[serde(default)]
+    pub athena_results_s3_bucket: Option<String>,
+    /// AWS region.
+    #[serde(default)]
+    pub region: Option<String>,
+    /// Glue catalog id (AWS account id). Default: the caller's account.
+    #[serde(default)]
+    pub catalog_id: Option<String>,
+    /// Object store kind. Default `s3`.
+    #[serde(default)]
+    pub object_store: Option<ObjectStoreKind>,
+}
+
+/// `Duckdb` sink: Iceberg tables on a local warehouse in the Hadoop layout.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DuckdbSinkConfig {
+    /// Connector version pin. Accepted for compatibility.
+    #[serde(default)]
+    pub version: Option<String>,
+    /// Warehouse root, `file://path` (relative paths against the config file's directory).
+    pub warehouse: String,
+    /// Iceberg namespace; tables live at `{warehouse}/{table_namespace}/{table}`. Default `default`.
+    #[serde(default)]
+    pub table_namespace: Option<String>,
+}
+
+/// `Postgres` sink.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PostgresSinkConfig {
+    /// Connector version pin. Accepted for compatibility.
+    #[serde(default)]
+    pub version: Option<String>,
+    /// Server host name or address.
+    pub host: String,
+    /// Server port. Default 5432.
+    #[serde(default)]
+    pub port: Option<u16>,
+    /// Database name.
+    pub database: String,
+    /// User name.
+    pub user: String,
+    /// Password: a `${NAME}` reference.
+    #[serde(default)]
+    pub password: Option<Secret>,
+    /// Schema to write tables into. Default `public`.
+    #[serde(default)]
+    pub schema: Option<String>,
+    /// libpq `sslmode`. Default `prefer`.
+    #[serde(default)]
+    pub sslmode: Option<String>,
+}
+
+/// `S3` sink (data or deadletters).
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct S3SinkConfig {
+    /// Connector version pin. Accepted for compatibility.
+    #[serde(default)]
+    pub version: Option<String>,
+    /// Bucket name (not a URI).
+    pub s3_bucket: String,
+    /// Key prefix to write under. Default: the bucket root.
+    #[serde(default)]
+    pub s3_prefix: Option<String>,
+    /// AWS region.
+    #[serde(default)]
+    pub region: Option<String>,
+    /// Endpoint URL of an S3-compatible service.
+    #[serde(default)]
+    pub endpoint: Option<String>,
+    /// File format. Default `parquet` (`jsonl` for deadletters).
+    #[serde(default)]
+    pub format: Option<OutputFormat>,
+}
+
+/// `File` sink (data or deadletters).
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct FileSinkConfig {
+    /// Output directory (relative paths against the config file's directory).
+    pub path: String,
+    /// Connector version pin. Accepted for compatibility.
+    #[serde(default)]
+    pub version: Option<String>,
+    /// File format. Default `parquet` (`jsonl` for deadletters).
+    #[serde(default)]
+    pub format: Option<OutputFormat>,
+}
+
+/// `Athena` sink: Hive-partitioned Parquet registered in Glue.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AthenaSinkConfig {
+    /// Connector version pin. Accepted for compatibility.
+    #[serde(default)]
+    pub version: Option<String>,
+    /// Bucket name (not a URI) the Parquet files go to.
+    pub s3_bucket: String,
+    /// Key prefix. Default: the bucket root.
+    #[serde(default)]
+    pub s3_prefix: Option<String>,
+    /// Glue database the tables are registered in.
+    pub glue_database_name: String,
+    /// Athena workgroup. Default `primary`.
+    #[serde(default)]
+    pub athena_workgroup_name: Option<String>,
+    /// Bucket name (not a URI) for Athena query results.
+    #[serde(default)]
+    pub athena_results_s3_bucket: Option<String>,
+    /// AWS region.
+    #[serde(default)]
+    pub region: Option<String>,
+}
+
+/// `Stdout` sink.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct StdoutSinkConfig {
+    /// Connector version pin. Accepted for compatibility.
+    #[serde(default)]
+    pub version: Option<String>,
+    /// Output format. Default `jsonl`.
+    #[serde(default)]
+    pub format: Option<OutputFormat>,
+}
+
+/// `File` schema sink.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct FileSchemaSinkConfig {
+    /// Connector version pin. Accepted for compatibility.
+    #[serde(default)]
+    pub version: Option<String>,
+    /// Directory the schema files are written to.
+    pub path: String,
+}
+
+/// `S3` schema sink.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct S3SchemaSinkConfig {
+    /// Connector version pin. Accepted for compatibility.
+    #[serde(default)]
+    pub version: Option<String>,
+    /// Bucket name (not a URI).
+    pub s3_bucket: String,
+    /// Key prefix. Default: the bucket root.
+    #[serde(default)]
+    pub s3_prefix: Option<String>,
+    /// AWS region.
+    #[serde(default)]
+    pub region: Option<String>,
+}

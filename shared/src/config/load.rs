@@ -1,0 +1,523 @@
+//! Finding, reading and parsing the config file.
+//!
+//! Discovery order: `--config PATH`, else `SKIPPR_CONFIG_FILE`, else the first of
+//! [`CONFIG_FILE_NAMES`] in the current directory. A path given by flag or variable must exist;
+//! when no file is found the config is empty (and commands that need a pipeline say it is not
+//! defined).
+//!
+//! The file is read twice, cheaply:
+//! 1. typed straight from its text, so an unknown key or a wrong type fails with the key path,
+//!    line and column; secret fields must then be whole `${NAME}` references;
+//! 2. as a generic tree in which `${NAME}` references are substituted (see
+//!    [`super::env`]), then typed again: that is the config the commands use.
+//!
+//! YAML (`.yml`, `.yaml`, and any other extension), TOML (`.toml`) and JSON (`.json`) share
+//! one structure. YAML merge keys (`<<`) are not supported.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use serde::de::DeserializeOwned;
+
+use super::Config;
+use super::connectors::NO_CONNECTOR;
+use super::env::{Environment, LayeredEnv};
+use super::error::{ConfigError, Location, suggest};
+use super::secret::{PLAINTEXT_SECRET, require_references};
+
+/// File names looked for in the current directory, in order.
+pub const CONFIG_FILE_NAMES: &[&str] = &[
+    "skippr.yml",
+    "skippr.yaml",
+    "skipprd.yml",
+    "skipprd.yaml",
+    "skipprd.toml",
+    "skipprd.json",
+];
+
+/// How the config file was found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ConfigSource {
+    /// Named by `--config`.
+    Flag(PathBuf),
+    /// Named by `SKIPPR_CONFIG_FILE`.
+    EnvVar(PathBuf),
+    /// Found in the current directory.
+    Found(PathBuf),
+    /// No file: an empty config.
+    NotFound,
+}
+
+impl ConfigSource {
+    /// The file, when there is one.
+    pub fn path(&self) -> Option<&Path> {
+        match self {
+            ConfigSource::Flag(p) | ConfigSource::EnvVar(p) | ConfigSource::Found(p) => Some(p),
+            ConfigSource::NotFound => None,
+        }
+    }
+}
+
+/// A parsed, substituted config and what is needed to validate it.
+#[derive(Clone)]
+pub struct LoadedConfig {
+    /// The typed config, `${NAME}` references replaced.
+    pub config: Config,
+    /// How the file was found.
+    pub source: ConfigSource,
+    /// Directory that relative paths in the file are resolved against: the file's directory,
+    /// or the current directory when there is no file.
+    pub base_dir: PathBuf,
+    /// Key paths that were `${NAME}` references, with the variable names.
+    pub env_refs: BTreeMap<String, String>,
+    /// The environment the file was resolved with (process, then `.env.local`, then `.env`).
+    pub env: Arc<dyn Environment + Send + Sync>,
+}
+
+impl std::fmt::Debug for LoadedConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LoadedConfig")
+            .field("config", &self.config)
+            .field("source", &self.source)
+            .field("base_dir", &self.base_dir)
+            .field("env_refs", &self.env_refs)
+            .finish_non_exhaustive()
+    }
+}
+
+impl LoadedConfig {
+    /// The file's path for messages, or a note that there is none.
+    pub fn display_name(&self) -> String {
+        match self.source.path() {
+            Some(p) => p.display().to_string(),
+            None => format!(
+                "no config file (none of {} in {})",
+                CONFIG_FILE_NAMES.join(", "),
+                self.base_dir.display()
+            ),
+        }
+    }
+}
+
+/// Find the config file: `flag`, else `SKIPPR_CONFIG_FILE`, else the first of
+/// [`CONFIG_FILE_NAMES`] in `cwd`.
+pub fn discover_config_file(
+    flag: Option<&Path>,
+    env: &dyn Environment,
+    cwd: &Path,
+) -> Result<ConfigSource, ConfigError> {
+    if let Some(path) = flag {
+        return if path.is_file() {
+            Ok(ConfigSource::Flag(path.to_path_buf()))
+        } else {
+            Err(ConfigError::FileNotFound {
+                path: path.to_path_buf(),
+                origin: "--config",
+            })
+        };
+    }
+    if let Some(value) = env.var("SKIPPR_CONFIG_FILE").filter(|v| !v.is_empty()) {
+        let path = PathBuf::from(value);
+        let path = if path.is_relative() {
+            cwd.join(path)
+        } else {
+            path
+        };
+        return if path.is_file() {
+            Ok(ConfigSource::EnvVar(path))
+        } else {
+            Err(ConfigError::FileNotFound {
+                path,
+                origin: "SKIPPR_CONFIG_FILE",
+            })
+        };
+    }
+    for name in CONFIG_FILE_NAMES {
+        let path = cwd.join(name);
+        if path.is_file() {
+            return Ok(ConfigSource::Found(path));
+        }
+    }
+    Ok(ConfigSource::NotFound)
+}
+
+/// Discover and load the config. With no file, an empty config based in `cwd`.
+pub fn load<E: Environment + Send + Sync + 'static>(
+    flag: Option<&Path>,
+    cwd: &Path,
+    env: E,
+) -> Result<LoadedConfig, ConfigError> {
+    let source = discover_config_file(flag, &env, cwd)?;
+    match source.path() {
+        Some(path) => {
+            let path = path.to_path_buf();
+            let mut loaded = load_file(&path, env)?;
+            loaded.source = source;
+            Ok(loaded)
+        }
+        None => Ok(LoadedConfig {
+            config: Config::default(),
+            source,
+            base_dir: cwd.to_path_buf(),
+            env_refs: BTreeMap::new(),
+            env: Arc::new(LayeredEnv::new(env)),
+        }),
+    }
+}
+
+/// Load one file (its format from its extension), with `.env`/`.env.local` beside it.
+pub fn load_file<E: Environment + Send + Sync + 'static>(
+    path: &Path,
+    env: E,
+) -> Result<LoadedConfig, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let base_dir = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let env = LayeredEnv::new(env).with_dotenv_files(&base_dir)?;
+    let (config, env_refs) = parse_str(&text, Format::from_path(path), path, &env)?;
+    Ok(LoadedConfig {
+        config,
+        source: ConfigSource::Found(path.to_path_buf()),
+        base_dir,
+        env_refs,
+        env: Arc::new(env),
+    })
+}
+
+/// A config file's syntax.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// YAML (the default).
+    Yaml,
+    /// TOML.
+    Toml,
+    /// JSON.
+    Json,
+}
+
+impl Format {
+    /// The format for a file name: `.toml`, `.json`, else YAML.
+    pub fn from_path(path: &Path) -> Self {
+        match path
+            .extension()
+            .and_then(|e| e.to_str())
+            .map(str::to_ascii_lowercase)
+            .as_deref()
+        {
+            Some("toml") => Format::Toml,
+            Some("json") => Format::Json,
+            _ => Format::Yaml,
+        }
+    }
+}
+
+/// Parse config text: typed check of the raw text, then substitution, then the final typing.
+/// `file` is used in messages only.
+pub fn parse_str(
+    text: &str,
+    format: Format,
+    file: &Path,
+    env: &dyn Environment,
+) -> Result<(Config, BTreeMap<String, String>), ConfigError> {
+    if text.trim().is_empty() {
+        return Ok((Config::default(), BTreeMap::new()));
+    }
+    {
+        let _guard = require_references();
+        typed_from_text::<Config>(text, format, file)?;
+    }
+    let mut tree = tree_from_text(text, format, file)?;
+    let file_name = file
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "skippr.yml".to_owned());
+    let env_refs = super::env::substitute(&mut tree, env, &file_name)?;
+    let config = serde_path_to_error::deserialize::<_, Config>(tree).map_err(|e| {
+        let path = e.path().to_string();
+        classify(file, &path, &e.inner().to_string(), None, None)
+    })?;
+    Ok((config, env_refs))
+}
+
+fn typed_from_text<T: DeserializeOwned>(
+    text: &str,
+    format: Format,
+    file: &Path,
+) -> Result<T, ConfigError> {
+    match format {
+        Format::Yaml => {
+            let de = serde_norway::Deserializer::from_str(text);
+            serde_path_to_error::deserialize::<_, T>(de).map_err(|e| {
+                let loc = e.inner().location();
+                let mut err = classify(
+                    file,
+                    &e.path().to_string(),
+                    &e.inner().to_string(),
+                    loc.as_ref().map(|l| l.line()),
+                    loc.as_ref().map(|l| l.column()),
+                );
+                // libyaml reports a secret's error at its parent map; point at the key itself.
+                if let ConfigError::PlaintextSecret { location, .. } = &mut err
+                    && let Some((line, column)) = locate_yaml_key(text, &location.path)
+                {
+                    location.line = Some(line);
+                    location.column = Some(column);
+                }
+                err
+            })
+        }
+        Format::Json => {
+            let mut de = serde_json::Deserializer::from_str(text);
+            serde_path_to_error::deserialize::<_, T>(&mut de).map_err(|e| {
+                let (line, column) = (e.inner().line(), e.inner().column());
+                classify(
+                    file,
+                    &e.path().to_string(),
+                    &e.inner().to_string(),
+                    nonzero(line),
+                    nonzero(column),
+                )
+            })
+        }
+        Format::Toml => {
+            let de = toml::Deserializer::parse(text).map_err(|e| toml_syntax(file, text, &e))?;
+            serde_path_to_error::deserialize::<_, T>(de).map_err(|e| {
+                let (line, column) = e
+                    .inner()
+                    .span()
+                    .map(|s| line_col(text, s.start))
+                    .map_or((None, None), |(l, c)| (Some(l), Some(c)));
+                classify(
+                    file,
+                    &e.path().to_string(),
+                    e.inner().message(),
+                    line,
+                    column,
+                )
+            })
+        }
+    }
+}
+
+fn tree_from_text(
+    text: &str,
+    format: Format,
+    file: &Path,
+) -> Result<serde_json::Value, ConfigError> {
+    let syntax = |message: String| ConfigError::Syntax {
+        file: file.to_path_buf(),
+        message,
+        line: None,
+        column: None,
+    };
+    match format {
+        Format::Yaml => serde_norway::from_str(text).map_err(|e| syntax(e.to_string())),
+        Format::Json => serde_json::from_str(text).map_err(|e| syntax(e.to_string())),
+        Format::Toml => toml::from_str(text).map_err(|e| syntax(e.message().to_owned())),
+    }
+}
+
+fn toml_syntax(file: &Path, text: &str, e: &toml::de::Error) -> ConfigError {
+    let (line, column) = e
+        .span()
+        .map(|s| line_col(text, s.start))
+        .map_or((None, None), |(l, c)| (Some(l), Some(c)));
+    ConfigError::Syntax {
+        file: file.to_path_buf(),
+        message: e.message().trim().to_owned(),
+        line,
+        column,
+    }
+}
+
+fn nonzero(n: usize) -> Option<usize> {
+    (n != 0).then_some(n)
+}
+
+/// 1-based line and column of the key at dotted `path` in YAML `text`, found by walking the
+/// block structure (each segment a `key:` deeper than its parent). `None` when the layout is
+/// not plain block style.
+fn locate_yaml_key(text: &str, path: &str) -> Option<(usize, usize)> {
+    let mut lines = text.lines().enumerate();
+    let mut parent_indent: Option<usize> = None;
+    let mut found = None;
+    for segment in path.split('.') {
+        let segment = segment.split('[').next().unwrap_or(segment);
+        let needle = format!("{segment}:");
+        let (line_no, indent) = lines.by_ref().find_map(|(i, line)| {
+            let body = line.trim_start();
+            let indent = line.len() - body.len();
+            let body = body.strip_prefix("- ").unwrap_or(body);
+            let deeper = parent_indent.is_none_or(|p| indent > p);
+            (deeper && body.starts_with(&needle)).then_some((i, indent))
+        })?;
+        let column = text
+            .lines()
+            .nth(line_no)
+            .map_or(0, |l| l.find(segment).unwrap_or(0));
+        parent_indent = Some(indent);
+        found = Some((line_no + 1, column + 1));
+    }
+    found
+}
+
+/// 1-based line and column of byte `offset` in `text`.
+fn line_col(text: &str, offset: usize) -> (usize, usize) {
+    let before = &text[..offset.min(text.len())];
+    let line = before.matches('\n').count() + 1;
+    let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+    (line, column)
+}
+
+/// Strip the parser's own decorations (`path: ` prefix, ` at line L column C` suffix).
+fn clean_message(message: &str) -> &str {
+    let mut msg = message.trim();
+    if let Some(i) = msg.rfind(" at line ") {
+        let tail = &msg[i + " at line ".len()..];
+        if tail
+            .split(" column ")
+            .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
+        {
+            msg = &msg[..i];
+        }
+    }
+    if let Some((prefix, rest)) = msg.split_once(": ")
+        && !prefix.contains(' ')
+        && !prefix.contains('`')
+    {
+        msg = rest;
+    }
+    msg
+}
+
+/// The text between the first pair of backticks after `marker`.
+fn quoted_after<'a>(message: &'a str, marker: &str) -> Option<&'a str> {
+    let rest = &message[message.find(marker)? + marker.len()..];
+    let rest = rest.strip_prefix('`')?;
+    Some(&rest[..rest.find('`')?])
+}
+
+/// The backticked names after "expected" in a serde message.
+fn expected_names(message: &str) -> Vec<&str> {
+    let Some(i) = message.find("expected") else {
+        return Vec::new();
+    };
+    message[i..].split('`').skip(1).step_by(2).collect()
+}
+
+fn classify(
+    file: &Path,
+    path: &str,
+    raw_message: &str,
+    line: Option<usize>,
+    column: Option<usize>,
+) -> ConfigError {
+    let message = clean_message(raw_message);
+    let path = if path == "." {
+        String::new()
+    } else {
+        path.to_owned()
+    };
+    let join = |key: &str| {
+        if path.is_empty() || path.ends_with(&format!(".{key}")) || path == key {
+            if path.is_empty() {
+                key.to_owned()
+            } else {
+                path.clone()
+            }
+        } else {
+            format!("{path}.{key}")
+        }
+    };
+    let file = file.to_path_buf();
+    if let Some(key) = quoted_after(message, "unknown field ") {
+        let suggestion = suggest(key, expected_names(message));
+        return ConfigError::UnknownKey {
+            file,
+            key: key.to_owned(),
+            location: Location {
+                path: join(key),
+                line,
+                column,
+            },
+            suggestion,
+        };
+    }
+    if message.contains(PLAINTEXT_SECRET) {
+        return ConfigError::PlaintextSecret {
+            file,
+            location: Location { path, line, column },
+        };
+    }
+    if let Some(key) = quoted_after(message, "unknown variant ") {
+        let names = expected_names(message);
+        let suggestion = suggest(key, names.iter().copied());
+        // The entry visitor reports an unknown key of a connector entry as an unknown variant
+        // (the connector types are the variants). A value of a plain enum field lands here too:
+        // tell them apart by whether the names offered are connector types (PascalCase).
+        let is_connector = names
+            .iter()
+            .any(|n| n.chars().next().is_some_and(|c| c.is_ascii_uppercase()));
+        if is_connector {
+            return ConfigError::UnknownConnector {
+                file,
+                key: key.to_owned(),
+                location: Location {
+                    path: join(key),
+                    line,
+                    column,
+                },
+                suggestion,
+            };
+        }
+        let mut message = format!(
+            "invalid value `{key}`, expected one of {}",
+            names
+                .iter()
+                .map(|n| format!("`{n}`"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        if let Some(s) = suggestion {
+            message.push_str(&format!("; did you mean `{s}`?"));
+        }
+        return ConfigError::Invalid {
+            file,
+            message,
+            location: Location { path, line, column },
+        };
+    }
+    let mut message = message.to_owned();
+    if message.contains("${") {
+        message.push_str(" (a ${NAME} reference fills text fields only)");
+    }
+    if message.starts_with(NO_CONNECTOR) {
+        return ConfigError::Invalid {
+            file,
+            message,
+            location: Location { path, line, column },
+        };
+    }
+    if line.is_some() && path.is_empty() {
+        return ConfigError::Syntax {
+            file,
+            message,
+            line,
+            column,
+        };
+    }
+    ConfigError::Invalid {
+        file,
+        message,
+        location: Location { path, line, column },
+    }
+}
+
+#[cfg(test)]
+mod tests;

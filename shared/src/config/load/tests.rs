@@ -1,0 +1,684 @@
+//! Config loading and validation, through real files in temporary directories.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use proptest::prelude::*;
+
+use super::*;
+use crate::config::validate::{StoreKind, WalStorage};
+use crate::config::{SourceConnector, StorageMode, validate};
+
+const EXAMPLE: &str = "\
+skippr:
+  workspace: demo
+pipelines:
+  bikehire:
+    data_source: data_sources.sample
+    transform:
+      namespace_fields: event_type
+data_sources:
+  sample:
+    File:
+      path: ./input/*.jsonl
+";
+
+fn env(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+fn write(dir: &Path, name: &str, text: &str) -> std::path::PathBuf {
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+fn load_text(text: &str, pairs: &[(&str, &str)]) -> Result<LoadedConfig, ConfigError> {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(dir.path(), "skippr.yml", text);
+    load_file(&path, env(pairs))
+}
+
+fn check(
+    text: &str,
+    pairs: &[(&str, &str)],
+) -> Result<crate::config::ValidatedConfig, ConfigError> {
+    validate(&load_text(text, pairs)?, None)
+}
+
+fn err(text: &str) -> String {
+    check(text, &[]).unwrap_err().to_string()
+}
+
+#[test]
+fn example_loads_and_validates() {
+    let v = check(EXAMPLE, &[]).unwrap();
+    assert_eq!(v.settings.workspace, "demo");
+    assert_eq!(v.settings.tenant, "default");
+    assert_eq!(v.settings.storage_mode, StorageMode::Local);
+    assert_eq!(v.settings.store, StoreKind::Embedded);
+    assert_eq!(v.settings.wal_storage, WalStorage::Disk);
+    let p = v.pipeline(Some("bikehire")).unwrap();
+    assert!(matches!(&p.source.connector, SourceConnector::File(f) if f.path == "./input/*.jsonl"));
+    assert_eq!(p.transform.namespace_fields, vec!["event_type".to_owned()]);
+    assert_eq!(p.sync_frequency.as_secs(), 900);
+    assert!(p.data_dir.ends_with("data"));
+    assert!(p.state_dir(&v.settings).ends_with("data/demo_bikehire"));
+    // With one pipeline, none needs naming.
+    assert_eq!(v.pipeline(None).unwrap().name, "bikehire");
+}
+
+#[test]
+fn discovery_prefers_flag_then_env_var_then_file_names_in_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let cwd = dir.path();
+    assert_eq!(
+        discover_config_file(None, &env(&[]), cwd).unwrap(),
+        ConfigSource::NotFound
+    );
+    let json = write(cwd, "skipprd.json", "{}");
+    assert_eq!(
+        discover_config_file(None, &env(&[]), cwd).unwrap(),
+        ConfigSource::Found(json)
+    );
+    let yaml = write(cwd, "skipprd.yaml", "");
+    assert_eq!(
+        discover_config_file(None, &env(&[]), cwd).unwrap(),
+        ConfigSource::Found(yaml)
+    );
+    let first = write(cwd, "skippr.yml", "");
+    assert_eq!(
+        discover_config_file(None, &env(&[]), cwd).unwrap(),
+        ConfigSource::Found(first)
+    );
+    let other = write(cwd, "other.yml", "");
+    let from_env = env(&[("SKIPPR_CONFIG_FILE", "other.yml")]);
+    assert_eq!(
+        discover_config_file(None, &from_env, cwd).unwrap(),
+        ConfigSource::EnvVar(other.clone())
+    );
+    let flagged = write(cwd, "flagged.yml", "");
+    assert_eq!(
+        discover_config_file(Some(&flagged), &from_env, cwd).unwrap(),
+        ConfigSource::Flag(flagged.clone())
+    );
+}
+
+#[test]
+fn a_named_config_file_that_does_not_exist_is_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("nope.yml");
+    let e = discover_config_file(Some(&missing), &env(&[]), dir.path()).unwrap_err();
+    assert!(
+        e.to_string().contains("nope.yml") && e.to_string().contains("--config"),
+        "{e}"
+    );
+    let e = discover_config_file(
+        None,
+        &env(&[("SKIPPR_CONFIG_FILE", "gone.yml")]),
+        dir.path(),
+    )
+    .unwrap_err();
+    assert!(
+        e.to_string().contains("gone.yml") && e.to_string().contains("SKIPPR_CONFIG_FILE"),
+        "{e}"
+    );
+}
+
+#[test]
+fn no_config_file_gives_an_empty_config_and_a_clear_pipeline_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let loaded = load(None, dir.path(), env(&[])).unwrap();
+    assert_eq!(loaded.source, ConfigSource::NotFound);
+    let v = validate(&loaded, None).unwrap();
+    let e = v.pipeline(Some("bikehire")).unwrap_err().to_string();
+    assert!(
+        e.starts_with("pipeline 'bikehire' is not defined in no config file"),
+        "{e}"
+    );
+    assert!(e.contains("no pipelines are defined"), "{e}");
+}
+
+#[test]
+fn toml_and_json_files_share_the_yaml_structure() {
+    let dir = tempfile::tempdir().unwrap();
+    let toml = write(
+        dir.path(),
+        "skipprd.toml",
+        "[pipelines.p]\ndata_source = \"data_sources.s\"\n[data_sources.s.File]\npath = \"x.jsonl\"\n",
+    );
+    let json = write(
+        dir.path(),
+        "skipprd.json",
+        r#"{"pipelines":{"p":{"data_source":"data_sources.s"}},"data_sources":{"s":{"File":{"path":"x.jsonl"}}}}"#,
+    );
+    for path in [toml, json] {
+        let v = validate(&load_file(&path, env(&[])).unwrap(), None).unwrap();
+        assert_eq!(v.pipelines["p"].source.name, "s");
+    }
+}
+
+#[test]
+fn unknown_key_names_file_path_line_and_suggestion() {
+    let text = "\
+pipelines:
+  p:
+    data_source: data_sources.s
+data_sources:
+  s:
+    File:
+      path: x.jsonl
+data_sinks:
+  lake:
+    Duckdb:
+      warehose: file://./lake
+";
+    let e = load_text(text, &[]).unwrap_err();
+    match &e {
+        ConfigError::UnknownKey {
+            key,
+            location,
+            suggestion,
+            ..
+        } => {
+            assert_eq!(key, "warehose");
+            assert_eq!(location.path, "data_sinks.lake.Duckdb.warehose");
+            assert_eq!(location.line, Some(11));
+            assert_eq!(suggestion.as_deref(), Some("warehouse"));
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+    let msg = e.to_string();
+    assert!(
+        msg.starts_with("Invalid Skippr configuration in '"),
+        "{msg}"
+    );
+    assert!(
+        msg.contains(
+            "skippr.yml': unknown field `warehose` at data_sinks.lake.Duckdb.warehose (line 11"
+        ),
+        "{msg}"
+    );
+    assert!(msg.ends_with("did you mean `warehouse`?"), "{msg}");
+}
+
+#[test]
+fn unknown_keys_are_caught_at_every_level() {
+    for (text, path) in [
+        ("pipelnes: {}\n", "pipelnes"),
+        ("skippr:\n  worksapce: x\n", "skippr.worksapce"),
+        (
+            "skippr:\n  store:\n    type: sled\n    nme: t\n",
+            "skippr.store.nme",
+        ),
+        (
+            "pipelines:\n  p:\n    data_source: data_sources.s\n    data_snk: x\n",
+            "pipelines.p.data_snk",
+        ),
+        (
+            "pipelines:\n  p:\n    data_source: data_sources.s\n    transform:\n      flatten: true\n",
+            "pipelines.p.transform.flatten",
+        ),
+        (
+            "data_sources:\n  s:\n    Postgres:\n      host: h\n      database: d\n      user: u\n      tables:\n        - name: t\n          cursor: x\n",
+            "data_sources.s.Postgres.tables[0].cursor",
+        ),
+    ] {
+        match load_text(text, &[]).unwrap_err() {
+            ConfigError::UnknownKey { location, .. } => assert_eq!(location.path, path, "{text}"),
+            other => panic!("{text}: unexpected {other}"),
+        }
+    }
+}
+
+#[test]
+fn unknown_connector_type_is_named_with_a_suggestion() {
+    let e = load_text(
+        "data_sinks:\n  lake:\n    Duckbd:\n      warehouse: file://x\n",
+        &[],
+    )
+    .unwrap_err();
+    let msg = e.to_string();
+    assert!(matches!(e, ConfigError::UnknownConnector { .. }), "{msg}");
+    assert!(
+        msg.contains("unknown connector type `Duckbd` at data_sinks.lake.Duckbd (line 3"),
+        "{msg}"
+    );
+    assert!(msg.ends_with("did you mean `Duckdb`?"), "{msg}");
+}
+
+#[test]
+fn an_entry_needs_exactly_one_connector_type() {
+    let two = "data_sources:\n  s:\n    File:\n      path: a\n    S3:\n      s3_bucket: b\n";
+    let msg = load_text(two, &[]).unwrap_err().to_string();
+    assert!(
+        msg.contains("exactly one connector type") && msg.contains("data_sources.s"),
+        "{msg}"
+    );
+    let none = "data_sinks:\n  s:\n    schema_sink: schema_sinks.x\n";
+    let msg = load_text(none, &[]).unwrap_err().to_string();
+    assert!(
+        msg.contains("no connector type") && msg.contains("data_sinks.s"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn a_bad_enum_value_lists_the_choices() {
+    let text = "data_sources:\n  s:\n    File:\n      path: a\n      format: jsnl\n";
+    let msg = load_text(text, &[]).unwrap_err().to_string();
+    assert!(
+        msg.contains("invalid value `jsnl`") && msg.contains("did you mean `jsonl`?"),
+        "{msg}"
+    );
+    assert!(msg.contains("data_sources.s.File.format"), "{msg}");
+}
+
+#[test]
+fn whole_value_env_references_are_substituted_and_partial_ones_stay_literal() {
+    let text = "\
+pipelines:
+  p:
+    data_source: data_sources.s
+data_sources:
+  s:
+    File:
+      path: ${INPUT_GLOB}
+  t:
+    File:
+      path: x${INPUT_GLOB}
+";
+    let loaded = load_text(text, &[("INPUT_GLOB", "in/*.csv")]).unwrap();
+    let path = |name: &str| match &loaded.config.data_sources[name].connector {
+        SourceConnector::File(f) => f.path.clone(),
+        _ => unreachable!(),
+    };
+    assert_eq!(path("s"), "in/*.csv");
+    assert_eq!(path("t"), "x${INPUT_GLOB}");
+    assert_eq!(
+        loaded
+            .env_refs
+            .get("data_sources.s.File.path")
+            .map(String::as_str),
+        Some("INPUT_GLOB")
+    );
+}
+
+#[test]
+fn unset_or_empty_variables_fail_naming_the_variable_and_key_path() {
+    let text = "data_sources:\n  s:\n    File:\n      path: ${MISSING_GLOB}\n";
+    assert_eq!(
+        load_text(text, &[]).unwrap_err().to_string(),
+        "skippr.yml references ${MISSING_GLOB} at data_sources.s.File.path, but that environment variable is not set"
+    );
+    assert_eq!(
+        load_text(text, &[("MISSING_GLOB", "")])
+            .unwrap_err()
+            .to_string(),
+        "skippr.yml references ${MISSING_GLOB} at data_sources.s.File.path, but that environment variable is empty"
+    );
+}
+
+#[test]
+fn references_fill_text_fields_only() {
+    let text =
+        "pipelines:\n  p:\n    data_source: data_sources.s\n    sync_frequency_seconds: ${FREQ}\n";
+    let msg = load_text(text, &[("FREQ", "60")]).unwrap_err().to_string();
+    assert!(msg.contains("pipelines.p.sync_frequency_seconds"), "{msg}");
+    assert!(msg.contains("fills text fields only"), "{msg}");
+}
+
+#[test]
+fn dotenv_files_beside_the_config_fill_and_override() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), ".env", "INPUT_GLOB=from_env\nOTHER=x\n");
+    write(dir.path(), ".env.local", "INPUT_GLOB=from_local\n");
+    let path = write(
+        dir.path(),
+        "skippr.yml",
+        "data_sources:\n  s:\n    File:\n      path: ${INPUT_GLOB}\n",
+    );
+    let loaded = load_file(&path, env(&[])).unwrap();
+    assert!(
+        matches!(&loaded.config.data_sources["s"].connector, SourceConnector::File(f) if f.path == "from_local")
+    );
+    let loaded = load_file(&path, env(&[("INPUT_GLOB", "from_process")])).unwrap();
+    assert!(
+        matches!(&loaded.config.data_sources["s"].connector, SourceConnector::File(f) if f.path == "from_process")
+    );
+}
+
+const PG: &str = "\
+data_sources:
+  pg:
+    Postgres:
+      host: localhost
+      database: app
+      user: skippr
+      password: PASSWORD_VALUE
+";
+
+#[test]
+fn plaintext_secrets_are_rejected_without_showing_them() {
+    let text = PG.replace("PASSWORD_VALUE", "hunter2");
+    let e = load_text(&text, &[]).unwrap_err();
+    let msg = e.to_string();
+    assert!(matches!(e, ConfigError::PlaintextSecret { .. }), "{msg}");
+    assert!(
+        msg.contains("data_sources.pg.Postgres.password (line 7"),
+        "{msg}"
+    );
+    assert!(msg.contains("must be a ${NAME} reference"), "{msg}");
+    assert!(!msg.contains("hunter2") && !format!("{e:?}").contains("hunter2"));
+}
+
+#[test]
+fn referenced_secrets_resolve_and_never_show_in_debug_output() {
+    let text = PG.replace("PASSWORD_VALUE", "${PG_PASSWORD}");
+    let loaded = load_text(&text, &[("PG_PASSWORD", "s3cr3t-value")]).unwrap();
+    let SourceConnector::Postgres(pg) = &loaded.config.data_sources["pg"].connector else {
+        unreachable!()
+    };
+    assert_eq!(
+        pg.password.as_ref().map(|s| s.expose()),
+        Some("s3cr3t-value")
+    );
+    assert!(!format!("{loaded:?}").contains("s3cr3t-value"));
+}
+
+#[test]
+fn modelled_but_unimplemented_connectors_fail_validation_by_name() {
+    let text = PG.replace("PASSWORD_VALUE", "${PG_PASSWORD}");
+    let e = validate(&load_text(&text, &[("PG_PASSWORD", "x")]).unwrap(), None).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "connector `Postgres` (data_sources.pg) is not supported yet"
+    );
+}
+
+#[test]
+fn dangling_references_name_both_ends() {
+    let text = "pipelines:\n  p:\n    data_source: data_sources.smaple\ndata_sources:\n  sample:\n    File:\n      path: x\n";
+    let msg = err(text);
+    assert!(
+        msg.ends_with("skippr.yml': pipelines.p.data_source references 'data_sources.smaple', but 'smaple' is not defined.; did you mean `data_sources.sample`?"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn references_must_name_the_right_section() {
+    let text = "pipelines:\n  p:\n    data_source: data_sinks.sample\ndata_sources:\n  sample:\n    File:\n      path: x\n";
+    let msg = err(text);
+    assert!(
+        msg.contains("pipelines.p.data_source is 'data_sinks.sample'"),
+        "{msg}"
+    );
+    assert!(msg.contains("'data_sources.<name>'"), "{msg}");
+}
+
+#[test]
+fn reserved_and_dotted_names_are_rejected() {
+    for name in ["deadletters", "wal", "_skippr", "skippr", "metadata"] {
+        let msg = err(&format!(
+            "pipelines:\n  {name}:\n    data_source: data_sources.s\n"
+        ));
+        assert!(
+            msg.contains(&format!("pipelines name '{name}' is reserved")),
+            "{msg}"
+        );
+    }
+    let msg = err("data_sources:\n  my.source:\n    File:\n      path: x\n");
+    assert!(
+        msg.contains("data_sources name 'my.source' contains a dot"),
+        "{msg}"
+    );
+    let msg = err("pipelines:\n  a.b:\n    data_source: data_sources.s\n");
+    assert!(msg.contains("pipelines name 'a.b' contains a dot"), "{msg}");
+}
+
+#[test]
+fn skippr_keys_fall_back_to_the_environment() {
+    let loaded = load_text(
+        EXAMPLE.replace("  workspace: demo\n", "").as_str(),
+        &[
+            ("WORKSPACE_NAME", "envws"),
+            ("TENANT", "acme"),
+            ("SKIPPR_S3_BUCKET", "meta-bucket"),
+            ("SKIPPR_WAL_S3_BUCKET", "wal-bucket"),
+            ("DATA_DIR", "/var/skippr"),
+            ("SKIPPR_CHAOS_MODE", "yes"),
+        ],
+    )
+    .unwrap();
+    let v = validate(&loaded, None).unwrap();
+    assert_eq!(v.settings.workspace, "envws");
+    assert_eq!(v.settings.tenant, "acme");
+    assert_eq!(
+        v.settings.storage_mode,
+        StorageMode::S3,
+        "a skippr bucket makes s3 the default"
+    );
+    assert_eq!(v.settings.wal_s3_bucket.as_deref(), Some("wal-bucket"));
+    assert!(v.settings.chaos_mode);
+    assert_eq!(v.pipelines["bikehire"].data_dir, Path::new("/var/skippr"));
+    // A key in the file wins over the environment.
+    let v = check(EXAMPLE, &[("WORKSPACE_NAME", "envws")]).unwrap();
+    assert_eq!(v.settings.workspace, "demo");
+}
+
+#[test]
+fn transform_keys_fall_back_to_transform_variables() {
+    let text = "pipelines:\n  p:\n    data_source: data_sources.s\ndata_sources:\n  s:\n    File:\n      path: x\n";
+    let v = check(
+        text,
+        &[
+            ("TRANSFORM_NAMESPACE_FIELDS", "kind, version"),
+            ("TRANSFORM_FLATTEN_EVENTS", "true"),
+        ],
+    )
+    .unwrap();
+    let t = &v.pipelines["p"].transform;
+    assert_eq!(
+        t.namespace_fields,
+        vec!["kind".to_owned(), "version".to_owned()]
+    );
+    assert!(t.flatten_events);
+}
+
+#[test]
+fn unsupported_settings_are_recognised_and_rejected() {
+    let msg = err("skippr:\n  store:\n    type: cloud-tables\n");
+    assert!(
+        msg.contains("skippr.store.type = 'cloud-tables' is not supported"),
+        "{msg}"
+    );
+    let loaded = load_text(EXAMPLE, &[]).unwrap();
+    let msg = validate(&loaded, Some("clustered"))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        msg.contains("WAL_STORAGE = 'clustered' is not supported"),
+        "{msg}"
+    );
+    let loaded = load_text(EXAMPLE, &[("WAL_STORAGE", "s3")]).unwrap();
+    assert_eq!(
+        validate(&loaded, None).unwrap().settings.wal_storage,
+        WalStorage::S3
+    );
+    assert_eq!(
+        validate(&loaded, Some("disk"))
+            .unwrap()
+            .settings
+            .wal_storage,
+        WalStorage::Disk
+    );
+    let msg = err("skippr:\n  store:\n    type: dynamodb\n");
+    assert!(msg.contains("skippr.store.name: is required"), "{msg}");
+}
+
+#[test]
+fn schema_sink_is_accepted_on_sink_entries_and_on_pipelines() {
+    let text = "\
+pipelines:
+  p:
+    data_source: data_sources.s
+    data_sink: data_sinks.out
+    schema_sink: schema_sinks.old
+data_sources:
+  s:
+    File:
+      path: x
+data_sinks:
+  out:
+    Stdout: {}
+    schema_sink: schema_sinks.new
+schema_sinks:
+  old:
+    File:
+      path: a
+  new:
+    File:
+      path: b
+";
+    let loaded = load_text(text, &[]).unwrap();
+    assert_eq!(
+        loaded.config.data_sinks["out"].schema_sink.as_deref(),
+        Some("schema_sinks.new")
+    );
+    assert_eq!(
+        loaded.config.pipelines["p"].schema_sink.as_deref(),
+        Some("schema_sinks.old")
+    );
+    // Stdout is not implemented yet: validation says so by name.
+    let msg = validate(&loaded, None).unwrap_err().to_string();
+    assert_eq!(
+        msg,
+        "connector `Stdout` (data_sinks.out) is not supported yet"
+    );
+}
+
+#[test]
+fn compatibility_root_keys_are_accepted_and_ignored() {
+    let text = format!("{EXAMPLE}dbt:\n  project: x\nvector_sources:\n  a: [1, 2]\n");
+    assert!(check(&text, &[]).is_ok());
+}
+
+#[test]
+fn empty_sections_and_empty_files_are_an_empty_config() {
+    assert!(check("", &[]).unwrap().pipelines.is_empty());
+    assert!(
+        check("pipelines:\ndata_sources:\n", &[])
+            .unwrap()
+            .pipelines
+            .is_empty()
+    );
+}
+
+#[test]
+fn a_lake_sink_owns_its_warehouse_and_namespace() {
+    let text = "\
+data_sinks:
+  a:
+    Duckdb:
+      warehouse: file://./lake
+  b:
+    Duckdb:
+      warehouse: file://./lake/
+      table_namespace: default
+";
+    let msg = err(text);
+    assert!(
+        msg.contains("data_sinks.b") && msg.contains("already used by another sink"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn yaml_syntax_errors_name_the_file_and_line() {
+    let msg = load_text("pipelines:\n  p: [unclosed\n", &[])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        msg.starts_with("Invalid Skippr configuration in '"),
+        "{msg}"
+    );
+    assert!(msg.contains("line"), "{msg}");
+}
+
+fn mutate(base: &str, edits: &[(usize, u8, u8)]) -> String {
+    let mut bytes = base.as_bytes().to_vec();
+    for &(pos, op, byte) in edits {
+        if bytes.is_empty() {
+            bytes.push(byte);
+            continue;
+        }
+        let i = pos % bytes.len();
+        match op % 4 {
+            0 => bytes[i] = byte,
+            1 => bytes.insert(i, byte),
+            2 => {
+                bytes.remove(i);
+            }
+            _ => {
+                let end = (i + (byte as usize % 16)).min(bytes.len());
+                let chunk = bytes[i..end].to_vec();
+                bytes.splice(i..i, chunk);
+            }
+        }
+    }
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+const FUZZ_BASE: &str = "\
+skippr:
+  workspace: demo
+  store:
+    type: sled
+pipelines:
+  bikehire:
+    data_source: data_sources.sample
+    data_sink: data_sinks.lake
+    transform:
+      namespace_fields: event_type, version
+data_sources:
+  sample:
+    File:
+      path: ${INPUT}
+  pg:
+    Postgres:
+      host: h
+      database: d
+      user: u
+      password: ${PG_PASSWORD}
+      tables: [{name: t, cursor_field: updated_at}]
+data_sinks:
+  lake:
+    Duckdb:
+      warehouse: file://./lake
+    schema_sink: schema_sinks.s
+schema_sinks:
+  s:
+    File:
+      path: ./schemas
+";
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(400))]
+
+    /// Any mutation of a valid file loads or fails with an error: it never panics.
+    #[test]
+    fn mutated_yaml_never_panics(edits in proptest::collection::vec((any::<usize>(), any::<u8>(), any::<u8>()), 1..12)) {
+        let text = mutate(FUZZ_BASE, &edits);
+        let dir = tempfile::tempdir().unwrap();
+        for name in ["skippr.yml", "skipprd.toml", "skipprd.json"] {
+            let path = write(dir.path(), name, &text);
+            if let Ok(loaded) = load_file(&path, env(&[("INPUT", "x"), ("PG_PASSWORD", "p")])) {
+                let _ = validate(&loaded, None).map(|v| v.pipeline(None).map(|p| p.name.clone()));
+            }
+        }
+    }
+}

@@ -1,0 +1,272 @@
+//! The configuration reference (`docs/config.md`), generated from the config structs' doc
+//! comments through their JSON schemas, so the docs cannot drift from the code: a test
+//! compares the committed file with [`markdown`] and fails when it is stale
+//! (`SKIPPR_BLESS=1 cargo test -p skipprd-shared config::reference` rewrites it).
+
+use schemars::{Schema, schema_for};
+use serde_json::Value;
+
+use super::connectors::{DeadletterConnector, SchemaSinkConnector, SinkConnector, SourceConnector};
+use super::{Config, PipelineConfig, SkipprSettings, StoreConfig, TransformConfig};
+
+/// One documented table: a heading, an intro and a schema whose properties are listed.
+struct Section {
+    heading: String,
+    intro: String,
+    schema: Schema,
+}
+
+fn sections() -> Vec<Section> {
+    let mut out = vec![
+        Section {
+            heading: "Root".into(),
+            intro:
+                "The top level of `skippr.yml`. Any other root key is rejected (except `dbt` and \
+                    `vector_sources`, accepted and ignored for compatibility)."
+                    .into(),
+            schema: schema_for!(Config),
+        },
+        Section {
+            heading: "`skippr`".into(),
+            intro: String::new(),
+            schema: schema_for!(SkipprSettings),
+        },
+        Section {
+            heading: "`skippr.store`".into(),
+            intro: String::new(),
+            schema: schema_for!(StoreConfig),
+        },
+        Section {
+            heading: "`pipelines.<name>`".into(),
+            intro: "References are written `<section>.<name>`.".into(),
+            schema: schema_for!(PipelineConfig),
+        },
+        Section {
+            heading: "`pipelines.<name>.transform`".into(),
+            intro: String::new(),
+            schema: schema_for!(TransformConfig),
+        },
+    ];
+    let sets = [
+        ("data_sources", "Sources.", SourceConnector::type_schemas()),
+        (
+            "data_sinks",
+            "Destinations. An entry may also carry `schema_sink: schema_sinks.<name>` beside its connector type.",
+            SinkConnector::type_schemas(),
+        ),
+        (
+            "deadletter_sinks",
+            "Where rejected records go.",
+            DeadletterConnector::type_schemas(),
+        ),
+        (
+            "schema_sinks",
+            "Where schemas are written.",
+            SchemaSinkConnector::type_schemas(),
+        ),
+    ];
+    for (section, intro, types) in sets {
+        for (i, (type_name, schema)) in types.into_iter().enumerate() {
+            out.push(Section {
+                heading: format!("`{section}.<name>.{type_name}`"),
+                intro: if i == 0 {
+                    intro.to_owned()
+                } else {
+                    String::new()
+                },
+                schema,
+            });
+        }
+    }
+    out
+}
+
+/// Every property in the documented schemas that has no description, as `heading: key`.
+pub fn undocumented() -> Vec<String> {
+    let mut missing = Vec::new();
+    for s in sections() {
+        for (key, prop) in properties(&s.schema) {
+            if description(prop).is_none() {
+                missing.push(format!("{}: {key}", s.heading));
+            }
+        }
+    }
+    missing
+}
+
+/// The whole reference as Markdown.
+pub fn markdown() -> String {
+    let mut out = String::from(
+        "<!-- Generated from the doc comments in shared/src/config/. Do not edit: run\n     \
+         `SKIPPR_BLESS=1 cargo test -p skipprd-shared config::reference` to regenerate. -->\n\
+         # skippr.yml reference\n\n\
+         The file is found by `--config PATH`, else `SKIPPR_CONFIG_FILE`, else the first of \
+         `skippr.yml`, `skippr.yaml`, `skipprd.yml`, `skipprd.yaml`, `skipprd.toml`, `skipprd.json` \
+         in the current directory. Every key below is checked: an unknown key fails before anything \
+         runs, naming the file, the key path and its line, with a suggestion when one is close.\n\n\
+         Text values that are exactly `${NAME}` are replaced from the environment (then \
+         `.env.local`, then `.env` beside the file); a partial `x${NAME}` stays literal; an unset or \
+         empty variable is an error. Fields of type *secret* must be written as `${NAME}`.\n\n\
+         Connector entries map a logical name (no dots) to exactly one connector type; every \
+         connector also accepts an optional `version` pin.\n",
+    );
+    for s in sections() {
+        out.push_str(&format!("\n## {}\n\n", s.heading));
+        if let Some(d) = description(s.schema.as_value()) {
+            out.push_str(&one_line(d));
+            out.push_str("\n\n");
+        }
+        if !s.intro.is_empty() {
+            out.push_str(&s.intro);
+            out.push_str("\n\n");
+        }
+        let required: Vec<&str> = s
+            .schema
+            .as_value()
+            .get("required")
+            .and_then(Value::as_array)
+            .map(|a| a.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        out.push_str("| key | type | required | description |\n|---|---|---|---|\n");
+        for (key, prop) in properties(&s.schema) {
+            let ty = type_label(prop, s.schema.as_value());
+            let req = if required.contains(&key.as_str()) {
+                "yes"
+            } else {
+                "no"
+            };
+            let desc = description(prop).map(one_line).unwrap_or_default();
+            out.push_str(&format!(
+                "| `{key}` | {ty} | {req} | {} |\n",
+                desc.replace('|', "\\|")
+            ));
+        }
+    }
+    out
+}
+
+fn properties(schema: &Schema) -> Vec<(String, &Value)> {
+    schema
+        .as_value()
+        .get("properties")
+        .and_then(Value::as_object)
+        .map(|m| m.iter().map(|(k, v)| (k.clone(), v)).collect())
+        .unwrap_or_default()
+}
+
+fn description(v: &Value) -> Option<&str> {
+    v.get("description").and_then(Value::as_str)
+}
+
+fn one_line(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+fn resolve<'a>(v: &'a Value, root: &'a Value) -> &'a Value {
+    match v
+        .get("$ref")
+        .and_then(Value::as_str)
+        .and_then(|r| r.strip_prefix("#/$defs/"))
+    {
+        Some(name) => root.get("$defs").and_then(|d| d.get(name)).unwrap_or(v),
+        None => v,
+    }
+}
+
+fn type_label(v: &Value, root: &Value) -> String {
+    if v.get("x-secret").and_then(Value::as_bool) == Some(true) {
+        return "secret".into();
+    }
+    if let Some(any) = v
+        .get("anyOf")
+        .or_else(|| v.get("oneOf"))
+        .and_then(Value::as_array)
+    {
+        let labels: Vec<String> = any
+            .iter()
+            .filter(|s| s.get("type").and_then(Value::as_str) != Some("null"))
+            .map(|s| type_label(s, root))
+            .collect();
+        return labels.join(" \\| ");
+    }
+    if let Some(name) = v
+        .get("$ref")
+        .and_then(Value::as_str)
+        .and_then(|r| r.strip_prefix("#/$defs/"))
+    {
+        let target = resolve(v, root);
+        if target.get("properties").is_some() || target.get("additionalProperties").is_some() {
+            return format!("map ({name})");
+        }
+        return type_label(target, root);
+    }
+    if let Some(values) = v.get("enum").and_then(Value::as_array) {
+        return values
+            .iter()
+            .filter_map(Value::as_str)
+            .map(|s| format!("`{s}`"))
+            .collect::<Vec<_>>()
+            .join(" \\| ");
+    }
+    if let Some(c) = v.get("const").and_then(Value::as_str) {
+        return format!("`{c}`");
+    }
+    let types: Vec<&str> = match v.get("type") {
+        Some(Value::String(t)) => vec![t.as_str()],
+        Some(Value::Array(ts)) => ts
+            .iter()
+            .filter_map(Value::as_str)
+            .filter(|t| *t != "null")
+            .collect(),
+        _ => vec![],
+    };
+    match types.first().copied() {
+        Some("array") => match v.get("items") {
+            Some(items) => format!("list of {}", type_label(items, root)),
+            None => "list".into(),
+        },
+        Some("object") => match v.get("additionalProperties") {
+            Some(ap) if ap.is_object() => format!("map of {}", type_label(ap, root)),
+            _ => "map".into(),
+        },
+        Some("integer") => "integer".into(),
+        Some(t) => t.to_owned(),
+        None => "any".into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_config_field_has_a_doc_comment() {
+        let missing = undocumented();
+        assert!(
+            missing.is_empty(),
+            "fields without a doc comment: {missing:?}"
+        );
+    }
+
+    #[test]
+    fn docs_config_md_is_current() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/config.md");
+        let generated = markdown();
+        if std::env::var_os("SKIPPR_BLESS").is_some() {
+            std::fs::write(&path, &generated).unwrap();
+        }
+        let committed = std::fs::read_to_string(&path).unwrap_or_default();
+        assert!(
+            committed == generated,
+            "docs/config.md is stale: run `SKIPPR_BLESS=1 cargo test -p skipprd-shared config::reference`"
+        );
+    }
+
+    #[test]
+    fn reference_lists_connector_fields_and_marks_secrets() {
+        let md = markdown();
+        assert!(md.contains("## `data_sinks.<name>.Duckdb`"));
+        assert!(md.contains("| `warehouse` | string | yes |"));
+        assert!(md.contains("| `password` | secret | no |"));
+    }
+}

@@ -1,0 +1,683 @@
+//! Validation: pure checks that turn a [`LoadedConfig`] into a [`ValidatedConfig`].
+//!
+//! No file system, network or clock here: the environment comes in as a value, so the same
+//! input always validates the same way. The first problem found is returned; its message names
+//! the file and the key path.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use super::connectors::{
+    ConnectorSet, DeadletterConnector, Entry, SchemaSinkConnector, SinkConnector, SourceConnector,
+};
+use super::env::Environment;
+use super::error::{ConfigError, suggest};
+use super::load::LoadedConfig;
+use super::{FieldList, StorageMode, StoreType, TimeUnit, TransformConfig};
+
+/// Pipeline names that are reserved for skipprd's own use.
+pub const RESERVED_PIPELINE_NAMES: &[&str] =
+    &["deadletters", "wal", "_skippr", "skippr", "metadata"];
+
+/// Default seconds between `sync` passes.
+pub const DEFAULT_SYNC_FREQUENCY_SECONDS: u64 = 900;
+
+/// Where the WAL lives (`WAL_STORAGE` / `--wal-storage`; never a YAML key).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WalStorage {
+    /// Segment files under the pipeline's data directory (default).
+    Disk,
+    /// Objects in the WAL bucket.
+    S3,
+}
+
+/// The resolved state store.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoreKind {
+    /// The embedded store under the pipeline's data directory (`type: sled`).
+    Embedded,
+    /// A DynamoDB table.
+    Dynamodb {
+        /// The table name.
+        table: String,
+    },
+}
+
+/// Project-wide settings with environment fallbacks and defaults applied.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Settings {
+    /// Tenant name.
+    pub tenant: String,
+    /// Workspace name.
+    pub workspace: String,
+    /// Where schemas are saved.
+    pub storage_mode: StorageMode,
+    /// The metadata bucket.
+    pub skippr_s3_bucket: Option<String>,
+    /// The WAL bucket when `WAL_STORAGE=s3`.
+    pub wal_s3_bucket: Option<String>,
+    /// The state store.
+    pub store: StoreKind,
+    /// Whether chaos mode is on.
+    pub chaos_mode: bool,
+    /// Where the WAL lives.
+    pub wal_storage: WalStorage,
+}
+
+/// A pipeline's transform with environment fallbacks and defaults applied.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Transform {
+    /// Dot paths whose values name the namespace; empty: one namespace.
+    pub namespace_fields: Vec<String>,
+    /// Whether nested objects become dotted columns.
+    pub flatten_events: bool,
+    /// Partition fields.
+    pub batch_partition_fields: Vec<String>,
+    /// Time partition fields.
+    pub batch_time_fields: Vec<String>,
+    /// Time partition unit.
+    pub batch_time_unit: Option<TimeUnit>,
+    /// Sort fields.
+    pub batch_order_fields: Vec<String>,
+}
+
+/// A named, resolved connector.
+#[derive(Debug, Clone)]
+pub struct Named<C> {
+    /// The logical name (`sample` for `data_sources.sample`).
+    pub name: String,
+    /// The connector.
+    pub connector: C,
+}
+
+/// One pipeline, references resolved.
+#[derive(Debug, Clone)]
+pub struct ValidatedPipeline {
+    /// The pipeline's name.
+    pub name: String,
+    /// Its source.
+    pub source: Named<SourceConnector>,
+    /// Its destination, if any.
+    pub sink: Option<Named<SinkConnector>>,
+    /// Its deadletter sink, if any.
+    pub deadletter_sink: Option<Named<DeadletterConnector>>,
+    /// Its schema sink, if any (from the sink entry, else the pipeline).
+    pub schema_sink: Option<Named<SchemaSinkConnector>>,
+    /// Time between the starts of two passes.
+    pub sync_frequency: Duration,
+    /// The data directory (the pipeline's own directory is [`Self::state_dir`]).
+    pub data_dir: PathBuf,
+    /// Routing and shaping of records.
+    pub transform: Transform,
+}
+
+impl ValidatedPipeline {
+    /// `<data_dir>/<workspace>_<pipeline>/`: the pipeline's WAL, positions and local schema.
+    pub fn state_dir(&self, settings: &Settings) -> PathBuf {
+        self.data_dir
+            .join(format!("{}_{}", settings.workspace, self.name))
+    }
+
+    /// Where the schema is saved in local storage mode.
+    pub fn schema_path(&self, settings: &Settings) -> PathBuf {
+        self.state_dir(settings).join("schema.json")
+    }
+}
+
+/// A config that passed validation.
+#[derive(Debug, Clone)]
+pub struct ValidatedConfig {
+    /// The file, for messages (or a note that there is none).
+    pub file: String,
+    /// Directory relative paths are resolved against.
+    pub base_dir: PathBuf,
+    /// Project-wide settings.
+    pub settings: Settings,
+    /// Pipelines by name.
+    pub pipelines: BTreeMap<String, ValidatedPipeline>,
+}
+
+impl ValidatedConfig {
+    /// The pipeline a command runs on: `name` if given, else the only pipeline defined.
+    pub fn pipeline(&self, name: Option<&str>) -> Result<&ValidatedPipeline, ConfigError> {
+        match name {
+            Some(name) => self
+                .pipelines
+                .get(name)
+                .ok_or_else(|| ConfigError::PipelineNotDefined {
+                    name: name.to_owned(),
+                    file: self.file.clone(),
+                    defined: self.pipelines.keys().cloned().collect(),
+                }),
+            None => match self.pipelines.len() {
+                1 => self
+                    .pipelines
+                    .values()
+                    .next()
+                    .ok_or_else(|| unreachable_empty(self)),
+                0 => Err(unreachable_empty(self)),
+                count => Err(ConfigError::PipelineAmbiguous {
+                    file: self.file.clone(),
+                    count,
+                    names: self
+                        .pipelines
+                        .keys()
+                        .cloned()
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                }),
+            },
+        }
+    }
+}
+
+fn unreachable_empty(config: &ValidatedConfig) -> ConfigError {
+    ConfigError::PipelineNotDefined {
+        name: "(none given)".to_owned(),
+        file: config.file.clone(),
+        defined: Vec::new(),
+    }
+}
+
+/// Validate a loaded config. `wal_storage` is the `--wal-storage` flag, if given (else
+/// `WAL_STORAGE` from the environment, else `disk`).
+pub fn validate(
+    loaded: &LoadedConfig,
+    wal_storage: Option<&str>,
+) -> Result<ValidatedConfig, ConfigError> {
+    let file = loaded
+        .source
+        .path()
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from("(no config file)"));
+    let v = Validator {
+        file: &file,
+        env: loaded.env.as_ref(),
+        base_dir: &loaded.base_dir,
+    };
+    let config = &loaded.config;
+
+    for name in config.pipelines.keys() {
+        v.check_name("pipelines", name)?;
+        if RESERVED_PIPELINE_NAMES.contains(&name.as_str()) {
+            return Err(v.bad_name(
+                "pipelines",
+                name,
+                format!(
+                    "is reserved (reserved names: {})",
+                    RESERVED_PIPELINE_NAMES.join(", ")
+                ),
+            ));
+        }
+    }
+    check_entries(&v, &config.data_sources)?;
+    check_entries(&v, &config.data_sinks)?;
+    check_entries(&v, &config.deadletter_sinks)?;
+    check_entries(&v, &config.schema_sinks)?;
+
+    let settings = v.settings(config, wal_storage)?;
+    v.check_sinks(&config.data_sinks)?;
+
+    let mut pipelines = BTreeMap::new();
+    for (name, p) in &config.pipelines {
+        let at = |key: &str| format!("pipelines.{name}.{key}");
+        let source = v.resolve(&at("data_source"), &p.data_source, &config.data_sources)?;
+        let sink = p
+            .data_sink
+            .as_deref()
+            .map(|r| v.resolve(&at("data_sink"), r, &config.data_sinks))
+            .transpose()?;
+        let deadletter_sink = p
+            .deadletter_sink
+            .as_deref()
+            .map(|r| v.resolve(&at("deadletter_sink"), r, &config.deadletter_sinks))
+            .transpose()?;
+        let mut schema_sink = p
+            .schema_sink
+            .as_deref()
+            .map(|r| v.resolve(&at("schema_sink"), r, &config.schema_sinks))
+            .transpose()?;
+        if let Some(sink) = &sink
+            && let Some(r) = config
+                .data_sinks
+                .get(&sink.name)
+                .and_then(|e| e.schema_sink.as_deref())
+        {
+            schema_sink = Some(v.resolve(
+                &format!("data_sinks.{}.schema_sink", sink.name),
+                r,
+                &config.schema_sinks,
+            )?);
+        }
+        let frequency = p
+            .sync_frequency_seconds
+            .unwrap_or(DEFAULT_SYNC_FREQUENCY_SECONDS);
+        if frequency == 0 {
+            return Err(v.bad_value(&at("sync_frequency_seconds"), "must be at least 1"));
+        }
+        let data_dir = match &p.data_dir {
+            Some(dir) => v.base_dir.join(dir),
+            None => match v.env.var("DATA_DIR").filter(|d| !d.is_empty()) {
+                Some(dir) => PathBuf::from(dir),
+                None => v.base_dir.join("data"),
+            },
+        };
+        let transform = v.transform(p.transform.as_ref(), &at("transform"))?;
+        pipelines.insert(
+            name.clone(),
+            ValidatedPipeline {
+                name: name.clone(),
+                source,
+                sink,
+                deadletter_sink,
+                schema_sink,
+                sync_frequency: Duration::from_secs(frequency),
+                data_dir,
+                transform,
+            },
+        );
+    }
+
+    // Last, so that every mistake in the file is reported before "not supported yet".
+    check_supported(&config.data_sources)?;
+    check_supported(&config.data_sinks)?;
+    check_supported(&config.deadletter_sinks)?;
+    check_supported(&config.schema_sinks)?;
+
+    Ok(ValidatedConfig {
+        file: loaded.display_name(),
+        base_dir: loaded.base_dir.clone(),
+        settings,
+        pipelines,
+    })
+}
+
+fn check_entries<C: ConnectorSet>(
+    v: &Validator<'_>,
+    entries: &BTreeMap<String, Entry<C>>,
+) -> Result<(), ConfigError> {
+    entries
+        .keys()
+        .try_for_each(|name| v.check_name(C::SECTION, name))
+}
+
+fn check_supported<C: ConnectorSet>(
+    entries: &BTreeMap<String, Entry<C>>,
+) -> Result<(), ConfigError> {
+    for (name, entry) in entries {
+        if !entry.connector.is_supported() {
+            return Err(ConfigError::Unsupported {
+                connector: entry.connector.type_name(),
+                section: C::SECTION,
+                name: name.clone(),
+            });
+        }
+    }
+    Ok(())
+}
+
+struct Validator<'a> {
+    file: &'a Path,
+    env: &'a (dyn Environment + Send + Sync),
+    base_dir: &'a Path,
+}
+
+impl Validator<'_> {
+    fn bad_name(&self, section: &'static str, name: &str, reason: String) -> ConfigError {
+        ConfigError::BadName {
+            file: self.file.to_path_buf(),
+            section,
+            name: name.to_owned(),
+            reason,
+        }
+    }
+
+    fn bad_value(&self, path: &str, message: &str) -> ConfigError {
+        ConfigError::BadValue {
+            file: self.file.to_path_buf(),
+            path: path.to_owned(),
+            message: message.to_owned(),
+        }
+    }
+
+    /// Names become directory, table and key names: letters, digits, `_` and `-`; no dots.
+    fn check_name(&self, section: &'static str, name: &str) -> Result<(), ConfigError> {
+        if name.is_empty() {
+            return Err(self.bad_name(section, name, "is empty".to_owned()));
+        }
+        if name.contains('.') {
+            return Err(self.bad_name(
+                section,
+                name,
+                "contains a dot; names may not contain dots because references are written `<section>.<name>`".to_owned(),
+            ));
+        }
+        if let Some(c) = name
+            .chars()
+            .find(|c| !(c.is_ascii_alphanumeric() || *c == '_' || *c == '-'))
+        {
+            return Err(self.bad_name(
+                section,
+                name,
+                format!("contains {c:?}; use letters, digits, `_` and `-`"),
+            ));
+        }
+        Ok(())
+    }
+
+    fn resolve<C: ConnectorSet + Clone>(
+        &self,
+        from: &str,
+        reference: &str,
+        entries: &BTreeMap<String, Entry<C>>,
+    ) -> Result<Named<C>, ConfigError> {
+        let bad = || ConfigError::BadReference {
+            file: self.file.to_path_buf(),
+            from: from.to_owned(),
+            reference: reference.to_owned(),
+            expected: C::SECTION,
+        };
+        let (section, name) = reference.split_once('.').ok_or_else(bad)?;
+        if section != C::SECTION || name.is_empty() {
+            return Err(bad());
+        }
+        match entries.get(name) {
+            Some(entry) => Ok(Named {
+                name: name.to_owned(),
+                connector: entry.connector.clone(),
+            }),
+            None => Err(ConfigError::DanglingReference {
+                file: self.file.to_path_buf(),
+                from: from.to_owned(),
+                reference: reference.to_owned(),
+                name: name.to_owned(),
+                suggestion: suggest(name, entries.keys().map(String::as_str))
+                    .map(|s| format!("{section}.{s}")),
+            }),
+        }
+    }
+
+    fn var(&self, name: &str) -> Option<String> {
+        self.env.var(name).filter(|v| !v.is_empty())
+    }
+
+    fn settings(
+        &self,
+        config: &super::Config,
+        wal_flag: Option<&str>,
+    ) -> Result<Settings, ConfigError> {
+        let s = &config.skippr;
+        let tenant = s
+            .tenant
+            .clone()
+            .or_else(|| self.var("TENANT"))
+            .unwrap_or_else(|| "default".to_owned());
+        let workspace = s
+            .workspace
+            .clone()
+            .or_else(|| self.var("WORKSPACE_NAME"))
+            .unwrap_or_else(|| "default".to_owned());
+        self.check_identity("skippr.tenant", &tenant)?;
+        self.check_identity("skippr.workspace", &workspace)?;
+        let skippr_s3_bucket = s
+            .skippr_s3_bucket
+            .clone()
+            .or_else(|| self.var("SKIPPR_S3_BUCKET"));
+        let wal_s3_bucket = s
+            .wal_s3_bucket
+            .clone()
+            .or_else(|| self.var("SKIPPR_WAL_S3_BUCKET"));
+        for (key, bucket) in [
+            ("skippr.skippr_s3_bucket", &skippr_s3_bucket),
+            ("skippr.wal_s3_bucket", &wal_s3_bucket),
+        ] {
+            if let Some(b) = bucket {
+                self.check_bucket(key, b)?;
+            }
+        }
+        let storage_mode = match s.skipprd_el_storage_mode {
+            Some(mode) => mode,
+            None => match self.var("SKIPPRD_EL_STORAGE_MODE").as_deref() {
+                Some("local") => StorageMode::Local,
+                Some("s3") => StorageMode::S3,
+                Some(other) => {
+                    return Err(self.bad_value(
+                        "SKIPPRD_EL_STORAGE_MODE",
+                        &format!("'{other}' is not a storage mode; use `local` or `s3`"),
+                    ));
+                }
+                None if skippr_s3_bucket.is_some() => StorageMode::S3,
+                None => StorageMode::Local,
+            },
+        };
+        if storage_mode == StorageMode::S3 && skippr_s3_bucket.is_none() {
+            return Err(self.bad_value(
+                "skippr.skipprd_el_storage_mode",
+                "is `s3`, but no skippr bucket is set (skippr.skippr_s3_bucket or SKIPPR_S3_BUCKET)",
+            ));
+        }
+        let store = match &s.store {
+            None => StoreKind::Embedded,
+            Some(store) => match store.store_type {
+                StoreType::Sled => StoreKind::Embedded,
+                StoreType::Dynamodb => StoreKind::Dynamodb {
+                    table: store.name.clone().ok_or_else(|| {
+                        self.bad_value(
+                            "skippr.store.name",
+                            "is required when skippr.store.type is `dynamodb`",
+                        )
+                    })?,
+                },
+                StoreType::CloudTables => {
+                    return Err(ConfigError::UnsupportedSetting {
+                        setting: "skippr.store.type".to_owned(),
+                        value: "cloud-tables".to_owned(),
+                        note: Some("use `sled` (embedded, the default) or `dynamodb`".to_owned()),
+                    });
+                }
+            },
+        };
+        let chaos_mode = s.chaos_mode.unwrap_or_else(|| {
+            matches!(
+                self.var("SKIPPR_CHAOS_MODE")
+                    .as_deref()
+                    .map(str::to_ascii_lowercase)
+                    .as_deref(),
+                Some("yes" | "true" | "1")
+            )
+        });
+        let wal_raw = wal_flag
+            .map(str::to_owned)
+            .or_else(|| self.var("WAL_STORAGE"));
+        let wal_storage = match wal_raw.as_deref().map(str::to_ascii_lowercase).as_deref() {
+            None | Some("disk") => WalStorage::Disk,
+            Some("s3") => WalStorage::S3,
+            Some("clustered") => {
+                return Err(ConfigError::UnsupportedSetting {
+                    setting: "WAL_STORAGE".to_owned(),
+                    value: "clustered".to_owned(),
+                    note: Some("use `disk` (default) or `s3`".to_owned()),
+                });
+            }
+            Some(other) => {
+                return Err(ConfigError::UnsupportedSetting {
+                    setting: "WAL_STORAGE".to_owned(),
+                    value: other.to_owned(),
+                    note: Some("use `disk` (default) or `s3`".to_owned()),
+                });
+            }
+        };
+        Ok(Settings {
+            tenant,
+            workspace,
+            storage_mode,
+            skippr_s3_bucket,
+            wal_s3_bucket,
+            store,
+            chaos_mode,
+            wal_storage,
+        })
+    }
+
+    fn check_identity(&self, key: &str, value: &str) -> Result<(), ConfigError> {
+        if value.is_empty()
+            || !value
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+        {
+            return Err(self.bad_value(
+                key,
+                &format!("'{value}' may only contain letters, digits, `_` and `-`"),
+            ));
+        }
+        Ok(())
+    }
+
+    fn check_bucket(&self, key: &str, bucket: &str) -> Result<(), ConfigError> {
+        if bucket.contains("://") || bucket.contains('/') {
+            return Err(self.bad_value(
+                key,
+                &format!("'{bucket}' must be a bucket name, not a URI or path"),
+            ));
+        }
+        Ok(())
+    }
+
+    fn transform(&self, t: Option<&TransformConfig>, at: &str) -> Result<Transform, ConfigError> {
+        let empty = TransformConfig::default();
+        let t = t.unwrap_or(&empty);
+        let list = |value: &Option<FieldList>, var: &str| -> Vec<String> {
+            match value {
+                Some(list) => list.0.clone(),
+                None => self
+                    .var(var)
+                    .map(|v| FieldList::parse(&v).0)
+                    .unwrap_or_default(),
+            }
+        };
+        let flatten_events = match t.flatten_events {
+            Some(b) => b,
+            None => match self
+                .var("TRANSFORM_FLATTEN_EVENTS")
+                .map(|v| v.to_ascii_lowercase())
+                .as_deref()
+            {
+                None | Some("false" | "0" | "no") => false,
+                Some("true" | "1" | "yes") => true,
+                Some(other) => {
+                    return Err(self.bad_value(
+                        "TRANSFORM_FLATTEN_EVENTS",
+                        &format!("'{other}' is not `true` or `false`"),
+                    ));
+                }
+            },
+        };
+        let batch_time_unit = match t.batch_time_unit {
+            Some(u) => Some(u),
+            None => match self.var("TRANSFORM_BATCH_TIME_UNIT") {
+                None => None,
+                Some(v) => Some(
+                    serde_json::from_value::<TimeUnit>(serde_json::Value::String(
+                        v.to_ascii_lowercase(),
+                    ))
+                    .map_err(|_| {
+                        self.bad_value(
+                            "TRANSFORM_BATCH_TIME_UNIT",
+                            &format!("'{v}' is not one of year, month, day, hour, minute"),
+                        )
+                    })?,
+                ),
+            },
+        };
+        let transform = Transform {
+            namespace_fields: list(&t.namespace_fields, "TRANSFORM_NAMESPACE_FIELDS"),
+            flatten_events,
+            batch_partition_fields: list(
+                &t.batch_partition_fields,
+                "TRANSFORM_BATCH_PARTITION_FIELDS",
+            ),
+            batch_time_fields: list(&t.batch_time_fields, "TRANSFORM_BATCH_TIME_FIELDS"),
+            batch_time_unit,
+            batch_order_fields: list(&t.batch_order_fields, "TRANSFORM_BATCH_ORDER_FIELDS"),
+        };
+        if !transform.batch_time_fields.is_empty() && transform.batch_time_unit.is_none() {
+            return Err(self.bad_value(
+                &format!("{at}.batch_time_unit"),
+                "is required when batch_time_fields is set",
+            ));
+        }
+        for field in transform
+            .namespace_fields
+            .iter()
+            .chain(&transform.batch_partition_fields)
+        {
+            if field.split('.').any(str::is_empty) {
+                return Err(self.bad_value(at, &format!("'{field}' is not a valid dot path")));
+            }
+        }
+        Ok(transform)
+    }
+
+    /// Pure checks of sink settings: warehouse schemes, bucket names, one sink per
+    /// warehouse + namespace.
+    fn check_sinks(
+        &self,
+        sinks: &BTreeMap<String, Entry<SinkConnector>>,
+    ) -> Result<(), ConfigError> {
+        let mut owners: BTreeSet<(String, String)> = BTreeSet::new();
+        for (name, entry) in sinks {
+            let at = |key: &str| format!("data_sinks.{name}.{}.{key}", entry.connector.type_name());
+            let lake = match &entry.connector {
+                SinkConnector::Duckdb(c) => {
+                    if !c.warehouse.starts_with("file://") {
+                        return Err(self.bad_value(&at("warehouse"), "must be a file:// URI"));
+                    }
+                    Some((c.warehouse.clone(), c.table_namespace.clone()))
+                }
+                SinkConnector::SkipprLake(c) => {
+                    if !(c.warehouse.starts_with("file://") || c.warehouse.starts_with("s3://")) {
+                        return Err(
+                            self.bad_value(&at("warehouse"), "must be an s3:// or file:// URI")
+                        );
+                    }
+                    Some((c.warehouse.clone(), c.table_namespace.clone()))
+                }
+                SinkConnector::AthenaIceberg(c) => {
+                    if !c.warehouse.starts_with("s3://") {
+                        return Err(self.bad_value(&at("warehouse"), "must be an s3:// URI"));
+                    }
+                    if let Some(b) = &c.athena_results_s3_bucket {
+                        self.check_bucket(&at("athena_results_s3_bucket"), b)?;
+                    }
+                    None
+                }
+                SinkConnector::Athena(c) => {
+                    self.check_bucket(&at("s3_bucket"), &c.s3_bucket)?;
+                    if let Some(b) = &c.athena_results_s3_bucket {
+                        self.check_bucket(&at("athena_results_s3_bucket"), b)?;
+                    }
+                    None
+                }
+                SinkConnector::S3(c) => {
+                    self.check_bucket(&at("s3_bucket"), &c.s3_bucket)?;
+                    None
+                }
+                _ => None,
+            };
+            if let Some((warehouse, namespace)) = lake {
+                let key = (
+                    warehouse.trim_end_matches('/').to_owned(),
+                    namespace.unwrap_or_else(|| "default".to_owned()),
+                );
+                if !owners.insert(key.clone()) {
+                    return Err(self.bad_value(
+                        &format!("data_sinks.{name}"),
+                        &format!("warehouse '{}' namespace '{}' is already used by another sink; each lake sink owns its warehouse + namespace", key.0, key.1),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+}
