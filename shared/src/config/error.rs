@@ -72,7 +72,7 @@ pub enum ConfigError {
         /// The unknown key.
         key: String,
         /// Its full path and position.
-        location: Location,
+        location: Box<Location>,
         /// A close known key, when there is one.
         suggestion: Option<String>,
     },
@@ -84,7 +84,7 @@ pub enum ConfigError {
         /// The unknown type name.
         key: String,
         /// Its full path and position.
-        location: Location,
+        location: Box<Location>,
         /// A close known type, when there is one.
         suggestion: Option<String>,
     },
@@ -96,7 +96,7 @@ pub enum ConfigError {
         /// What is wrong.
         message: String,
         /// Where.
-        location: Location,
+        location: Box<Location>,
     },
     /// A secret field holds plain text instead of a `${NAME}` reference.
     #[error(
@@ -106,7 +106,7 @@ pub enum ConfigError {
         /// The file.
         file: PathBuf,
         /// Where (the value itself is never shown).
-        location: Location,
+        location: Box<Location>,
     },
     /// `${NAME}` refers to an unset variable.
     #[error(

@@ -441,18 +441,18 @@ fn classify(
         return ConfigError::UnknownKey {
             file,
             key: key.to_owned(),
-            location: Location {
+            location: Box::new(Location {
                 path: join(key),
                 line,
                 column,
-            },
+            }),
             suggestion,
         };
     }
     if message.contains(PLAINTEXT_SECRET) {
         return ConfigError::PlaintextSecret {
             file,
-            location: Location { path, line, column },
+            location: Box::new(Location { path, line, column }),
         };
     }
     if let Some(key) = quoted_after(message, "unknown variant ") {
@@ -468,11 +468,11 @@ fn classify(
             return ConfigError::UnknownConnector {
                 file,
                 key: key.to_owned(),
-                location: Location {
+                location: Box::new(Location {
                     path: join(key),
                     line,
                     column,
-                },
+                }),
                 suggestion,
             };
         }
@@ -490,7 +490,7 @@ fn classify(
         return ConfigError::Invalid {
             file,
             message,
-            location: Location { path, line, column },
+            location: Box::new(Location { path, line, column }),
         };
     }
     let mut message = message.to_owned();
@@ -501,7 +501,7 @@ fn classify(
         return ConfigError::Invalid {
             file,
             message,
-            location: Location { path, line, column },
+            location: Box::new(Location { path, line, column }),
         };
     }
     if line.is_some() && path.is_empty() {
@@ -515,7 +515,7 @@ fn classify(
     ConfigError::Invalid {
         file,
         message,
-        location: Location { path, line, column },
+        location: Box::new(Location { path, line, column }),
     }
 }
 

@@ -14,11 +14,6 @@
 //! The doc comment on every field below is its reference documentation: `docs/config.md` is
 //! generated from them ([`reference::markdown`]) and a test fails when it is stale.
 
-#![allow(
-    clippy::result_large_err,
-    reason = "config errors are built once, on the cold path, and carry the file, key path and position a user needs"
-)]
-
 pub mod connectors;
 pub mod env;
 pub mod error;

@@ -63,7 +63,13 @@ pub struct Settings {
     pub chaos_mode: bool,
     /// Where the WAL lives.
     pub wal_storage: WalStorage,
+    /// A batch closes once this many input bytes were read (`BUFFER_THRESHOLD_BYTES`,
+    /// default 10 MB).
+    pub buffer_threshold_bytes: u64,
 }
+
+/// Default of `BUFFER_THRESHOLD_BYTES`.
+pub const DEFAULT_BUFFER_THRESHOLD_BYTES: u64 = 10_000_000;
 
 /// A pipeline's transform with environment fallbacks and defaults applied.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -249,6 +255,14 @@ pub fn validate(
                 r,
                 &config.schema_sinks,
             )?);
+        }
+        if let SourceConnector::File(f) = &source.connector
+            && f.batch_size == Some(0)
+        {
+            return Err(v.bad_value(
+                &format!("data_sources.{}.File.batch_size", source.name),
+                "must be at least 1",
+            ));
         }
         let frequency = p
             .sync_frequency_seconds
@@ -508,7 +522,22 @@ impl Validator<'_> {
                 });
             }
         };
+        let buffer_threshold_bytes = match self.var("BUFFER_THRESHOLD_BYTES") {
+            None => DEFAULT_BUFFER_THRESHOLD_BYTES,
+            Some(v) => v
+                .trim()
+                .parse::<u64>()
+                .ok()
+                .filter(|n| *n > 0)
+                .ok_or_else(|| {
+                    self.bad_value(
+                        "BUFFER_THRESHOLD_BYTES",
+                        &format!("'{v}' is not a positive number of bytes"),
+                    )
+                })?,
+        };
         Ok(Settings {
+            buffer_threshold_bytes,
             tenant,
             workspace,
             storage_mode,

@@ -190,12 +190,14 @@ mod error;
 mod infer;
 mod namespace;
 mod saved;
+pub mod store;
 
 pub use self::arrow::{RecordBatchBuilder, to_arrow_schema};
 pub use self::error::SchemaError;
 pub use self::infer::SchemaInferrer;
 pub use self::namespace::{TransformOptions, namespace_for, sanitize_namespace};
 pub use self::saved::PipelineSchema;
+pub use self::store::{LocalSchemaStore, MemorySchemaStore, SchemaStore};
 
 /// The type of a field. Every field is nullable.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]

@@ -1,0 +1,318 @@
+//! `discover`: read the source, infer each namespace's schema, save it.
+//!
+//! Discover never writes to a destination, so it is safe on production sources. By default it
+//! reads every record, which makes the result independent of record and file order (the
+//! inference is order-independent; see [`crate::schema`]); `limit` stops after that many
+//! records, for a quick look at a large source (the result then depends on what came first).
+//!
+//! Memory stays bounded whatever the input size: records are read in batches and folded into
+//! per-field accumulators, never kept.
+
+use std::time::{Duration, Instant};
+
+use crate::config::validate::{Settings, ValidatedConfig, ValidatedPipeline};
+use crate::config::{ConfigError, StorageMode};
+use crate::deadletter::Deadletter;
+use crate::schema::{
+    LocalSchemaStore, PipelineSchema, SchemaInferrer, SchemaStore, TransformOptions,
+};
+
+use super::PipelineError;
+use super::events::{Event, Observer};
+use super::source::open_source;
+
+/// Options of one `discover` run.
+#[derive(Debug, Clone, Default)]
+pub struct DiscoverOptions {
+    /// Stop after this many records (`None`: read everything).
+    pub limit: Option<u64>,
+    /// Minimum time between two `DiscoverProgress` events.
+    pub progress_interval: Duration,
+}
+
+/// What `discover` did.
+#[derive(Debug, Clone)]
+pub struct DiscoverReport {
+    /// The inferred schema (also saved).
+    pub schema: PipelineSchema,
+    /// Records read.
+    pub records: u64,
+    /// Records rejected.
+    pub deadletters: u64,
+    /// Input bytes read.
+    pub bytes: u64,
+    /// Where the schema was saved.
+    pub schema_location: String,
+    /// Wall time.
+    pub elapsed: Duration,
+}
+
+/// How many deadletters are logged one by one before only the count goes on.
+const DEADLETTERS_LOGGED: u64 = 20;
+
+/// The schema store of a pipeline, per the storage mode.
+pub fn schema_store(
+    settings: &Settings,
+    pipeline: &ValidatedPipeline,
+) -> Result<LocalSchemaStore, ConfigError> {
+    match settings.storage_mode {
+        StorageMode::Local => Ok(LocalSchemaStore::new(pipeline.schema_path(settings))),
+        StorageMode::S3 => Err(ConfigError::UnsupportedSetting {
+            setting: "skippr.skipprd_el_storage_mode".to_owned(),
+            value: "s3".to_owned(),
+            note: Some(
+                "schemas in the skippr bucket come with the AWS backends; use `local` for now"
+                    .to_owned(),
+            ),
+        }),
+    }
+}
+
+/// The inference options of a pipeline.
+pub fn transform_options(pipeline: &ValidatedPipeline) -> TransformOptions {
+    TransformOptions {
+        default_namespace: pipeline.name.clone(),
+        namespace_fields: pipeline.transform.namespace_fields.clone(),
+        flatten_events: pipeline.transform.flatten_events,
+        ..TransformOptions::default()
+    }
+}
+
+/// Run `discover` on one pipeline and save its schema.
+pub fn discover(
+    config: &ValidatedConfig,
+    pipeline: &ValidatedPipeline,
+    options: &DiscoverOptions,
+    observer: &mut dyn Observer,
+) -> Result<DiscoverReport, PipelineError> {
+    let store = schema_store(&config.settings, pipeline)?;
+    discover_into(config, pipeline, options, &store, observer)
+}
+
+/// [`discover`] with the schema store given.
+pub fn discover_into(
+    config: &ValidatedConfig,
+    pipeline: &ValidatedPipeline,
+    options: &DiscoverOptions,
+    store: &dyn SchemaStore,
+    observer: &mut dyn Observer,
+) -> Result<DiscoverReport, PipelineError> {
+    let started = Instant::now();
+    let name = pipeline.name.clone();
+    let mut source = open_source(pipeline, &config.settings, &config.base_dir)?;
+    let progress = source.progress();
+    observer.event(&Event::DiscoverStart {
+        pipeline: name.clone(),
+        source: pipeline.source.name.clone(),
+        files: progress.files_total,
+        bytes_total: progress.bytes_total,
+    });
+
+    let mut inferrer = SchemaInferrer::new(transform_options(pipeline));
+    let (mut records, mut deadletters, mut bytes) = (0u64, 0u64, 0u64);
+    let mut last_progress = Instant::now();
+    let schema_err = |source| PipelineError::Schema {
+        pipeline: name.clone(),
+        source,
+    };
+    'read: while let Some(batch) = source
+        .next_batch()
+        .map_err(|source| PipelineError::Source {
+            pipeline: name.clone(),
+            source,
+        })?
+    {
+        bytes += batch.bytes_read;
+        for dl in &batch.deadletters {
+            deadletters += 1;
+            log_deadletter(&name, dl, deadletters);
+        }
+        for record in &batch.records {
+            if options.limit.is_some_and(|limit| records >= limit) {
+                break 'read;
+            }
+            inferrer.add(&record.value).map_err(schema_err)?;
+            records += 1;
+        }
+        if last_progress.elapsed() >= options.progress_interval {
+            last_progress = Instant::now();
+            let p = source.progress();
+            observer.event(&Event::DiscoverProgress {
+                pipeline: name.clone(),
+                records,
+                deadletters,
+                bytes,
+                bytes_total: p.bytes_total,
+                files_done: p.files_done,
+            });
+        }
+    }
+    if deadletters > DEADLETTERS_LOGGED {
+        tracing::warn!(pipeline = %name, deadletters, "Rejected records: only the first {DEADLETTERS_LOGGED} were logged one by one.");
+    }
+
+    let schema = inferrer.finish(&name, &config.settings.workspace);
+    store.save(&schema).map_err(schema_err)?;
+    for (namespace, ns) in &schema.namespaces {
+        observer.event(&Event::NamespaceDiscovered {
+            pipeline: name.clone(),
+            namespace: namespace.clone(),
+            records: ns.records,
+            fields: ns
+                .fields
+                .iter()
+                .map(|f| format!("{}: {}", f.name, f.field_type))
+                .collect(),
+        });
+    }
+    let elapsed = started.elapsed();
+    observer.event(&Event::DiscoverComplete {
+        pipeline: name.clone(),
+        namespaces: schema.namespaces.len() as u64,
+        records,
+        deadletters,
+        bytes,
+        seconds: (elapsed.as_secs_f64() * 1000.0).round() / 1000.0,
+        schema_path: store.location().into(),
+    });
+    Ok(DiscoverReport {
+        schema,
+        records,
+        deadletters,
+        bytes,
+        schema_location: store.location(),
+        elapsed,
+    })
+}
+
+fn log_deadletter(pipeline: &str, dl: &Deadletter, count: u64) {
+    if count <= DEADLETTERS_LOGGED {
+        let raw: String = dl.raw.chars().take(200).collect();
+        tracing::warn!(
+            pipeline,
+            source = %dl.source_uri,
+            line = dl.line,
+            offset = dl.offset,
+            code = dl.code.as_str(),
+            error = %dl.error,
+            raw = %raw,
+            "Rejected a record."
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::config::{load_file, validate};
+    use crate::pipeline::events::Recorder;
+    use crate::schema::MemorySchemaStore;
+
+    fn project(records: &str) -> (tempfile::TempDir, ValidatedConfig) {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("events.jsonl"), records).unwrap();
+        std::fs::write(
+            dir.path().join("skippr.yml"),
+            "pipelines:\n  p:\n    data_source: data_sources.s\n    transform:\n      namespace_fields: kind\n\
+             data_sources:\n  s:\n    File:\n      path: events.jsonl\n      batch_size: 2\n",
+        )
+        .unwrap();
+        let loaded = load_file(&dir.path().join("skippr.yml"), BTreeMap::new()).unwrap();
+        let config = validate(&loaded, None).unwrap();
+        (dir, config)
+    }
+
+    #[test]
+    fn discover_infers_namespaces_counts_deadletters_and_saves_the_schema() {
+        let (_dir, config) = project(
+            "{\"kind\":\"ride\",\"id\":1,\"price\":2.5}\nnot json\n{\"kind\":\"ride\",\"id\":2,\"price\":\"n/a\"}\n{\"kind\":\"Dock Event\",\"dock\":7}\n",
+        );
+        let pipeline = config.pipeline(None).unwrap();
+        let store = MemorySchemaStore::default();
+        let mut events = Recorder::default();
+        let report = discover_into(
+            &config,
+            pipeline,
+            &DiscoverOptions::default(),
+            &store,
+            &mut events,
+        )
+        .unwrap();
+        assert_eq!(report.records, 3);
+        assert_eq!(report.deadletters, 1);
+        let saved = store.load().unwrap();
+        assert_eq!(
+            saved.namespaces.keys().collect::<Vec<_>>(),
+            ["dock_event", "ride"]
+        );
+        let ride: Vec<String> = saved.namespaces["ride"]
+            .fields
+            .iter()
+            .map(|f| format!("{}: {}", f.name, f.field_type))
+            .collect();
+        assert!(ride.contains(&"price: double".to_owned()), "{ride:?}");
+        assert!(
+            ride.contains(&"price_string: string".to_owned()),
+            "{ride:?}"
+        );
+        assert!(matches!(
+            events.0.first(),
+            Some(Event::DiscoverStart { .. })
+        ));
+        assert!(matches!(
+            events.0.last(),
+            Some(Event::DiscoverComplete {
+                records: 3,
+                deadletters: 1,
+                namespaces: 2,
+                ..
+            })
+        ));
+        let discovered = events
+            .0
+            .iter()
+            .filter(|e| matches!(e, Event::NamespaceDiscovered { .. }))
+            .count();
+        assert_eq!(discovered, 2);
+    }
+
+    #[test]
+    fn discover_with_a_limit_stops_early() {
+        let (_dir, config) = project(&"{\"kind\":\"a\",\"n\":1}\n".repeat(10));
+        let pipeline = config.pipeline(None).unwrap();
+        let store = MemorySchemaStore::default();
+        let options = DiscoverOptions {
+            limit: Some(3),
+            ..DiscoverOptions::default()
+        };
+        let report = discover_into(
+            &config,
+            pipeline,
+            &options,
+            &store,
+            &mut Recorder::default(),
+        )
+        .unwrap();
+        assert_eq!(report.records, 3);
+        assert_eq!(report.schema.namespaces["a"].records, 3);
+    }
+
+    #[test]
+    fn a_missing_input_file_is_a_source_error_naming_the_path() {
+        let (dir, config) = project("");
+        std::fs::remove_file(dir.path().join("events.jsonl")).unwrap();
+        let pipeline = config.pipeline(None).unwrap();
+        let err = discover_into(
+            &config,
+            pipeline,
+            &DiscoverOptions::default(),
+            &MemorySchemaStore::default(),
+            &mut Recorder::default(),
+        )
+        .unwrap_err();
+        assert!(!err.is_config());
+        assert!(err.to_string().contains("events.jsonl"), "{err}");
+    }
+}

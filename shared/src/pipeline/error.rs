@@ -1,0 +1,46 @@
+//! The error type of the pipeline commands.
+
+use crate::config::ConfigError;
+use crate::schema::SchemaError;
+use crate::sources::SourceError;
+
+/// Why a command failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PipelineError {
+    /// The configuration is wrong (exit code 2).
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// The source could not be read.
+    #[error("pipeline '{pipeline}': {source}")]
+    Source {
+        /// The pipeline.
+        pipeline: String,
+        /// What went wrong.
+        source: SourceError,
+    },
+    /// The schema could not be inferred, saved or loaded.
+    #[error("pipeline '{pipeline}': {source}")]
+    Schema {
+        /// The pipeline.
+        pipeline: String,
+        /// What went wrong.
+        source: SchemaError,
+    },
+}
+
+impl PipelineError {
+    /// Whether the same command might succeed if run again unchanged.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            PipelineError::Config(e) => e.is_retryable(),
+            PipelineError::Source { source, .. } => source.is_retryable(),
+            PipelineError::Schema { source, .. } => source.is_retryable(),
+        }
+    }
+
+    /// Whether the input (config or command line) must change: exit code 2.
+    pub fn is_config(&self) -> bool {
+        matches!(self, PipelineError::Config(_))
+    }
+}

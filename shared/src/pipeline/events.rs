@@ -1,0 +1,103 @@
+//! Progress events, the one stream both people and scripts read.
+//!
+//! With `--output json` each event is printed as one JSON object per line, tagged by `event`
+//! (`discover_start`, `discover_progress`, `namespace_discovered`, `discover_complete`,
+//! `discover_error`). Field names are stable: scripts depend on them.
+
+use std::path::PathBuf;
+
+use serde::Serialize;
+
+/// Something that happened while a command ran.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum Event {
+    /// `discover` started reading the source.
+    DiscoverStart {
+        /// The pipeline.
+        pipeline: String,
+        /// The source's logical name.
+        source: String,
+        /// Files to read, when known.
+        files: Option<u64>,
+        /// Input bytes in all, when known.
+        bytes_total: Option<u64>,
+    },
+    /// `discover` read another batch.
+    DiscoverProgress {
+        /// The pipeline.
+        pipeline: String,
+        /// Records sampled so far.
+        records: u64,
+        /// Deadletter records so far.
+        deadletters: u64,
+        /// Input bytes read so far.
+        bytes: u64,
+        /// Input bytes in all, when known.
+        bytes_total: Option<u64>,
+        /// Files finished so far.
+        files_done: u64,
+    },
+    /// A namespace (table) and its inferred fields.
+    NamespaceDiscovered {
+        /// The pipeline.
+        pipeline: String,
+        /// The namespace name.
+        namespace: String,
+        /// Records sampled in it.
+        records: u64,
+        /// Top-level fields, with their types (`name: type`).
+        fields: Vec<String>,
+    },
+    /// `discover` finished and saved the schema.
+    DiscoverComplete {
+        /// The pipeline.
+        pipeline: String,
+        /// Namespaces found.
+        namespaces: u64,
+        /// Records sampled.
+        records: u64,
+        /// Records rejected as deadletters.
+        deadletters: u64,
+        /// Input bytes read.
+        bytes: u64,
+        /// Wall time.
+        seconds: f64,
+        /// Where the schema was saved.
+        schema_path: PathBuf,
+    },
+    /// `discover` failed.
+    DiscoverError {
+        /// The pipeline, when known.
+        pipeline: Option<String>,
+        /// The error, one line.
+        message: String,
+        /// Whether running again unchanged might succeed.
+        retryable: bool,
+    },
+}
+
+/// Receives events as a command runs.
+pub trait Observer {
+    /// Called for each event, in order.
+    fn event(&mut self, event: &Event);
+}
+
+/// An observer that ignores everything.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Silent;
+
+impl Observer for Silent {
+    fn event(&mut self, _: &Event) {}
+}
+
+/// An observer that keeps every event (for tests and summaries).
+#[derive(Debug, Default, Clone)]
+pub struct Recorder(pub Vec<Event>);
+
+impl Observer for Recorder {
+    fn event(&mut self, event: &Event) {
+        self.0.push(event.clone());
+    }
+}

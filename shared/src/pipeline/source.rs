@@ -1,0 +1,55 @@
+//! Building a pipeline's source from its validated config.
+
+use std::path::Path;
+
+use crate::config::connectors::InputFormat;
+use crate::config::validate::{Settings, ValidatedPipeline};
+use crate::config::{ConfigError, ConnectorSet, SourceConnector};
+use crate::sources::Source;
+use crate::sources::file::{FileFormat, FileSource, FileSourceOptions};
+
+use super::PipelineError;
+
+/// Open the pipeline's source. Relative paths resolve against `base_dir` (the config file's
+/// directory).
+pub fn open_source(
+    pipeline: &ValidatedPipeline,
+    settings: &Settings,
+    base_dir: &Path,
+) -> Result<Box<dyn Source>, PipelineError> {
+    match &pipeline.source.connector {
+        SourceConnector::File(c) => {
+            let options = FileSourceOptions {
+                path: c.path.clone(),
+                format: c.format.and_then(file_format),
+                base_dir: base_dir.to_path_buf(),
+                batch_rows: c
+                    .batch_size
+                    .unwrap_or(FileSourceOptions::DEFAULT_BATCH_ROWS),
+                batch_bytes: settings.buffer_threshold_bytes,
+                ..FileSourceOptions::default()
+            };
+            let source = FileSource::open(options).map_err(|source| PipelineError::Source {
+                pipeline: pipeline.name.clone(),
+                source,
+            })?;
+            Ok(Box::new(source))
+        }
+        other => Err(PipelineError::Config(ConfigError::Unsupported {
+            connector: other.type_name(),
+            section: SourceConnector::SECTION,
+            name: pipeline.source.name.clone(),
+        })),
+    }
+}
+
+/// The File source's format for a configured one; `json` means "detect array or lines".
+fn file_format(format: InputFormat) -> Option<FileFormat> {
+    match format {
+        InputFormat::Jsonl => Some(FileFormat::Jsonl),
+        InputFormat::Json => None,
+        InputFormat::JsonArray => Some(FileFormat::JsonArray),
+        InputFormat::Csv => Some(FileFormat::Csv),
+        InputFormat::Parquet => Some(FileFormat::Parquet),
+    }
+}
