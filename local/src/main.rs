@@ -1,1 +1,102 @@
-fn main() {}
+//! `skipprd`: the command-line interface, thin wiring over the core library.
+//!
+//! Exit codes: 0 success, 1 failure, 2 bad command line or configuration.
+
+mod cli;
+mod output;
+
+use std::io::IsTerminal;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Parser;
+use skipprd::config::{self, ProcessEnv, ValidatedConfig};
+use skipprd::pipeline::{self, DiscoverOptions, Event, PipelineError};
+use skipprd::schema::SchemaStore;
+
+use cli::{Cli, Command, OutputMode};
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let mode = cli.output.unwrap_or(if std::io::stderr().is_terminal() {
+        OutputMode::Progress
+    } else {
+        OutputMode::Text
+    });
+    init_logging(&cli, mode);
+    match run(&cli, mode) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            if mode == OutputMode::Json {
+                let event = Event::DiscoverError {
+                    pipeline: None,
+                    message: e.to_string(),
+                    retryable: e.is_retryable(),
+                };
+                if matches!(cli.command, Command::Discover(_)) {
+                    output::observer(mode).event(&event);
+                }
+            }
+            eprintln!("error: {e}");
+            ExitCode::from(if e.is_config() { 2 } else { 1 })
+        }
+    }
+}
+
+fn init_logging(cli: &Cli, mode: OutputMode) {
+    use tracing_subscriber::EnvFilter;
+    let filter = match cli.log {
+        Some(level) => EnvFilter::new(level.as_str()),
+        None => EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn")),
+    };
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    if mode == OutputMode::Json {
+        builder.json().init();
+    } else {
+        builder.with_target(false).init();
+    }
+}
+
+/// Load and validate the config (all errors exit 2).
+fn load_config(cli: &Cli) -> Result<ValidatedConfig, PipelineError> {
+    let cwd = std::env::current_dir().map_err(|source| {
+        PipelineError::Config(config::ConfigError::Read {
+            path: ".".into(),
+            source,
+        })
+    })?;
+    let loaded = config::load(cli.config.as_deref(), &cwd, ProcessEnv)?;
+    Ok(config::validate(&loaded, cli.wal_storage.as_deref())?)
+}
+
+fn run(cli: &Cli, mode: OutputMode) -> Result<(), PipelineError> {
+    let config = load_config(cli)?;
+    match &cli.command {
+        Command::Discover(args) => {
+            let pipeline = config.pipeline(args.pipeline.pipeline.as_deref())?;
+            let options = DiscoverOptions {
+                limit: args.limit,
+                progress_interval: Duration::from_millis(250),
+            };
+            let mut observer = output::observer(mode);
+            pipeline::discover(&config, pipeline, &options, observer.as_mut())?;
+            Ok(())
+        }
+        Command::Schema(args) => {
+            let pipeline = config.pipeline(args.pipeline.pipeline.as_deref())?;
+            let store = pipeline::discover::schema_store(&config.settings, pipeline)?;
+            let schema = store.load().map_err(|source| PipelineError::Schema {
+                pipeline: pipeline.name.clone(),
+                source,
+            })?;
+            let text = match mode {
+                OutputMode::Json => schema.to_json_pretty(),
+                OutputMode::Text | OutputMode::Progress => schema.render_tree(),
+            };
+            output::emit(text.trim_end());
+            Ok(())
+        }
+    }
+}

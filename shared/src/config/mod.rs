@@ -31,6 +31,7 @@ use serde::{Deserialize, Deserializer};
 pub use connectors::{
     ConnectorSet, DeadletterConnector, Entry, SchemaSinkConnector, SinkConnector, SourceConnector,
 };
+pub use env::ProcessEnv;
 pub use error::ConfigError;
 pub use load::{ConfigSource, LoadedConfig, discover_config_file, load, load_file};
 pub use secret::Secret;

@@ -158,11 +158,7 @@ pub fn discover_into(
             pipeline: name.clone(),
             namespace: namespace.clone(),
             records: ns.records,
-            fields: ns
-                .fields
-                .iter()
-                .map(|f| format!("{}: {}", f.name, f.field_type))
-                .collect(),
+            fields: field_paths(&ns.fields),
         });
     }
     let elapsed = started.elapsed();
@@ -183,6 +179,26 @@ pub fn discover_into(
         schema_location: store.location(),
         elapsed,
     })
+}
+
+/// Every field as `path: type`, nested struct fields as dotted paths below their struct.
+pub fn field_paths(fields: &[crate::schema::Field]) -> Vec<String> {
+    fn walk(fields: &[crate::schema::Field], prefix: &str, out: &mut Vec<String>) {
+        for field in fields {
+            let path = format!("{prefix}{}", field.name);
+            out.push(format!("{path}: {}", field.field_type));
+            let mut inner = &field.field_type;
+            while let crate::schema::FieldType::List(element) = inner {
+                inner = element;
+            }
+            if let crate::schema::FieldType::Struct(children) = inner {
+                walk(children, &format!("{path}."), out);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(fields, "", &mut out);
+    out
 }
 
 fn log_deadletter(pipeline: &str, dl: &Deadletter, count: u64) {

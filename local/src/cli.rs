@@ -1,0 +1,173 @@
+//! The command line, defined once: each flag's doc comment is its `--help` text.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+/// skipprd moves data from a source to a destination exactly once: every batch is committed
+/// to a write-ahead log before the source position advances.
+///
+/// Exit codes: 0 success, 1 failure, 2 bad command line or configuration.
+#[derive(Debug, Parser)]
+#[command(
+    name = "skipprd",
+    version,
+    propagate_version = true,
+    max_term_width = 100
+)]
+pub struct Cli {
+    /// Config file. Default: SKIPPR_CONFIG_FILE, else the first of skippr.yml, skippr.yaml,
+    /// skipprd.yml, skipprd.yaml, skipprd.toml, skipprd.json in the current directory.
+    #[arg(long, global = true, value_name = "PATH")]
+    pub config: Option<PathBuf>,
+
+    /// Log to standard error at this level; `--log` alone means `info`. Default: `warn`, or
+    /// RUST_LOG when set.
+    #[arg(
+        long,
+        global = true,
+        value_name = "LEVEL",
+        num_args = 0..=1,
+        default_missing_value = "info",
+        value_enum
+    )]
+    pub log: Option<LogLevel>,
+
+    /// How to report: `progress` (a live display for people; the default on a terminal),
+    /// `text` (plain lines; the default otherwise) or `json` (one JSON event per line).
+    #[arg(long, global = true, value_enum)]
+    pub output: Option<OutputMode>,
+
+    /// Where the WAL lives: `disk` or `s3`. Default: WAL_STORAGE, else `disk`.
+    #[arg(long, global = true, value_name = "disk|s3")]
+    pub wal_storage: Option<String>,
+
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The commands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Read the source, infer each namespace's fields and types, save the schema. Never writes
+    /// to the destination.
+    Discover(DiscoverArgs),
+    /// Print the saved schema: namespaces (tables), fields, types and nesting.
+    Schema(SchemaArgs),
+}
+
+/// Choosing a pipeline.
+#[derive(Debug, Args)]
+pub struct PipelineArg {
+    /// The pipeline to run on. Default: PIPELINE_NAME, else the only pipeline defined.
+    #[arg(short = 'p', long, env = "PIPELINE_NAME", value_name = "NAME")]
+    pub pipeline: Option<String>,
+}
+
+/// `discover` flags.
+#[derive(Debug, Args)]
+pub struct DiscoverArgs {
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub pipeline: PipelineArg,
+
+    /// Stop after this many records. Default: read everything, so the schema does not depend
+    /// on the order of records or files.
+    #[arg(long, value_name = "N")]
+    pub limit: Option<u64>,
+}
+
+/// `schema` flags.
+#[derive(Debug, Args)]
+pub struct SchemaArgs {
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub pipeline: PipelineArg,
+}
+
+/// Log levels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogLevel {
+    /// Everything.
+    Trace,
+    /// Details for debugging.
+    Debug,
+    /// Progress worth knowing.
+    Info,
+    /// Problems that did not stop the run (the default).
+    Warn,
+    /// Only failures.
+    Error,
+}
+
+impl LogLevel {
+    /// The `tracing` filter directive.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LogLevel::Trace => "trace",
+            LogLevel::Debug => "debug",
+            LogLevel::Info => "info",
+            LogLevel::Warn => "warn",
+            LogLevel::Error => "error",
+        }
+    }
+}
+
+/// Report styles.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OutputMode {
+    /// A live progress display on standard error, then a summary.
+    Progress,
+    /// Plain lines.
+    Text,
+    /// One JSON event per line on standard output.
+    Json,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn global_flags_are_accepted_before_and_after_the_command() {
+        let before = Cli::try_parse_from([
+            "skipprd", "--config", "a.yml", "--output", "json", "discover", "-p", "x",
+        ])
+        .unwrap();
+        let after = Cli::try_parse_from([
+            "skipprd",
+            "discover",
+            "--pipeline",
+            "x",
+            "--config",
+            "a.yml",
+            "--output",
+            "json",
+        ])
+        .unwrap();
+        for cli in [before, after] {
+            assert_eq!(cli.config, Some(PathBuf::from("a.yml")));
+            assert_eq!(cli.output, Some(OutputMode::Json));
+            let Command::Discover(args) = cli.command else {
+                panic!("not discover")
+            };
+            assert_eq!(args.pipeline.pipeline.as_deref(), Some("x"));
+        }
+    }
+
+    #[test]
+    fn bare_log_means_info_and_a_level_can_be_given() {
+        let cli = Cli::try_parse_from(["skipprd", "discover", "--log"]).unwrap();
+        assert_eq!(cli.log, Some(LogLevel::Info));
+        let cli = Cli::try_parse_from(["skipprd", "schema", "--log", "debug"]).unwrap();
+        assert_eq!(cli.log, Some(LogLevel::Debug));
+        assert!(Cli::try_parse_from(["skipprd", "schema", "--log", "loud"]).is_err());
+    }
+}

@@ -1,0 +1,168 @@
+//! Showing events: a progress bar, text lines, or JSON lines.
+
+use std::io::Write;
+use std::time::Duration;
+
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use skipprd::pipeline::{Event, Observer};
+
+use crate::cli::OutputMode;
+
+/// Write one line to standard output; a closed pipe (`| head`) is not an error.
+pub fn emit(line: &str) {
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{line}");
+}
+
+/// The observer for a mode.
+pub fn observer(mode: OutputMode) -> Box<dyn Observer> {
+    match mode {
+        OutputMode::Json => Box::new(JsonLines),
+        OutputMode::Text => Box::new(Text),
+        OutputMode::Progress => Box::new(Progress::default()),
+    }
+}
+
+/// One JSON object per event on standard output.
+pub struct JsonLines;
+
+impl Observer for JsonLines {
+    fn event(&mut self, event: &Event) {
+        match serde_json::to_string(event) {
+            Ok(line) => emit(&line),
+            Err(e) => tracing::error!(error = %e, "Could not encode an event."),
+        }
+    }
+}
+
+/// Plain lines for people and logs.
+pub struct Text;
+
+impl Observer for Text {
+    fn event(&mut self, event: &Event) {
+        if let Some(line) = describe(event) {
+            emit(&line);
+        }
+    }
+}
+
+/// A live progress bar on standard error, then the same summary as [`Text`].
+#[derive(Default)]
+pub struct Progress {
+    bar: Option<ProgressBar>,
+}
+
+impl Observer for Progress {
+    fn event(&mut self, event: &Event) {
+        match event {
+            Event::DiscoverStart {
+                bytes_total,
+                pipeline,
+                ..
+            } => {
+                let bar = ProgressBar::with_draw_target(*bytes_total, ProgressDrawTarget::stderr());
+                let style = ProgressStyle::with_template(
+                    "{prefix} [{elapsed_precise}] {wide_bar} {decimal_bytes}/{decimal_total_bytes} ({decimal_bytes_per_sec}, {eta}) {msg}",
+                )
+                .unwrap_or_else(|_| ProgressStyle::default_bar());
+                bar.set_style(style);
+                bar.set_prefix(format!("discover {pipeline}"));
+                bar.enable_steady_tick(Duration::from_millis(200));
+                self.bar = Some(bar);
+            }
+            Event::DiscoverProgress {
+                records,
+                deadletters,
+                bytes,
+                ..
+            } => {
+                if let Some(bar) = &self.bar {
+                    bar.set_position(*bytes);
+                    bar.set_message(format!("{records} records, {deadletters} rejected"));
+                }
+            }
+            Event::DiscoverComplete { .. } | Event::DiscoverError { .. } => {
+                if let Some(bar) = self.bar.take() {
+                    bar.finish_and_clear();
+                }
+                Text.event(event);
+            }
+            other => Text.event(other),
+        }
+    }
+}
+
+fn describe(event: &Event) -> Option<String> {
+    Some(match event {
+        Event::DiscoverStart {
+            pipeline,
+            source,
+            files,
+            bytes_total,
+            ..
+        } => {
+            let mut line = format!("Discovering pipeline '{pipeline}' from source '{source}'");
+            if let (Some(files), Some(bytes)) = (files, bytes_total) {
+                line.push_str(&format!(
+                    " ({files} file{}, {})",
+                    plural(*files),
+                    human_bytes(*bytes)
+                ));
+            }
+            line
+        }
+        Event::DiscoverProgress { .. } => return None,
+        Event::NamespaceDiscovered {
+            namespace,
+            records,
+            fields,
+            ..
+        } => {
+            let mut text = format!(
+                "\nnamespace {namespace} ({records} record{})",
+                plural(*records)
+            );
+            for field in fields {
+                text.push_str(&format!("\n  {field}"));
+            }
+            text
+        }
+        Event::DiscoverComplete {
+            namespaces,
+            records,
+            deadletters,
+            bytes,
+            seconds,
+            schema_path,
+            ..
+        } => format!(
+            "\nSaved schema to {}: {namespaces} namespace{}, {records} record{}, {deadletters} rejected, {} in {seconds:.2} s",
+            schema_path.display(),
+            plural(*namespaces),
+            plural(*records),
+            human_bytes(*bytes)
+        ),
+        Event::DiscoverError { .. } => return None,
+        _ => return None,
+    })
+}
+
+fn plural(n: u64) -> &'static str {
+    if n == 1 { "" } else { "s" }
+}
+
+/// Bytes in decimal units (MB = 10^6 B).
+pub fn human_bytes(bytes: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "kB", "MB", "GB", "TB"];
+    let mut value = bytes as f64;
+    let mut unit = 0;
+    while value >= 1000.0 && unit < UNITS.len() - 1 {
+        value /= 1000.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{bytes} B")
+    } else {
+        format!("{value:.1} {}", UNITS[unit])
+    }
+}

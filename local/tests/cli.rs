@@ -1,0 +1,326 @@
+//! The `skipprd` binary, run as a user would: real files in a fresh directory per test.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+struct Run {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+/// Variables that would change behaviour if the developer's shell had them set.
+const SCRUBBED: &[&str] = &[
+    "SKIPPR_CONFIG_FILE",
+    "PIPELINE_NAME",
+    "DATA_DIR",
+    "WORKSPACE_NAME",
+    "TENANT",
+    "SKIPPR_S3_BUCKET",
+    "SKIPPRD_EL_STORAGE_MODE",
+    "WAL_STORAGE",
+    "RUST_LOG",
+    "TRANSFORM_NAMESPACE_FIELDS",
+];
+
+fn skipprd(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Run {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_skipprd"));
+    cmd.current_dir(dir).args(args);
+    for var in SCRUBBED {
+        cmd.env_remove(var);
+    }
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().expect("run skipprd");
+    Run {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+fn project(config: &str, files: &[(&str, &str)]) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("skippr.yml"), config).unwrap();
+    for (name, text) in files {
+        let path = dir.path().join(name);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, text).unwrap();
+    }
+    dir
+}
+
+const CONFIG: &str = "\
+pipelines:
+  events:
+    data_source: data_sources.files
+    transform:
+      namespace_fields: kind
+data_sources:
+  files:
+    File:
+      path: input/*.jsonl
+";
+
+const RECORDS: &[&str] = &[
+    r#"{"kind":"order","id":1,"price":10.5,"at":1700000000,"day":"2024-01-31","tags":["a"],"customer":{"name":"Ann","address":{"city":"Oslo","geo":{"lat":59.9,"lon":10.7}}}}"#,
+    r#"{"kind":"order","id":2,"price":"call us","at":1700000100,"day":"2024-02-01","tags":[],"customer":{"name":"Bo"}}"#,
+    r#"{"kind":"order","id":3147483648,"price":7,"at":1700000200,"day":"2024-02-02","tags":["b","c"]}"#,
+    r#"{"kind":"Refund Issued","order_id":1,"ok":true}"#,
+    r#"{"kind":"Refund Issued","order_id":2,"ok":false,"ms":1700000000123}"#,
+];
+
+fn schema_file(dir: &Path) -> PathBuf {
+    dir.join("data/default_events/schema.json")
+}
+
+#[test]
+fn discover_prints_namespaces_and_types_and_saves_the_schema() {
+    let dir = project(CONFIG, &[("input/a.jsonl", &(RECORDS.join("\n") + "\n"))]);
+    let run = skipprd(dir.path(), &["discover"], &[]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    for line in [
+        "namespace order (3 records)",
+        "namespace refund_issued (2 records)",
+        "  id: long",
+        "  price: double",
+        "  price_string: string",
+        "  at: timestamp",
+        "  day: date",
+        "  tags: list<string>",
+        "  customer.address.geo.lat: double",
+        "  ms: timestamp_ms",
+        "  ok: boolean",
+    ] {
+        assert!(
+            run.stdout.contains(line),
+            "missing {line:?} in:\n{}",
+            run.stdout
+        );
+    }
+    assert!(schema_file(dir.path()).is_file());
+}
+
+#[test]
+fn the_saved_schema_is_byte_identical_whatever_the_order_of_records_and_files() {
+    let forward = project(
+        CONFIG,
+        &[
+            ("input/1.jsonl", &(RECORDS[..2].join("\n") + "\n")),
+            ("input/2.jsonl", &(RECORDS[2..].join("\n") + "\n")),
+        ],
+    );
+    let mut reversed_records: Vec<&str> = RECORDS.to_vec();
+    reversed_records.reverse();
+    let backward = project(
+        CONFIG,
+        &[
+            ("input/1.jsonl", &(reversed_records[..3].join("\n") + "\n")),
+            ("input/2.jsonl", &(reversed_records[3..].join("\n") + "\n")),
+        ],
+    );
+    for dir in [&forward, &backward] {
+        assert_eq!(
+            skipprd(dir.path(), &["discover", "--output", "text"], &[]).code,
+            0
+        );
+    }
+    let a = std::fs::read(schema_file(forward.path())).unwrap();
+    let b = std::fs::read(schema_file(backward.path())).unwrap();
+    assert_eq!(String::from_utf8_lossy(&a), String::from_utf8_lossy(&b));
+}
+
+#[test]
+fn discover_json_output_is_one_event_per_line() {
+    let dir = project(
+        CONFIG,
+        &[("input/a.jsonl", &(RECORDS.join("\n") + "\nnot json\n"))],
+    );
+    let run = skipprd(dir.path(), &["discover", "--output", "json"], &[]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let events: Vec<serde_json::Value> = run
+        .stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("each line is JSON"))
+        .collect();
+    let kinds: Vec<&str> = events
+        .iter()
+        .map(|e| e["event"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds.first(), Some(&"discover_start"));
+    assert_eq!(kinds.last(), Some(&"discover_complete"));
+    assert_eq!(
+        kinds
+            .iter()
+            .filter(|k| **k == "namespace_discovered")
+            .count(),
+        2
+    );
+    let done = events.last().unwrap();
+    assert_eq!(done["records"], 5);
+    assert_eq!(done["deadletters"], 1);
+    assert_eq!(done["namespaces"], 2);
+}
+
+#[test]
+fn schema_prints_a_tree_or_json() {
+    let dir = project(CONFIG, &[("input/a.jsonl", &(RECORDS.join("\n") + "\n"))]);
+    let run = skipprd(dir.path(), &["schema"], &[]);
+    assert_eq!(run.code, 1, "schema before discover fails");
+    assert!(run.stderr.contains("skipprd discover"), "{}", run.stderr);
+    assert_eq!(skipprd(dir.path(), &["discover"], &[]).code, 0);
+    let tree = skipprd(dir.path(), &["schema", "-p", "events"], &[]);
+    assert_eq!(tree.code, 0, "{}", tree.stderr);
+    assert!(tree.stdout.contains("order (3 records)"), "{}", tree.stdout);
+    assert!(
+        tree.stdout.contains("      geo: struct"),
+        "nested fields are indented:\n{}",
+        tree.stdout
+    );
+    let json = skipprd(dir.path(), &["schema", "--output", "json"], &[]);
+    let parsed: serde_json::Value = serde_json::from_str(&json.stdout).unwrap();
+    assert_eq!(parsed["format_version"], 1);
+    assert_eq!(
+        json.stdout.trim_end(),
+        std::fs::read_to_string(schema_file(dir.path()))
+            .unwrap()
+            .trim_end()
+    );
+}
+
+#[test]
+fn pipeline_is_chosen_by_flag_or_pipeline_name_and_must_exist() {
+    let two = format!("{CONFIG}  more:\n    File:\n      path: input/*.jsonl\n").replace(
+        "data_sources:\n",
+        "  second:\n    data_source: data_sources.more\ndata_sources:\n",
+    );
+    let dir = project(&two, &[("input/a.jsonl", &(RECORDS.join("\n") + "\n"))]);
+    let run = skipprd(dir.path(), &["discover"], &[]);
+    assert_eq!(run.code, 2);
+    assert!(
+        run.stderr.contains("2 pipelines are defined") && run.stderr.contains("--pipeline"),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(
+        skipprd(dir.path(), &["discover"], &[("PIPELINE_NAME", "second")]).code,
+        0
+    );
+    assert!(dir.path().join("data/default_second/schema.json").is_file());
+    let run = skipprd(dir.path(), &["discover", "-p", "thrid"], &[]);
+    assert_eq!(run.code, 2);
+    assert!(
+        run.stderr.contains("pipeline 'thrid' is not defined"),
+        "{}",
+        run.stderr
+    );
+}
+
+#[test]
+fn config_errors_exit_2_with_one_message_naming_file_and_key() {
+    let cases: &[(&str, &str, &[(&str, &str)])] = &[
+        (
+            "typo",
+            "pipelines:\n  p:\n    data_source: data_sources.s\n    data_snk: data_sinks.x\ndata_sources:\n  s:\n    File:\n      path: x\n",
+            &[],
+        ),
+        (
+            "dangling",
+            "pipelines:\n  p:\n    data_source: data_sources.nope\n",
+            &[],
+        ),
+        (
+            "unset",
+            "data_sources:\n  s:\n    File:\n      path: ${NOT_SET_ANYWHERE}\n",
+            &[],
+        ),
+        (
+            "plaintext",
+            "data_sources:\n  s:\n    HttpClient:\n      url: http://127.0.0.1/\n      bearer_token: abc123\n",
+            &[],
+        ),
+        (
+            "reserved",
+            "pipelines:\n  wal:\n    data_source: data_sources.s\n",
+            &[],
+        ),
+    ];
+    let expectations = [
+        "pipelines.p.data_snk (line 4, column 5); did you mean `data_sink`?",
+        "pipelines.p.data_source references 'data_sources.nope', but 'nope' is not defined.",
+        "skippr.yml references ${NOT_SET_ANYWHERE} at data_sources.s.File.path, but that environment variable is not set",
+        "data_sources.s.HttpClient.bearer_token (line 5, column 7) is a secret",
+        "pipelines name 'wal' is reserved",
+    ];
+    for ((name, config, env), expected) in cases.iter().zip(expectations) {
+        let dir = project(config, &[]);
+        let run = skipprd(dir.path(), &["discover"], env);
+        assert_eq!(run.code, 2, "{name}: {}", run.stderr);
+        assert!(run.stderr.contains(expected), "{name}: {}", run.stderr);
+        assert!(
+            run.stderr.contains("skippr.yml"),
+            "{name} names the file: {}",
+            run.stderr
+        );
+        assert_eq!(
+            run.stderr.trim_end().lines().count(),
+            1,
+            "{name}: one message: {}",
+            run.stderr
+        );
+        assert!(!run.stderr.contains("panicked"), "{name}");
+        assert!(!run.stderr.contains("abc123"), "{name}: a secret leaked");
+    }
+}
+
+#[test]
+fn config_is_found_by_flag_env_var_or_name() {
+    let dir = project(CONFIG, &[("input/a.jsonl", &(RECORDS.join("\n") + "\n"))]);
+    std::fs::rename(
+        dir.path().join("skippr.yml"),
+        dir.path().join("elsewhere.yml"),
+    )
+    .unwrap();
+    let run = skipprd(dir.path(), &["discover"], &[]);
+    assert_eq!(run.code, 2, "no config: the pipeline is not defined");
+    assert!(
+        run.stderr.contains("no pipelines are defined"),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(
+        skipprd(dir.path(), &["discover", "--config", "elsewhere.yml"], &[]).code,
+        0
+    );
+    assert_eq!(
+        skipprd(
+            dir.path(),
+            &["schema"],
+            &[("SKIPPR_CONFIG_FILE", "elsewhere.yml")]
+        )
+        .code,
+        0
+    );
+    let run = skipprd(dir.path(), &["schema", "--config", "missing.yml"], &[]);
+    assert_eq!(run.code, 2);
+    assert!(run.stderr.contains("missing.yml"), "{}", run.stderr);
+}
+
+#[test]
+fn an_unreadable_source_exits_1_naming_the_path() {
+    let dir = project(CONFIG, &[]);
+    let run = skipprd(dir.path(), &["discover"], &[]);
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    assert!(run.stderr.contains("input/*.jsonl"), "{}", run.stderr);
+}
+
+#[test]
+fn bad_command_lines_exit_2() {
+    let dir = tempfile::tempdir().unwrap();
+    assert_eq!(skipprd(dir.path(), &["discovr"], &[]).code, 2);
+    assert_eq!(
+        skipprd(dir.path(), &["discover", "--output", "yaml"], &[]).code,
+        2
+    );
+}
