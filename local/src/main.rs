@@ -51,7 +51,8 @@ fn init_logging(cli: &Cli, mode: OutputMode) {
     };
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal());
     if mode == OutputMode::Json {
         builder.json().init();
     } else {
