@@ -28,14 +28,26 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             if mode == OutputMode::Json {
-                let event = Event::DiscoverError {
-                    pipeline: None,
-                    message: e.to_string(),
-                    retryable: e.is_retryable(),
+                let (message, retryable) = (e.to_string(), e.is_retryable());
+                let event = match &cli.command {
+                    Command::Discover(args) => Event::DiscoverError {
+                        pipeline: e
+                            .pipeline()
+                            .map(str::to_owned)
+                            .or_else(|| args.pipeline.pipeline.clone()),
+                        message,
+                        retryable,
+                    },
+                    Command::Schema(args) => Event::SchemaError {
+                        pipeline: e
+                            .pipeline()
+                            .map(str::to_owned)
+                            .or_else(|| args.pipeline.pipeline.clone()),
+                        message,
+                        retryable,
+                    },
                 };
-                if matches!(cli.command, Command::Discover(_)) {
-                    output::observer(mode).event(&event);
-                }
+                output::observer(mode).event(&event);
             }
             eprintln!("error: {e}");
             ExitCode::from(if e.is_config() { 2 } else { 1 })

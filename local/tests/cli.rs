@@ -1,4 +1,10 @@
 //! The `skipprd` binary, run as a user would: real files in a fresh directory per test.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "a test binary: a failed set-up step should fail the test loudly"
+)]
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -219,7 +225,8 @@ fn pipeline_is_chosen_by_flag_or_pipeline_name_and_must_exist() {
 
 #[test]
 fn config_errors_exit_2_with_one_message_naming_file_and_key() {
-    let cases: &[(&str, &str, &[(&str, &str)])] = &[
+    type Case<'a> = (&'a str, &'a str, &'a [(&'a str, &'a str)]);
+    let cases: &[Case] = &[
         (
             "typo",
             "pipelines:\n  p:\n    data_source: data_sources.s\n    data_snk: data_sinks.x\ndata_sources:\n  s:\n    File:\n      path: x\n",
@@ -322,5 +329,26 @@ fn bad_command_lines_exit_2() {
     assert_eq!(
         skipprd(dir.path(), &["discover", "--output", "yaml"], &[]).code,
         2
+    );
+}
+
+#[test]
+fn json_output_reports_errors_as_events_naming_the_pipeline() {
+    let dir = project(CONFIG, &[]);
+    let run = skipprd(dir.path(), &["discover", "--output", "json"], &[]);
+    assert_eq!(run.code, 1);
+    let last: serde_json::Value = serde_json::from_str(run.stdout.lines().last().unwrap()).unwrap();
+    assert_eq!(last["event"], "discover_error");
+    assert_eq!(last["pipeline"], "events");
+    assert_eq!(last["retryable"], false);
+    let run = skipprd(dir.path(), &["schema", "--output", "json"], &[]);
+    assert_eq!(run.code, 1);
+    let last: serde_json::Value = serde_json::from_str(run.stdout.lines().last().unwrap()).unwrap();
+    assert_eq!(last["event"], "schema_error");
+    assert!(
+        last["message"]
+            .as_str()
+            .unwrap()
+            .contains("skipprd discover")
     );
 }

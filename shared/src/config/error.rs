@@ -44,6 +44,24 @@ pub enum ConfigError {
         /// `--config` or `SKIPPR_CONFIG_FILE`.
         origin: &'static str,
     },
+    /// A config file named by `--config` or `SKIPPR_CONFIG_FILE` is a directory.
+    #[error("config file '{path}' (from {origin}) is a directory, not a file")]
+    NotAFile {
+        /// The path as given.
+        path: PathBuf,
+        /// `--config` or `SKIPPR_CONFIG_FILE`.
+        origin: &'static str,
+    },
+    /// An environment variable or flag that skipprd reads has a value it cannot use.
+    #[error("{name} = '{value}': {message}")]
+    BadSetting {
+        /// The variable (`BUFFER_THRESHOLD_BYTES`) or flag (`--wal-storage`).
+        name: String,
+        /// Its value.
+        value: String,
+        /// What is wrong, and what to use instead.
+        message: String,
+    },
     /// The config file (or a `.env` file) exists but cannot be read.
     #[error("cannot read '{path}': {source}")]
     Read {
@@ -220,6 +238,12 @@ pub enum ConfigError {
         file: String,
         /// The names that are defined.
         defined: Vec<String>,
+    },
+    /// A command needs a pipeline and the configuration defines none.
+    #[error("no pipelines are defined in {file}")]
+    NoPipelines {
+        /// The config file, or a note that none was found.
+        file: String,
     },
     /// A command needs a pipeline and none was named while several are defined.
     #[error(

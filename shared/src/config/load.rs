@@ -110,6 +110,11 @@ pub fn discover_config_file(
     if let Some(path) = flag {
         return if path.is_file() {
             Ok(ConfigSource::Flag(path.to_path_buf()))
+        } else if path.is_dir() {
+            Err(ConfigError::NotAFile {
+                path: path.to_path_buf(),
+                origin: "--config",
+            })
         } else {
             Err(ConfigError::FileNotFound {
                 path: path.to_path_buf(),
@@ -126,6 +131,11 @@ pub fn discover_config_file(
         };
         return if path.is_file() {
             Ok(ConfigSource::EnvVar(path))
+        } else if path.is_dir() {
+            Err(ConfigError::NotAFile {
+                path,
+                origin: "SKIPPR_CONFIG_FILE",
+            })
         } else {
             Err(ConfigError::FileNotFound {
                 path,
@@ -228,21 +238,90 @@ pub fn parse_str(
     if text.trim().is_empty() {
         return Ok((Config::default(), BTreeMap::new()));
     }
+    let mut tree = match tree_from_text(text, format, file) {
+        Ok(tree) => tree,
+        Err(tree_err) => {
+            // The typed pass reports syntax errors with a line and column; prefer its error.
+            typed_from_text::<Config>(text, format, file)?;
+            return Err(tree_err);
+        }
+    };
+    if tree.is_null() {
+        // A file of comments only, or a bare `---`.
+        return Ok((Config::default(), BTreeMap::new()));
+    }
     {
         let _guard = require_references();
         typed_from_text::<Config>(text, format, file)?;
     }
-    let mut tree = tree_from_text(text, format, file)?;
+    if let Some(root) = tree.as_object_mut() {
+        // Accepted and ignored: their text is never substituted, so it cannot fail the run.
+        for ignored in IGNORED_ROOT_KEYS {
+            root.remove(*ignored);
+        }
+    }
     let file_name = file
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_else(|| "skippr.yml".to_owned());
     let env_refs = super::env::substitute(&mut tree, env, &file_name)?;
-    let config = serde_path_to_error::deserialize::<_, Config>(tree).map_err(|e| {
-        let path = e.path().to_string();
-        classify(file, &path, &e.inner().to_string(), None, None)
-    })?;
+    // The generic tree holds YAML's plain scalars as numbers and booleans (`workspace: 2024`),
+    // which the typed pass over the text accepted as text. Turn such a value back into text
+    // where a text field expects it, then type again; each round fixes one value.
+    let mut rounds = 0usize;
+    let config = loop {
+        match serde_path_to_error::deserialize::<_, Config>(&tree) {
+            Ok(config) => break config,
+            Err(e) => {
+                let message = e.inner().to_string();
+                let scalar_for_text =
+                    message.starts_with("invalid type: ") && message.contains("expected a string");
+                if scalar_for_text
+                    && rounds < MAX_TEXT_COERCIONS
+                    && stringify_at(&mut tree, e.path())
+                {
+                    rounds += 1;
+                    continue;
+                }
+                return Err(classify(file, &e.path().to_string(), &message, None, None));
+            }
+        }
+    };
     Ok((config, env_refs))
+}
+
+/// Root keys accepted for compatibility and ignored.
+const IGNORED_ROOT_KEYS: &[&str] = &["dbt", "vector_sources"];
+
+/// Upper bound on text coercions of one file (each is one re-typing of the tree).
+const MAX_TEXT_COERCIONS: usize = 10_000;
+
+/// Replace the number or boolean at `path` in `tree` by its text; false when there is none.
+fn stringify_at(tree: &mut serde_json::Value, path: &serde_path_to_error::Path) -> bool {
+    use serde_path_to_error::Segment;
+    let mut node = tree;
+    for segment in path.iter() {
+        node = match (segment, node) {
+            (Segment::Map { key }, serde_json::Value::Object(map)) => match map.get_mut(key) {
+                Some(next) => next,
+                None => return false,
+            },
+            (Segment::Seq { index }, serde_json::Value::Array(items)) => {
+                match items.get_mut(*index) {
+                    Some(next) => next,
+                    None => return false,
+                }
+            }
+            _ => return false,
+        };
+    }
+    let text = match node {
+        serde_json::Value::Number(n) => n.to_string(),
+        serde_json::Value::Bool(b) => b.to_string(),
+        _ => return false,
+    };
+    *node = serde_json::Value::String(text);
+    true
 }
 
 fn typed_from_text<T: DeserializeOwned>(
@@ -262,12 +341,28 @@ fn typed_from_text<T: DeserializeOwned>(
                     loc.as_ref().map(|l| l.line()),
                     loc.as_ref().map(|l| l.column()),
                 );
-                // libyaml reports a secret's error at its parent map; point at the key itself.
-                if let ConfigError::PlaintextSecret { location, .. } = &mut err
-                    && let Some((line, column)) = locate_yaml_key(text, &location.path)
-                {
-                    location.line = Some(line);
-                    location.column = Some(column);
+                // libyaml reports these errors at the parent map; point at the key itself.
+                match &mut err {
+                    ConfigError::PlaintextSecret { location, .. } => {
+                        if let Some((line, column)) = locate_yaml_key(text, &location.path, 0) {
+                            location.line = Some(line);
+                            location.column = Some(column);
+                        }
+                    }
+                    ConfigError::Invalid {
+                        message, location, ..
+                    } => {
+                        if let Some(name) = message
+                            .strip_prefix('`')
+                            .and_then(|m| m.split_once("` is defined twice"))
+                            && let Some((line, column)) =
+                                locate_yaml_key(text, &format!("{}.{}", location.path, name.0), 1)
+                        {
+                            location.line = Some(line);
+                            location.column = Some(column);
+                        }
+                    }
+                    _ => {}
                 }
                 err
             })
@@ -343,11 +438,27 @@ fn nonzero(n: usize) -> Option<usize> {
 /// 1-based line and column of the key at dotted `path` in YAML `text`, found by walking the
 /// block structure (each segment a `key:` deeper than its parent). `None` when the layout is
 /// not plain block style.
-fn locate_yaml_key(text: &str, path: &str) -> Option<(usize, usize)> {
+/// With `skip_last` > 0, the last segment's match is the one after that many earlier ones at
+/// the same depth (for a key written twice).
+fn locate_yaml_key(text: &str, path: &str, skip_last: usize) -> Option<(usize, usize)> {
     let mut lines = text.lines().enumerate();
     let mut parent_indent: Option<usize> = None;
     let mut found = None;
-    for segment in path.split('.') {
+    let segments: Vec<&str> = path.split('.').collect();
+    for (n, segment) in segments.iter().enumerate() {
+        let skip = if n + 1 == segments.len() {
+            skip_last
+        } else {
+            0
+        };
+        for _ in 0..skip {
+            let needle = format!("{}:", segment.split('[').next().unwrap_or(segment));
+            lines.by_ref().find(|(_, line)| {
+                let body = line.trim_start();
+                let indent = line.len() - body.len();
+                parent_indent.is_none_or(|p| indent > p) && body.starts_with(&needle)
+            })?;
+        }
         let segment = segment.split('[').next().unwrap_or(segment);
         let needle = format!("{segment}:");
         let (line_no, indent) = lines.by_ref().find_map(|(i, line)| {

@@ -47,20 +47,20 @@ pub struct Config {
     /// Pipelines by name: each reads one source and writes to at most one destination.
     /// Names may not contain dots and may not be `deadletters`, `wal`, `_skippr`, `skippr`
     /// or `metadata`.
-    #[serde(default, deserialize_with = "null_as_default")]
+    #[serde(default, deserialize_with = "unique_names")]
     pub pipelines: BTreeMap<String, PipelineConfig>,
     /// Sources by logical name: each maps to exactly one connector type.
-    #[serde(default, deserialize_with = "null_as_default")]
+    #[serde(default, deserialize_with = "unique_names")]
     pub data_sources: BTreeMap<String, Entry<SourceConnector>>,
     /// Destinations by logical name: each maps to exactly one connector type, plus an optional
     /// `schema_sink` reference.
-    #[serde(default, deserialize_with = "null_as_default")]
+    #[serde(default, deserialize_with = "unique_names")]
     pub data_sinks: BTreeMap<String, Entry<SinkConnector>>,
     /// Where rejected records go, by logical name.
-    #[serde(default, deserialize_with = "null_as_default")]
+    #[serde(default, deserialize_with = "unique_names")]
     pub deadletter_sinks: BTreeMap<String, Entry<DeadletterConnector>>,
     /// Where sinks' schemas are written, by logical name.
-    #[serde(default, deserialize_with = "null_as_default")]
+    #[serde(default, deserialize_with = "unique_names")]
     pub schema_sinks: BTreeMap<String, Entry<SchemaSinkConnector>>,
     /// Accepted for compatibility with the original product and ignored.
     #[serde(default)]
@@ -163,7 +163,8 @@ pub struct PipelineConfig {
     pub sync_frequency_seconds: Option<u64>,
     /// Directory for the WAL, resume positions and (in local storage mode) the schema; the
     /// pipeline uses `<data_dir>/<workspace>_<pipeline>/`. Relative paths are resolved against
-    /// the config file's directory. Default: env `DATA_DIR`, else `./data`.
+    /// the config file's directory. Default: env `DATA_DIR` (relative to the current
+    /// directory, like any path in a variable), else `./data` beside the config file.
     #[serde(default)]
     pub data_dir: Option<PathBuf>,
     /// How records are routed to namespaces (tables) and shaped.
@@ -254,6 +255,56 @@ impl<'de> Deserialize<'de> for FieldList {
             ),
         })
     }
+}
+
+/// A map of names, each defined once: YAML and JSON parsers keep the last of two equal keys
+/// silently, which would drop a pipeline or connector without a word. `key:` with no value
+/// (null) is an empty map.
+fn unique_names<'de, D, V>(deserializer: D) -> Result<BTreeMap<String, V>, D::Error>
+where
+    D: Deserializer<'de>,
+    V: Deserialize<'de>,
+{
+    use serde::de::{self, MapAccess, Visitor};
+    use std::marker::PhantomData;
+
+    struct Names<V>(PhantomData<V>);
+
+    impl<'de, V: Deserialize<'de>> Visitor<'de> for Names<V> {
+        type Value = BTreeMap<String, V>;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a map of names")
+        }
+
+        fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+            Ok(BTreeMap::new())
+        }
+
+        fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
+            Ok(BTreeMap::new())
+        }
+
+        fn visit_some<D2: Deserializer<'de>>(self, d: D2) -> Result<Self::Value, D2::Error> {
+            d.deserialize_map(self)
+        }
+
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+            let mut names = BTreeMap::new();
+            while let Some(name) = map.next_key::<String>()? {
+                if names.contains_key(&name) {
+                    return Err(de::Error::custom(format!(
+                        "`{name}` is defined twice; each name may be defined once"
+                    )));
+                }
+                let value = map.next_value()?;
+                names.insert(name, value);
+            }
+            Ok(names)
+        }
+    }
+
+    deserializer.deserialize_option(Names(PhantomData))
 }
 
 /// `key:` with no value (YAML null) means the default, like an absent key.

@@ -179,11 +179,17 @@ impl ValidatedConfig {
 }
 
 fn unreachable_empty(config: &ValidatedConfig) -> ConfigError {
-    ConfigError::PipelineNotDefined {
-        name: "(none given)".to_owned(),
+    ConfigError::NoPipelines {
         file: config.file.clone(),
-        defined: Vec::new(),
     }
+}
+
+/// Where a setting's value came from, so an error names what the user actually wrote.
+enum Origin {
+    /// A key path of the config file.
+    Key(String),
+    /// An environment variable or a command-line flag.
+    Var(String),
 }
 
 /// Validate a loaded config. `wal_storage` is the `--wal-storage` flag, if given (else
@@ -223,6 +229,24 @@ pub fn validate(
     check_entries(&v, &config.schema_sinks)?;
 
     let settings = v.settings(config, wal_storage)?;
+    for (name, entry) in &config.data_sinks {
+        if let Some(r) = &entry.schema_sink {
+            v.resolve(
+                &format!("data_sinks.{name}.schema_sink"),
+                r,
+                &config.schema_sinks,
+            )?;
+        }
+    }
+    for (name, entry) in &config.deadletter_sinks {
+        if let Some(r) = &entry.schema_sink {
+            v.resolve(
+                &format!("deadletter_sinks.{name}.schema_sink"),
+                r,
+                &config.schema_sinks,
+            )?;
+        }
+    }
     v.check_sinks(&config.data_sinks)?;
 
     let mut pipelines = BTreeMap::new();
@@ -255,6 +279,14 @@ pub fn validate(
                 r,
                 &config.schema_sinks,
             )?);
+        }
+        if let SourceConnector::File(f) = &source.connector
+            && f.path.trim().is_empty()
+        {
+            return Err(v.bad_value(
+                &format!("data_sources.{}.File.path", source.name),
+                "must not be empty",
+            ));
         }
         if let SourceConnector::File(f) = &source.connector
             && f.batch_size == Some(0)
@@ -416,51 +448,100 @@ impl Validator<'_> {
         self.env.var(name).filter(|v| !v.is_empty())
     }
 
+    /// A setting from the file (`key`), else from environment variable `var`, with its origin.
+    fn setting(
+        &self,
+        from_file: Option<&String>,
+        key: &str,
+        var: &str,
+    ) -> Option<(String, Origin)> {
+        match from_file {
+            Some(v) => Some((v.clone(), Origin::Key(key.to_owned()))),
+            None => self.var(var).map(|v| (v, Origin::Var(var.to_owned()))),
+        }
+    }
+
+    /// An error about `value`, reported where it came from: a key of the file, or a variable
+    /// or flag.
+    fn invalid(&self, origin: &Origin, value: &str, message: &str) -> ConfigError {
+        match origin {
+            Origin::Key(key) => self.bad_value(key, &format!("'{value}' {message}")),
+            Origin::Var(name) => ConfigError::BadSetting {
+                name: name.clone(),
+                value: value.to_owned(),
+                message: message.to_owned(),
+            },
+        }
+    }
+
     fn settings(
         &self,
         config: &super::Config,
         wal_flag: Option<&str>,
     ) -> Result<Settings, ConfigError> {
         let s = &config.skippr;
-        let tenant = s
-            .tenant
-            .clone()
-            .or_else(|| self.var("TENANT"))
-            .unwrap_or_else(|| "default".to_owned());
-        let workspace = s
-            .workspace
-            .clone()
-            .or_else(|| self.var("WORKSPACE_NAME"))
-            .unwrap_or_else(|| "default".to_owned());
-        self.check_identity("skippr.tenant", &tenant)?;
-        self.check_identity("skippr.workspace", &workspace)?;
-        let skippr_s3_bucket = s
-            .skippr_s3_bucket
-            .clone()
-            .or_else(|| self.var("SKIPPR_S3_BUCKET"));
-        let wal_s3_bucket = s
-            .wal_s3_bucket
-            .clone()
-            .or_else(|| self.var("SKIPPR_WAL_S3_BUCKET"));
-        for (key, bucket) in [
-            ("skippr.skippr_s3_bucket", &skippr_s3_bucket),
-            ("skippr.wal_s3_bucket", &wal_s3_bucket),
-        ] {
-            if let Some(b) = bucket {
-                self.check_bucket(key, b)?;
-            }
-        }
+        let identity =
+            |value: Option<&String>, key: &str, var: &str| -> Result<String, ConfigError> {
+                match self.setting(value, key, var) {
+                    None => Ok("default".to_owned()),
+                    Some((v, origin)) => {
+                        if v.is_empty()
+                            || !v
+                                .chars()
+                                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+                        {
+                            return Err(self.invalid(
+                                &origin,
+                                &v,
+                                "may only contain letters, digits, `_` and `-`",
+                            ));
+                        }
+                        Ok(v)
+                    }
+                }
+            };
+        let tenant = identity(s.tenant.as_ref(), "skippr.tenant", "TENANT")?;
+        let workspace = identity(s.workspace.as_ref(), "skippr.workspace", "WORKSPACE_NAME")?;
+        let bucket =
+            |value: Option<&String>, key: &str, var: &str| -> Result<Option<String>, ConfigError> {
+                match self.setting(value, key, var) {
+                    None => Ok(None),
+                    Some((b, origin)) => {
+                        if b.contains("://") || b.contains('/') {
+                            return Err(self.invalid(
+                                &origin,
+                                &b,
+                                "must be a bucket name, not a URI or path",
+                            ));
+                        }
+                        Ok(Some(b))
+                    }
+                }
+            };
+        let skippr_s3_bucket = bucket(
+            s.skippr_s3_bucket.as_ref(),
+            "skippr.skippr_s3_bucket",
+            "SKIPPR_S3_BUCKET",
+        )?;
+        let wal_s3_bucket = bucket(
+            s.wal_s3_bucket.as_ref(),
+            "skippr.wal_s3_bucket",
+            "SKIPPR_WAL_S3_BUCKET",
+        )?;
         let storage_mode = match s.skipprd_el_storage_mode {
             Some(mode) => mode,
-            None => match self.var("SKIPPRD_EL_STORAGE_MODE").as_deref() {
-                Some("local") => StorageMode::Local,
-                Some("s3") => StorageMode::S3,
-                Some(other) => {
-                    return Err(self.bad_value(
-                        "SKIPPRD_EL_STORAGE_MODE",
-                        &format!("'{other}' is not a storage mode; use `local` or `s3`"),
-                    ));
-                }
+            None => match self.var("SKIPPRD_EL_STORAGE_MODE") {
+                Some(v) => match v.to_ascii_lowercase().as_str() {
+                    "local" => StorageMode::Local,
+                    "s3" => StorageMode::S3,
+                    _ => {
+                        return Err(self.invalid(
+                            &Origin::Var("SKIPPRD_EL_STORAGE_MODE".to_owned()),
+                            &v,
+                            "is not a storage mode; use `local` or `s3`",
+                        ));
+                    }
+                },
                 None if skippr_s3_bucket.is_some() => StorageMode::S3,
                 None => StorageMode::Local,
             },
@@ -501,26 +582,30 @@ impl Validator<'_> {
                 Some("yes" | "true" | "1")
             )
         });
-        let wal_raw = wal_flag
-            .map(str::to_owned)
-            .or_else(|| self.var("WAL_STORAGE"));
-        let wal_storage = match wal_raw.as_deref().map(str::to_ascii_lowercase).as_deref() {
-            None | Some("disk") => WalStorage::Disk,
-            Some("s3") => WalStorage::S3,
-            Some("clustered") => {
-                return Err(ConfigError::UnsupportedSetting {
-                    setting: "WAL_STORAGE".to_owned(),
-                    value: "clustered".to_owned(),
-                    note: Some("use `disk` (default) or `s3`".to_owned()),
-                });
-            }
-            Some(other) => {
-                return Err(ConfigError::UnsupportedSetting {
-                    setting: "WAL_STORAGE".to_owned(),
-                    value: other.to_owned(),
-                    note: Some("use `disk` (default) or `s3`".to_owned()),
-                });
-            }
+        let wal = match wal_flag {
+            Some(v) => Some((v.to_owned(), "--wal-storage")),
+            None => self.var("WAL_STORAGE").map(|v| (v, "WAL_STORAGE")),
+        };
+        let wal_storage = match &wal {
+            None => WalStorage::Disk,
+            Some((v, name)) => match v.to_ascii_lowercase().as_str() {
+                "disk" => WalStorage::Disk,
+                "s3" => WalStorage::S3,
+                "clustered" => {
+                    return Err(ConfigError::UnsupportedSetting {
+                        setting: (*name).to_owned(),
+                        value: v.clone(),
+                        note: Some("use `disk` (default) or `s3`".to_owned()),
+                    });
+                }
+                _ => {
+                    return Err(self.invalid(
+                        &Origin::Var((*name).to_owned()),
+                        v,
+                        "is not a WAL storage; use `disk` (default) or `s3`",
+                    ));
+                }
+            },
         };
         let buffer_threshold_bytes = match self.var("BUFFER_THRESHOLD_BYTES") {
             None => DEFAULT_BUFFER_THRESHOLD_BYTES,
@@ -530,14 +615,14 @@ impl Validator<'_> {
                 .ok()
                 .filter(|n| *n > 0)
                 .ok_or_else(|| {
-                    self.bad_value(
-                        "BUFFER_THRESHOLD_BYTES",
-                        &format!("'{v}' is not a positive number of bytes"),
+                    self.invalid(
+                        &Origin::Var("BUFFER_THRESHOLD_BYTES".to_owned()),
+                        &v,
+                        "is not a positive number of bytes",
                     )
                 })?,
         };
         Ok(Settings {
-            buffer_threshold_bytes,
             tenant,
             workspace,
             storage_mode,
@@ -546,21 +631,8 @@ impl Validator<'_> {
             store,
             chaos_mode,
             wal_storage,
+            buffer_threshold_bytes,
         })
-    }
-
-    fn check_identity(&self, key: &str, value: &str) -> Result<(), ConfigError> {
-        if value.is_empty()
-            || !value
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
-        {
-            return Err(self.bad_value(
-                key,
-                &format!("'{value}' may only contain letters, digits, `_` and `-`"),
-            ));
-        }
-        Ok(())
     }
 
     fn check_bucket(&self, key: &str, bucket: &str) -> Result<(), ConfigError> {
@@ -595,9 +667,10 @@ impl Validator<'_> {
                 None | Some("false" | "0" | "no") => false,
                 Some("true" | "1" | "yes") => true,
                 Some(other) => {
-                    return Err(self.bad_value(
-                        "TRANSFORM_FLATTEN_EVENTS",
-                        &format!("'{other}' is not `true` or `false`"),
+                    return Err(self.invalid(
+                        &Origin::Var("TRANSFORM_FLATTEN_EVENTS".to_owned()),
+                        other,
+                        "is not `true` or `false`",
                     ));
                 }
             },
@@ -611,9 +684,10 @@ impl Validator<'_> {
                         v.to_ascii_lowercase(),
                     ))
                     .map_err(|_| {
-                        self.bad_value(
-                            "TRANSFORM_BATCH_TIME_UNIT",
-                            &format!("'{v}' is not one of year, month, day, hour, minute"),
+                        self.invalid(
+                            &Origin::Var("TRANSFORM_BATCH_TIME_UNIT".to_owned()),
+                            &v,
+                            "is not one of year, month, day, hour, minute",
                         )
                     })?,
                 ),

@@ -61,7 +61,7 @@ pub fn schema_store(
             setting: "skippr.skipprd_el_storage_mode".to_owned(),
             value: "s3".to_owned(),
             note: Some(
-                "schemas in the skippr bucket come with the AWS backends; use `local` for now"
+                "schemas in the skippr bucket come with the AWS backends; set `skippr.skipprd_el_storage_mode: local` (s3 is the default when a skippr bucket is set)"
                     .to_owned(),
             ),
         }),
@@ -151,6 +151,13 @@ pub fn discover_into(
         tracing::warn!(pipeline = %name, deadletters, "Rejected records: only the first {DEADLETTERS_LOGGED} were logged one by one.");
     }
 
+    if records == 0 {
+        return Err(PipelineError::NothingRead {
+            pipeline: name,
+            source_name: pipeline.source.name.clone(),
+            deadletters,
+        });
+    }
     let schema = inferrer.finish(&name, &config.settings.workspace);
     store.save(&schema).map_err(schema_err)?;
     for (namespace, ns) in &schema.namespaces {
@@ -330,5 +337,38 @@ mod tests {
         .unwrap_err();
         assert!(!err.is_config());
         assert!(err.to_string().contains("events.jsonl"), "{err}");
+    }
+
+    #[test]
+    fn reading_no_record_fails_and_keeps_the_saved_schema() {
+        let (dir, config) = project("{\"kind\":\"a\",\"n\":1}\n");
+        let pipeline = config.pipeline(None).unwrap();
+        let store = MemorySchemaStore::default();
+        discover_into(
+            &config,
+            pipeline,
+            &DiscoverOptions::default(),
+            &store,
+            &mut Recorder::default(),
+        )
+        .unwrap();
+        std::fs::write(dir.path().join("events.jsonl"), "not json\n").unwrap();
+        let err = discover_into(
+            &config,
+            pipeline,
+            &DiscoverOptions::default(),
+            &store,
+            &mut Recorder::default(),
+        )
+        .unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("read 0 records from source 's' (1 rejected)"),
+            "{err}"
+        );
+        assert!(
+            store.load().unwrap().namespaces.contains_key("a"),
+            "the earlier schema is kept"
+        );
     }
 }

@@ -27,15 +27,38 @@ pub enum PipelineError {
         /// What went wrong.
         source: SchemaError,
     },
+    /// The source gave no record at all, so there is nothing to infer a schema from.
+    #[error(
+        "pipeline '{pipeline}': read 0 records from source '{source_name}' ({deadletters} rejected); the saved schema was left unchanged"
+    )]
+    NothingRead {
+        /// The pipeline.
+        pipeline: String,
+        /// The source's logical name.
+        source_name: String,
+        /// Records rejected on the way.
+        deadletters: u64,
+    },
 }
 
 impl PipelineError {
+    /// The pipeline the error is about, when known.
+    pub fn pipeline(&self) -> Option<&str> {
+        match self {
+            PipelineError::Config(_) => None,
+            PipelineError::Source { pipeline, .. }
+            | PipelineError::Schema { pipeline, .. }
+            | PipelineError::NothingRead { pipeline, .. } => Some(pipeline),
+        }
+    }
+
     /// Whether the same command might succeed if run again unchanged.
     pub fn is_retryable(&self) -> bool {
         match self {
             PipelineError::Config(e) => e.is_retryable(),
             PipelineError::Source { source, .. } => source.is_retryable(),
             PipelineError::Schema { source, .. } => source.is_retryable(),
+            PipelineError::NothingRead { .. } => false,
         }
     }
 

@@ -2,7 +2,7 @@
 //!
 //! With `--output json` each event is printed as one JSON object per line, tagged by `event`
 //! (`discover_start`, `discover_progress`, `namespace_discovered`, `discover_complete`,
-//! `discover_error`). Field names are stable: scripts depend on them.
+//! `discover_error`; `schema_error`). Field names are stable: scripts depend on them.
 
 use std::path::PathBuf;
 
@@ -69,6 +69,15 @@ pub enum Event {
     },
     /// `discover` failed.
     DiscoverError {
+        /// The pipeline, when known.
+        pipeline: Option<String>,
+        /// The error, one line.
+        message: String,
+        /// Whether running again unchanged might succeed.
+        retryable: bool,
+    },
+    /// `schema` failed.
+    SchemaError {
         /// The pipeline, when known.
         pipeline: Option<String>,
         /// The error, one line.

@@ -501,7 +501,7 @@ fn unsupported_settings_are_recognised_and_rejected() {
         .unwrap_err()
         .to_string();
     assert!(
-        msg.contains("WAL_STORAGE = 'clustered' is not supported"),
+        msg.contains("--wal-storage = 'clustered' is not supported"),
         "{msg}"
     );
     let loaded = load_text(EXAMPLE, &[("WAL_STORAGE", "s3")]).unwrap();
@@ -681,4 +681,100 @@ proptest! {
             }
         }
     }
+}
+
+#[test]
+fn plain_yaml_scalars_fill_text_fields() {
+    let text = "skippr:\n  workspace: 2024\npipelines:\n  p:\n    data_source: data_sources.s\ndata_sources:\n  s:\n    File:\n      version: 1.2\n      path: 2024\n";
+    let v = check(text, &[]).unwrap();
+    assert_eq!(v.settings.workspace, "2024");
+    let SourceConnector::File(f) = &v.pipelines["p"].source.connector else {
+        unreachable!()
+    };
+    assert_eq!(f.path, "2024");
+    assert_eq!(f.version.as_deref(), Some("1.2"));
+    // A number where a number belongs stays a number; text where a number belongs is still an error.
+    let msg = err(
+        "pipelines:\n  p:\n    data_source: data_sources.s\n    sync_frequency_seconds: often\n",
+    );
+    assert!(msg.contains("pipelines.p.sync_frequency_seconds"), "{msg}");
+}
+
+#[test]
+fn a_name_defined_twice_is_an_error_not_a_silent_overwrite() {
+    let text = "pipelines:\n  p:\n    data_source: data_sources.a\n  p:\n    data_source: data_sources.b\n";
+    let msg = load_text(text, &[]).unwrap_err().to_string();
+    assert!(msg.contains("`p` is defined twice"), "{msg}");
+    assert!(msg.contains("line 4"), "{msg}");
+}
+
+#[test]
+fn a_file_of_comments_only_is_an_empty_config() {
+    for text in ["# nothing yet\n", "---\n", "# a\n---\n# b\n"] {
+        assert!(check(text, &[]).unwrap().pipelines.is_empty(), "{text:?}");
+    }
+}
+
+#[test]
+fn ignored_sections_are_not_substituted() {
+    let text = format!("{EXAMPLE}dbt:\n  profile: ${{NOT_SET_FOR_DBT}}\n");
+    assert!(check(&text, &[]).is_ok());
+}
+
+#[test]
+fn settings_from_the_environment_are_reported_by_variable_name() {
+    let e = check(
+        EXAMPLE.replace("  workspace: demo\n", "").as_str(),
+        &[("WORKSPACE_NAME", "a b")],
+    )
+    .unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "WORKSPACE_NAME = 'a b': may only contain letters, digits, `_` and `-`"
+    );
+    let e = check(EXAMPLE, &[("BUFFER_THRESHOLD_BYTES", "lots")]).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "BUFFER_THRESHOLD_BYTES = 'lots': is not a positive number of bytes"
+    );
+    let loaded = load_text(EXAMPLE, &[]).unwrap();
+    let e = validate(&loaded, Some("tape")).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "--wal-storage = 'tape': is not a WAL storage; use `disk` (default) or `s3`"
+    );
+    let e = check("skippr:\n  workspace: a/b\n", &[])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("skippr.workspace: 'a/b' may only contain"),
+        "{e}"
+    );
+}
+
+#[test]
+fn an_empty_file_path_is_a_config_error() {
+    let msg = err(
+        "pipelines:\n  p:\n    data_source: data_sources.s\ndata_sources:\n  s:\n    File:\n      path: ''\n",
+    );
+    assert!(
+        msg.contains("data_sources.s.File.path: must not be empty"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn schema_sink_references_are_checked_on_every_sink() {
+    let msg = err("data_sinks:\n  out:\n    Stdout: {}\n    schema_sink: schema_sinks.nope\n");
+    assert!(
+        msg.contains("data_sinks.out.schema_sink references 'schema_sinks.nope'"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn a_directory_given_as_config_is_named_as_such() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = discover_config_file(Some(dir.path()), &env(&[]), dir.path()).unwrap_err();
+    assert!(e.to_string().contains("is a directory"), "{e}");
 }
