@@ -19,7 +19,7 @@ use crate::schema::{
 
 use super::PipelineError;
 use super::events::{Event, Observer};
-use super::source::open_source;
+use super::source::{open_source, read_ahead};
 
 /// Options of one `discover` run.
 #[derive(Debug, Clone, Default)]
@@ -99,7 +99,7 @@ pub fn discover_into(
 ) -> Result<DiscoverReport, PipelineError> {
     let started = Instant::now();
     let name = pipeline.name.clone();
-    let mut source = open_source(pipeline, &config.settings, &config.base_dir)?;
+    let source = open_source(pipeline, &config.settings, &config.base_dir)?;
     let progress = source.progress();
     observer.event(&Event::DiscoverStart {
         pipeline: name.clone(),
@@ -115,38 +115,38 @@ pub fn discover_into(
         pipeline: name.clone(),
         source,
     };
-    'read: while let Some(batch) = source
-        .next_batch()
-        .map_err(|source| PipelineError::Source {
-            pipeline: name.clone(),
-            source,
-        })?
-    {
-        bytes += batch.bytes_read;
-        for dl in &batch.deadletters {
-            deadletters += 1;
-            log_deadletter(&name, dl, deadletters);
-        }
-        for record in &batch.records {
-            if options.limit.is_some_and(|limit| records >= limit) {
-                break 'read;
-            }
-            inferrer.add(&record.value).map_err(schema_err)?;
-            records += 1;
-        }
-        if last_progress.elapsed() >= options.progress_interval {
-            last_progress = Instant::now();
-            let p = source.progress();
-            observer.event(&Event::DiscoverProgress {
+    read_ahead(source, 2, |batches| -> Result<(), PipelineError> {
+        for step in batches {
+            let (batch, progress) = step.map_err(|source| PipelineError::Source {
                 pipeline: name.clone(),
-                records,
-                deadletters,
-                bytes,
-                bytes_total: p.bytes_total,
-                files_done: p.files_done,
-            });
+                source,
+            })?;
+            bytes += batch.bytes_read;
+            for dl in &batch.deadletters {
+                deadletters += 1;
+                log_deadletter(&name, dl, deadletters);
+            }
+            for record in &batch.records {
+                if options.limit.is_some_and(|limit| records >= limit) {
+                    return Ok(());
+                }
+                inferrer.add(&record.value).map_err(schema_err)?;
+                records += 1;
+            }
+            if last_progress.elapsed() >= options.progress_interval {
+                last_progress = Instant::now();
+                observer.event(&Event::DiscoverProgress {
+                    pipeline: name.clone(),
+                    records,
+                    deadletters,
+                    bytes,
+                    bytes_total: progress.bytes_total,
+                    files_done: progress.files_done,
+                });
+            }
         }
-    }
+        Ok(())
+    })?;
     if deadletters > DEADLETTERS_LOGGED {
         tracing::warn!(pipeline = %name, deadletters, "Rejected records: only the first {DEADLETTERS_LOGGED} were logged one by one.");
     }

@@ -5,8 +5,8 @@ use std::path::Path;
 use crate::config::connectors::InputFormat;
 use crate::config::validate::{Settings, ValidatedPipeline};
 use crate::config::{ConfigError, ConnectorSet, SourceConnector};
-use crate::sources::Source;
 use crate::sources::file::{FileFormat, FileSource, FileSourceOptions};
+use crate::sources::{Progress, Source, SourceBatch, SourceError};
 
 use super::PipelineError;
 
@@ -52,4 +52,38 @@ fn file_format(format: InputFormat) -> Option<FileFormat> {
         InputFormat::Csv => Some(FileFormat::Csv),
         InputFormat::Parquet => Some(FileFormat::Parquet),
     }
+}
+
+/// One step of a read-ahead source: a batch and the progress after it, or the error that
+/// ended reading.
+pub type ReadAhead = Result<(SourceBatch, Progress), SourceError>;
+
+/// Run `consume` with a channel fed by `source` on its own thread, `depth` batches ahead.
+///
+/// Reading and parsing then overlap with whatever `consume` does (inference, typing), which
+/// uses the second core. The reader stops after an error, at the end of the source, or as
+/// soon as `consume` returns and drops the receiver, so memory stays bounded by `depth + 2`
+/// batches.
+pub fn read_ahead<R>(
+    mut source: Box<dyn Source>,
+    depth: usize,
+    consume: impl FnOnce(std::sync::mpsc::Receiver<ReadAhead>) -> R,
+) -> R {
+    let (tx, rx) = std::sync::mpsc::sync_channel::<ReadAhead>(depth);
+    std::thread::scope(|scope| {
+        scope.spawn(move || {
+            loop {
+                let step = match source.next_batch() {
+                    Ok(Some(batch)) => Ok((batch, source.progress())),
+                    Ok(None) => return,
+                    Err(e) => Err(e),
+                };
+                let stop = step.is_err();
+                if tx.send(step).is_err() || stop {
+                    return;
+                }
+            }
+        });
+        consume(rx)
+    })
 }
