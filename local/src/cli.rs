@@ -21,8 +21,8 @@ pub struct Cli {
     #[arg(long, global = true, value_name = "PATH")]
     pub config: Option<PathBuf>,
 
-    /// Log to standard error at this level; `--log` alone means `info`. Default: `warn`, or
-    /// RUST_LOG when set.
+    /// Log to standard error at this level; `--log` alone means `info` (write `--log=LEVEL`
+    /// when the command follows it). Default: `warn`, or RUST_LOG when set.
     #[arg(
         long,
         global = true,

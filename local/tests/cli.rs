@@ -352,3 +352,23 @@ fn json_output_reports_errors_as_events_naming_the_pipeline() {
             .contains("skipprd discover")
     );
 }
+
+#[test]
+fn bare_log_shows_info_messages_on_stderr() {
+    let dir = project(CONFIG, &[("input/a.jsonl", &(RECORDS.join("\n") + "\n"))]);
+    let quiet = skipprd(dir.path(), &["discover"], &[]);
+    assert!(
+        !quiet.stderr.contains("Discover finished"),
+        "{}",
+        quiet.stderr
+    );
+    let run = skipprd(dir.path(), &["discover", "--log"], &[]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(
+        run.stderr.contains("INFO") && run.stderr.contains("Discover finished"),
+        "{}",
+        run.stderr
+    );
+    let run = skipprd(dir.path(), &["--log=debug", "discover"], &[]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+}

@@ -108,6 +108,13 @@ pub fn discover_into(
         bytes_total: progress.bytes_total,
     });
 
+    tracing::info!(
+        pipeline = %name,
+        source = %pipeline.source.name,
+        files = progress.files_total,
+        bytes = progress.bytes_total,
+        "Discover started."
+    );
     let mut inferrer = SchemaInferrer::new(transform_options(pipeline));
     let (mut records, mut deadletters, mut bytes) = (0u64, 0u64, 0u64);
     let mut last_progress = Instant::now();
@@ -169,6 +176,16 @@ pub fn discover_into(
         });
     }
     let elapsed = started.elapsed();
+    tracing::info!(
+        pipeline = %name,
+        namespaces = schema.namespaces.len(),
+        records,
+        deadletters,
+        bytes,
+        seconds = elapsed.as_secs_f64(),
+        schema = %store.location(),
+        "Discover finished and saved the schema."
+    );
     observer.event(&Event::DiscoverComplete {
         pipeline: name.clone(),
         namespaces: schema.namespaces.len() as u64,
