@@ -8,6 +8,7 @@
 //! - [`schema`]: type inference, the saved schema format, conversion of records to Arrow.
 //! - [`sources`]: connectors that read records (the File source first).
 //! - [`deadletter`]: records that could not be read or typed, with where they came from.
+//! - [`state`]: the state store (positions, acknowledgements, lease) and its implementations.
 //! - [`pipeline`]: the commands' core logic (`discover`), reporting progress through events.
 
 pub mod config;
@@ -15,3 +16,4 @@ pub mod deadletter;
 pub mod pipeline;
 pub mod schema;
 pub mod sources;
+pub mod state;
