@@ -173,8 +173,9 @@ pub struct FileSourceOptions {
 impl FileSourceOptions {
     /// The default number of records in a batch.
     pub const DEFAULT_BATCH_ROWS: usize = 10_000;
-    /// The default number of input bytes in a batch.
-    pub const DEFAULT_BATCH_BYTES: u64 = 10 * 1024 * 1024;
+    /// The default number of input bytes in a batch: 10 MB (decimal, like the product's
+    /// buffer threshold default).
+    pub const DEFAULT_BATCH_BYTES: u64 = 10_000_000;
     /// The default maximum record size.
     pub const DEFAULT_MAX_RECORD_BYTES: usize = 64 * 1024 * 1024;
 }
@@ -481,7 +482,8 @@ mod tests {
     fn defaults_are_the_documented_ones() {
         let options = FileSourceOptions::default();
         assert_eq!(options.batch_rows, 10_000);
-        assert_eq!(options.batch_bytes, 10 * 1024 * 1024);
+        // 10 MB, the product's buffer threshold default, not 10 MiB.
+        assert_eq!(options.batch_bytes, 10_000_000);
         assert_eq!(options.max_record_bytes, 64 * 1024 * 1024);
         assert_eq!(options.base_dir, PathBuf::from("."));
         assert_eq!(options.path, "");
