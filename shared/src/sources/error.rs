@@ -10,7 +10,11 @@ use std::io;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum SourceError {
-    /// The configured path names no file, directory or glob match (or is empty).
+    /// The configured path is empty.
+    #[error("the File source `path` is empty")]
+    EmptyPath,
+
+    /// The configured path names no file, directory or glob match.
     #[error("no such file or directory `{path}`")]
     NotFound {
         /// The path as configured.
@@ -104,7 +108,8 @@ impl SourceError {
     pub fn is_retryable(&self) -> bool {
         match self {
             SourceError::Io { source, .. } => is_transient(source.kind()),
-            SourceError::NotFound { .. }
+            SourceError::EmptyPath
+            | SourceError::NotFound { .. }
             | SourceError::NoFiles { .. }
             | SourceError::BadPattern { .. }
             | SourceError::UnknownFormat { .. }
@@ -116,9 +121,11 @@ impl SourceError {
         }
     }
 
-    /// The file, directory or pattern the error is about, as configured or listed.
+    /// The file, directory or pattern the error is about, as configured or listed (empty for
+    /// [`SourceError::EmptyPath`]).
     pub fn path(&self) -> &str {
         match self {
+            SourceError::EmptyPath => "",
             SourceError::NotFound { path }
             | SourceError::UnknownFormat { path }
             | SourceError::UnsupportedCompression { path, .. }

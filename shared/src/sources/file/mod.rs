@@ -16,9 +16,12 @@
 //!   matches a hidden name.
 //!
 //! Files found in a directory or by a glob whose format cannot be told are skipped with a
-//! warning. The list is sorted by path (component by component), so reading order is
-//! deterministic. Nothing found is [`SourceError::NoFiles`]; a missing literal path is
-//! [`SourceError::NotFound`]; a malformed glob is [`SourceError::BadPattern`].
+//! warning. A gzip file whose stream cannot be decoded far enough to sniff it is reported as
+//! such: [`SourceError::CorruptGzip`] when named directly, a warning and skipped when found.
+//! The list is sorted by path (component by component), so reading order is deterministic.
+//! Nothing found is [`SourceError::NoFiles`]; a missing literal path is
+//! [`SourceError::NotFound`]; an empty one [`SourceError::EmptyPath`]; a malformed glob is
+//! [`SourceError::BadPattern`].
 //!
 //! # Formats and their detection
 //!

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use super::FileFormat;
 use super::FileSourceOptions;
-use super::compression::Compression;
+use super::compression::{Compression, gzip_head_problem};
 use super::detect::{HEAD_BYTES, detect_compression, detect_format};
 use crate::sources::SourceError;
 
@@ -39,9 +39,7 @@ enum Origin {
 pub(crate) fn list_files(options: &FileSourceOptions) -> Result<Vec<ListedFile>, SourceError> {
     let configured = options.path.as_str();
     if configured.is_empty() {
-        return Err(SourceError::NotFound {
-            path: String::new(),
-        });
+        return Err(SourceError::EmptyPath);
     }
     let relative = Path::new(configured).is_relative();
     let resolved = if relative {
@@ -203,12 +201,27 @@ fn describe(
         None => detect_format(path, &head),
     };
     let Some((format, compression)) = detected else {
-        if origin == Origin::Literal {
-            return Err(SourceError::UnknownFormat { path: display });
-        }
+        // A gzip stream that cannot be decoded is why nothing could be sniffed: say so.
+        let whole = size <= head.len() as u64;
+        let corrupt = (detect_compression(&head) == Compression::Gzip)
+            .then(|| gzip_head_problem(&head, whole))
+            .flatten();
         let shown = display.as_str();
-        tracing::warn!(file = shown, "skipping a file of unknown format");
-        return Ok(None);
+        return match (corrupt, origin) {
+            (Some(message), Origin::Literal) => Err(SourceError::CorruptGzip {
+                path: display,
+                message,
+            }),
+            (Some(message), Origin::Found) => {
+                tracing::warn!(file = shown, %message, "skipping a file with a corrupt gzip stream");
+                Ok(None)
+            }
+            (None, Origin::Literal) => Err(SourceError::UnknownFormat { path: display }),
+            (None, Origin::Found) => {
+                tracing::warn!(file = shown, "skipping a file of unknown format");
+                Ok(None)
+            }
+        };
     };
     if format == FileFormat::Parquet && compression == Compression::Gzip {
         return Err(SourceError::UnsupportedCompression {
@@ -387,8 +400,48 @@ mod tests {
     }
 
     #[test]
-    fn an_empty_path_is_refused() {
+    fn an_empty_path_is_refused_with_a_message_saying_so() {
         let error = FileSource::open(FileSourceOptions::default()).unwrap_err();
-        assert!(matches!(error, SourceError::NotFound { .. }));
+        assert!(matches!(error, SourceError::EmptyPath), "{error}");
+        assert_eq!(error.to_string(), "the File source `path` is empty");
+        assert!(!error.is_retryable());
+    }
+
+    #[test]
+    fn a_corrupt_gzip_file_with_an_unknown_extension_is_reported_as_corrupt_gzip() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut bytes = gzip(&b"{\"a\":1}\n".repeat(100));
+        for byte in &mut bytes[10..] {
+            *byte = 0xff;
+        }
+        write(dir.path(), "export.bin", &bytes);
+        let error = FileSource::open(options(dir.path(), "export.bin")).unwrap_err();
+        assert!(
+            matches!(error, SourceError::CorruptGzip { ref path, .. } if path == "export.bin"),
+            "{error}"
+        );
+        assert!(
+            error
+                .to_string()
+                .starts_with("corrupt gzip stream in `export.bin`: "),
+            "{error}"
+        );
+        // Found in a directory, it is skipped with a warning like a file of unknown format.
+        write(dir.path(), "ok.jsonl", b"{\"a\":1}\n");
+        assert_eq!(listed(&options(dir.path(), ".")), vec!["ok.jsonl"]);
+        // A truncated gzip file is corrupt too.
+        let text = b"hello world, this is not JSON at all";
+        let mut cut = gzip(text);
+        cut.truncate(cut.len() - 6);
+        write(dir.path(), "notes.bin", &cut);
+        let error = FileSource::open(options(dir.path(), "notes.bin")).unwrap_err();
+        assert!(matches!(error, SourceError::CorruptGzip { .. }), "{error}");
+        // A sound gzip file of unknown content is of unknown format.
+        write(dir.path(), "notes.bin", &gzip(text));
+        let error = FileSource::open(options(dir.path(), "notes.bin")).unwrap_err();
+        assert!(
+            matches!(error, SourceError::UnknownFormat { .. }),
+            "{error}"
+        );
     }
 }
