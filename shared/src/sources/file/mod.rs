@@ -15,6 +15,13 @@
 //!   `?` and `[...]` match within one path component, `**` any number of them; none of them
 //!   matches a hidden name.
 //!
+//! Nothing at or below an entry of [`FileSourceOptions::exclude`] is ever listed, so `path: .`
+//! does not read the pipeline's own data directory: a directory walk does not descend into an
+//! excluded directory, a glob's matches under one are dropped, and a named file that is
+//! excluded (or lies in an excluded directory) is not read. Relative entries are resolved
+//! against the base directory; paths are compared with symbolic links resolved where they
+//! exist, with `.` and `..` folded lexically where they do not yet.
+//!
 //! Files found in a directory or by a glob whose format cannot be told are skipped with a
 //! warning. A gzip file whose stream cannot be decoded far enough to sniff it is reported as
 //! such: [`SourceError::CorruptGzip`] when named directly, a warning and skipped when found.
@@ -164,6 +171,11 @@ pub struct FileSourceOptions {
     pub format: Option<FileFormat>,
     /// The directory a relative `path` is resolved against (the config file's directory).
     pub base_dir: PathBuf,
+    /// Directories and files never read, such as the pipeline's own data directory: nothing
+    /// at or below them is listed, whatever `path` says. Relative entries are resolved
+    /// against `base_dir`; paths are compared after resolving symbolic links where they
+    /// exist, lexically (`.` and `..` folded) where they do not yet. Empty by default.
+    pub exclude: Vec<PathBuf>,
     /// A batch closes at this many records and deadletters (at least 1).
     pub batch_rows: usize,
     /// ... or once this many input bytes were consumed, whichever comes first.
@@ -189,6 +201,7 @@ impl Default for FileSourceOptions {
             path: String::new(),
             format: None,
             base_dir: PathBuf::from("."),
+            exclude: Vec::new(),
             batch_rows: Self::DEFAULT_BATCH_ROWS,
             batch_bytes: Self::DEFAULT_BATCH_BYTES,
             max_record_bytes: Self::DEFAULT_MAX_RECORD_BYTES,
@@ -490,6 +503,7 @@ mod tests {
         assert_eq!(options.max_record_bytes, 64 * 1024 * 1024);
         assert_eq!(options.base_dir, PathBuf::from("."));
         assert_eq!(options.path, "");
+        assert!(options.exclude.is_empty());
     }
 
     #[test]

@@ -56,20 +56,34 @@ pub(crate) fn list_files(options: &FileSourceOptions) -> Result<Vec<ListedFile>,
         shown.display().to_string()
     };
 
+    let excluded = Excluded::new(options);
     let (mut candidates, origin) = match fs::metadata(&resolved) {
         Ok(meta) if meta.is_dir() => {
             let mut found = Vec::new();
-            walk_dir(&resolved, &mut found, &display)?;
+            let real = excluded.real(&resolved);
+            if !excluded.covers(real.as_deref()) {
+                walk_dir(&resolved, real.as_deref(), &excluded, &mut found, &display)?;
+            }
             (found, Origin::Found)
         }
-        Ok(_) => (vec![resolved.clone()], Origin::Literal),
+        Ok(_) => {
+            let real = excluded.real(&resolved);
+            let found = if excluded.covers(real.as_deref()) {
+                Vec::new()
+            } else {
+                vec![resolved.clone()]
+            };
+            (found, Origin::Literal)
+        }
         Err(error) if error.kind() == io::ErrorKind::NotFound => {
             if !has_glob_chars(configured) {
                 return Err(SourceError::NotFound {
                     path: configured.to_owned(),
                 });
             }
-            (expand_glob(options, relative)?, Origin::Found)
+            let mut found = expand_glob(options, relative)?;
+            found.retain(|path| !excluded.covers(excluded.real(path).as_deref()));
+            (found, Origin::Found)
         }
         Err(source) => {
             return Err(SourceError::Io {
@@ -106,10 +120,72 @@ fn is_hidden(name: &std::ffi::OsStr) -> bool {
     name.as_encoded_bytes().starts_with(b".")
 }
 
-/// All regular, non-hidden files below `dir`, recursively. Symbolic links to files are
-/// followed; links to directories are not (no cycles).
+/// The paths never to read, in comparable form (see [`comparable`]).
+struct Excluded(Vec<PathBuf>);
+
+impl Excluded {
+    /// The exclusions of `options`, resolved against its base directory.
+    fn new(options: &FileSourceOptions) -> Excluded {
+        let paths = options
+            .exclude
+            .iter()
+            .filter(|path| !path.as_os_str().is_empty())
+            .map(|path| comparable(&options.base_dir.join(path)))
+            .collect();
+        Excluded(paths)
+    }
+
+    /// `path` in comparable form, or `None` when nothing is excluded (sparing the work).
+    fn real(&self, path: &Path) -> Option<PathBuf> {
+        (!self.0.is_empty()).then(|| comparable(path))
+    }
+
+    /// Whether the comparable path `real` is at or below an exclusion.
+    fn covers(&self, real: Option<&Path>) -> bool {
+        real.is_some_and(|real| self.0.iter().any(|excluded| real.starts_with(excluded)))
+    }
+}
+
+/// `path` made absolute and comparable with other paths: with symbolic links resolved when
+/// it exists; when it does not, with `.` and `..` folded lexically and its longest existing
+/// ancestor resolved.
+fn comparable(path: &Path) -> PathBuf {
+    if let Ok(real) = fs::canonicalize(path) {
+        return real;
+    }
+    let absolute = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+    let mut folded = PathBuf::new();
+    for component in absolute.components() {
+        match component {
+            std::path::Component::CurDir => {}
+            std::path::Component::ParentDir => {
+                folded.pop();
+            }
+            other => folded.push(other),
+        }
+    }
+    let mut missing = Vec::new();
+    let mut existing = folded.as_path();
+    while let Some(parent) = existing.parent() {
+        if let Some(name) = existing.file_name() {
+            missing.push(name.to_owned());
+        }
+        existing = parent;
+        if let Ok(mut real) = fs::canonicalize(existing) {
+            real.extend(missing.iter().rev());
+            return real;
+        }
+    }
+    folded
+}
+
+/// All regular, non-hidden files below `dir`, recursively, except what `excluded` covers.
+/// Symbolic links to files are followed; links to directories are not (no cycles). `real` is
+/// `dir` in comparable form when there are exclusions.
 fn walk_dir(
     dir: &Path,
+    real: Option<&Path>,
+    excluded: &Excluded,
     found: &mut Vec<PathBuf>,
     display: &dyn Fn(&Path) -> String,
 ) -> Result<(), SourceError> {
@@ -119,13 +195,24 @@ fn walk_dir(
     };
     for entry in fs::read_dir(dir).map_err(io_error)? {
         let entry = entry.map_err(io_error)?;
-        if is_hidden(&entry.file_name()) {
+        let name = entry.file_name();
+        if is_hidden(&name) {
             continue;
         }
         let path = entry.path();
         let kind = entry.file_type().map_err(io_error)?;
+        // Below a resolved directory, a directory or a regular file needs no resolving of its
+        // own; a link to a file does.
+        let real_entry = match real {
+            Some(_) if kind.is_symlink() => excluded.real(&path),
+            Some(real) => Some(real.join(&name)),
+            None => None,
+        };
+        if excluded.covers(real_entry.as_deref()) {
+            continue;
+        }
         if kind.is_dir() {
-            walk_dir(&path, found, display)?;
+            walk_dir(&path, real_entry.as_deref(), excluded, found, display)?;
         } else if kind.is_file() || (kind.is_symlink() && path.is_file()) {
             found.push(path);
         }
@@ -396,6 +483,96 @@ mod tests {
         assert_eq!(
             listed(&options(&dir.path().join("data"), "../data/a.jsonl")),
             vec!["../data/a.jsonl"]
+        );
+    }
+
+    /// A project directory holding input next to a pipeline's data directory.
+    fn project_with_a_data_dir() -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        write(dir.path(), "in/a.jsonl", b"{\"a\":1}\n");
+        write(dir.path(), "b.json", b"{\"b\":2}\n");
+        write(
+            dir.path(),
+            "data/default_p/schema.json",
+            b"{\"fields\":[]}\n",
+        );
+        write(dir.path(), "data/default_p/wal/0001.jsonl", b"{\"w\":1}\n");
+        write(dir.path(), "database/c.jsonl", b"{\"c\":3}\n");
+        dir
+    }
+
+    fn excluding(dir: &Path, path: &str, exclude: &[&str]) -> FileSourceOptions {
+        FileSourceOptions {
+            exclude: exclude.iter().map(PathBuf::from).collect(),
+            ..options(dir, path)
+        }
+    }
+
+    #[test]
+    fn a_directory_walk_never_lists_files_under_an_excluded_directory() {
+        let dir = project_with_a_data_dir();
+        let expected = vec!["b.json", "database/c.jsonl", "in/a.jsonl"];
+        assert_eq!(listed(&excluding(dir.path(), ".", &["data"])), expected);
+        // However the excluded directory is spelled: absolute, with `.` and `..`, a trailing
+        // slash.
+        let absolute = dir.path().join("data").display().to_string();
+        assert_eq!(listed(&excluding(dir.path(), ".", &[&absolute])), expected);
+        assert_eq!(
+            listed(&excluding(dir.path(), ".", &["./in/../data/"])),
+            expected
+        );
+        // Without an exclusion the data directory is read like any other.
+        assert!(listed(&options(dir.path(), ".")).contains(&"data/default_p/schema.json".into()));
+    }
+
+    #[test]
+    fn a_glob_drops_matches_under_an_excluded_directory() {
+        let dir = project_with_a_data_dir();
+        assert_eq!(
+            listed(&excluding(dir.path(), "**/*.json*", &["data/default_p"])),
+            vec!["b.json", "database/c.jsonl", "in/a.jsonl"]
+        );
+    }
+
+    #[test]
+    fn an_excluded_file_is_never_read_and_excluding_everything_leaves_no_files() {
+        let dir = project_with_a_data_dir();
+        assert_eq!(
+            listed(&excluding(dir.path(), "**/*.jsonl", &["in/a.jsonl"])),
+            vec!["data/default_p/wal/0001.jsonl", "database/c.jsonl"]
+        );
+        for (path, exclude) in [
+            ("in/a.jsonl", "in/a.jsonl"),
+            ("in", "."),
+            ("*.json", "b.json"),
+        ] {
+            let error = list_files(&excluding(dir.path(), path, &[exclude])).unwrap_err();
+            assert!(
+                matches!(error, SourceError::NoFiles { ref pattern } if pattern == path),
+                "{path}: {error}"
+            );
+        }
+    }
+
+    #[test]
+    fn exclusions_compare_real_paths_through_symbolic_links() {
+        let dir = project_with_a_data_dir();
+        // The project reached through a link: the exclusion names the real directory.
+        let link = dir.path().join("project-link");
+        std::os::unix::fs::symlink(dir.path(), &link).unwrap();
+        let real_data = dir.path().join("data").display().to_string();
+        assert_eq!(
+            listed(&excluding(&link, ".", &[&real_data])),
+            vec!["b.json", "database/c.jsonl", "in/a.jsonl"]
+        );
+    }
+
+    #[test]
+    fn an_exclusion_that_does_not_exist_yet_excludes_nothing_else() {
+        let dir = project_with_a_data_dir();
+        assert_eq!(
+            listed(&excluding(dir.path(), "in", &["data/new_p", "in/../nope"])),
+            vec!["in/a.jsonl"]
         );
     }
 
