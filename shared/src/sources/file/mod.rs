@@ -64,8 +64,14 @@
 //!   - a canonical decimal (`-?\d+\.\d+`, optionally with an exponent, or digits with an
 //!     exponent; no leading zeros) → float;
 //!   - anything else stays a string, so `007`, `12,5`, `+1`, `.5` and ` 42` are strings.
-//! - **Parquet**: read in Arrow batches and converted row by row: structs become objects,
-//!   lists arrays, dates `"YYYY-MM-DD"`, timestamps ISO 8601 strings, nulls explicit `null`s.
+//! - **Parquet**: read in Arrow batches and converted row by row, at any depth: structs and
+//!   maps become objects, lists arrays, nulls explicit `null`s;
+//!   - timestamps, of any unit and time zone, become integer Unix epoch **milliseconds**
+//!     (rounded down), so the type survives: skipprd's inference types integers in the
+//!     2010-2040 range as `timestamp_ms`;
+//!   - dates (`Date32`, `Date64`) become `"YYYY-MM-DD"` strings;
+//!   - decimals become JSON numbers (the nearest `f64`; `null` beyond its range);
+//!   - binary values become lower-case hex strings (`"dead"` for the bytes `de ad`).
 //!
 //! # Positions
 //!
