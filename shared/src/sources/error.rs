@@ -46,6 +46,13 @@ pub enum SourceError {
         path: String,
     },
 
+    /// The format is set to JSON but the file's content is not JSON.
+    #[error("cannot read `{path}` as JSON (`format: json`): it does not start with `{{` or `[`")]
+    NotJson {
+        /// The file.
+        path: String,
+    },
+
     /// The file's compression cannot be read with its format (a gzipped Parquet file).
     #[error("cannot read `{path}`: {format} files cannot be gzip-compressed, decompress it first")]
     UnsupportedCompression {
@@ -113,6 +120,7 @@ impl SourceError {
             | SourceError::NoFiles { .. }
             | SourceError::BadPattern { .. }
             | SourceError::UnknownFormat { .. }
+            | SourceError::NotJson { .. }
             | SourceError::UnsupportedCompression { .. }
             | SourceError::Vanished { .. }
             | SourceError::CorruptGzip { .. }
@@ -128,6 +136,7 @@ impl SourceError {
             SourceError::EmptyPath => "",
             SourceError::NotFound { path }
             | SourceError::UnknownFormat { path }
+            | SourceError::NotJson { path }
             | SourceError::UnsupportedCompression { path, .. }
             | SourceError::Vanished { path }
             | SourceError::Io { path, .. }

@@ -1,5 +1,5 @@
-//! The File source: JSON lines, JSON arrays, CSV and Parquet files, plain or gzipped, from one
-//! file, a directory tree or a glob.
+//! The File source: JSON lines, JSON arrays, JSON documents, CSV and Parquet files, plain or
+//! gzipped, from one file, a directory tree or a glob.
 //!
 //! # Which files
 //!
@@ -40,10 +40,22 @@
 //! | extension | format |
 //! |---|---|
 //! | `.jsonl`, `.ndjson` | JSON lines |
-//! | `.json` | JSON array if the first non-whitespace byte is `[`, else JSON lines |
+//! | `.json` | JSON, by its first non-whitespace byte (below); JSON lines when neither |
 //! | `.csv` | CSV with a header row |
 //! | `.parquet`, `.pq` | Parquet (not gzipped: [`SourceError::UnsupportedCompression`]) |
-//! | anything else | sniffed: `{` means JSON lines, `[` a JSON array |
+//! | anything else | JSON, by its first non-whitespace byte; else unknown |
+//!
+//! JSON content starting with `[` is a JSON array. Content starting with `{` is JSON lines
+//! when its first line is a complete JSON value with nothing but whitespace after it, and JSON
+//! documents otherwise (a pretty-printed object, or objects run together on a line); the first
+//! line is read to its end for this, up to [`FileSourceOptions::max_record_bytes`] (a longer
+//! one means JSON lines).
+//!
+//! [`FileFormat::Json`] as the configured format detects only among these JSON shapes, whatever
+//! the name (a `.csv` file holding JSON is read as JSON). Content that starts with neither `{`
+//! nor `[` is [`SourceError::NotJson`] for a named file; a file found in a directory or by a
+//! glob is skipped with a warning. A file holding only whitespace reads as empty.
+//! [`FileSource::formats`] reports the shape each file is read as, never `Json`.
 //!
 //! Reading streams through a 1 MiB buffer over the file (or over a gzip decoder, which accepts
 //! concatenated members): memory stays bounded by the batch size plus one record, whatever the
@@ -54,6 +66,12 @@
 //!   escapes) and parses it alone, so a 10 GB array costs no more memory than its largest
 //!   element. A file that ends inside an element gives a deadletter for that element; a
 //!   trailing comma is ignored with a warning; data after the closing `]` is a deadletter.
+//! - **JSON documents**: values separated by optional whitespace, each an object to be a
+//!   record. A scanner like the arrays' finds where each top-level document ends by its
+//!   brackets and parses it alone, bounded by [`FileSourceOptions::max_record_bytes`]. So a
+//!   malformed document whose brackets balance costs one deadletter and reading resumes after
+//!   it; one whose brackets do not balance runs to the end of the file and is one deadletter
+//!   (the file ends inside it). Top-level scalars (`42`, `"s"`) are deadletters each.
 //! - **CSV**: the first row names the columns (empty names become `column_<n>`, repeated ones
 //!   `name_2`, `name_3`, with a warning); quoted fields may hold commas, quotes and newlines;
 //!   blank lines are skipped. Cells are typed (see [`type_cell`]):
@@ -78,21 +96,22 @@
 //! Every record carries a [`Position`]: `uri` is the file as listed (relative to the base
 //! directory when the configured path was relative), `record` its 1-based line number (JSON
 //! lines; for CSV the line the row starts on, the header being line 1), element number (JSON
-//! arrays) or row number (Parquet), and `offset` the byte just after the record in the
-//! decompressed stream: after its `\n` for JSON lines; for CSV the CSV parser's position after
-//! the row (after its terminator; with `\r\n` endings after the `\r`, the `\n` then reading
-//! as a blank line); after the element's last byte for JSON arrays (a resumed reader expects
-//! `,` or `]` next); and for Parquet the 0-based index of the next row. Skipping `offset`
+//! arrays), document number (JSON documents) or row number (Parquet), and `offset` the byte
+//! just after the record in the decompressed stream: after its `\n` for JSON lines; for CSV
+//! the CSV parser's position after the row (after its terminator; with `\r\n` endings after
+//! the `\r`, the `\n` then reading as a blank line); after the element's last byte for JSON
+//! arrays (a resumed reader expects `,` or `]` next); after the document's last byte for JSON
+//! documents; and for Parquet the 0-based index of the next row. Skipping `offset`
 //! bytes (rows) of a file, after the header for CSV, resumes right after the record.
 //!
 //! # Deadletters
 //!
 //! A record that does not parse never stops reading: it becomes a [`Deadletter`] in the batch
-//! with the file, the line/element number, the offset of the record's *first* byte, the raw
+//! with the file, the line/element/document number, the offset of the record's *first* byte, the raw
 //! text (clipped) and the parser's message:
 //!
 //! - [`FailureCode::Malformed`]: bad JSON, a CSV row with the wrong number of fields or invalid
-//!   UTF-8, an element cut off by the end of the file;
+//!   UTF-8, an element or document cut off by the end of the file;
 //! - [`FailureCode::NotAnObject`]: valid JSON that is not an object (`42`, `[1]`);
 //! - [`FailureCode::TooLarge`]: a record longer than [`FileSourceOptions::max_record_bytes`];
 //!   only a prefix is ever held. In CSV an over-long record (usually an unclosed quote) also
@@ -125,6 +144,7 @@ mod compression;
 mod csv;
 mod detect;
 mod json_array;
+mod json_documents;
 mod jsonl;
 mod parquet;
 mod paths;
@@ -145,10 +165,19 @@ use super::{Progress, Source, SourceBatch, SourceError};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum FileFormat {
-    /// One JSON object per line (`.jsonl`, `.ndjson`, line-oriented `.json`).
+    /// JSON: an array, JSON lines or concatenated documents, detected from the content of
+    /// each file whatever its name. Only ever configured: files are listed with the shape
+    /// detected.
+    Json,
+    /// One JSON object per line (`.jsonl`, `.ndjson`, `.json` whose first line is a complete
+    /// object).
     Jsonl,
     /// One JSON array of objects (`.json` starting with `[`).
     JsonArray,
+    /// JSON documents separated by optional whitespace: one pretty-printed object, several,
+    /// or objects run together (`.json` starting with `{` whose first line is not a complete
+    /// object).
+    JsonDocuments,
     /// CSV with a header row (`.csv`).
     Csv,
     /// Apache Parquet (`.parquet`, `.pq`).
@@ -159,8 +188,10 @@ impl FileFormat {
     /// The format's name as written in configuration.
     pub fn as_str(self) -> &'static str {
         match self {
+            FileFormat::Json => "json",
             FileFormat::Jsonl => "jsonl",
             FileFormat::JsonArray => "json_array",
+            FileFormat::JsonDocuments => "json_documents",
             FileFormat::Csv => "csv",
             FileFormat::Parquet => "parquet",
         }
@@ -173,7 +204,8 @@ pub struct FileSourceOptions {
     /// A file, a directory (all regular, non-hidden files below it, recursively) or a glob
     /// (`data/*.jsonl`, `logs/**/*.csv`).
     pub path: String,
-    /// The format of every file; `None` detects it per file.
+    /// The format of every file; `None` detects it per file, [`FileFormat::Json`] detects
+    /// only which JSON shape.
     pub format: Option<FileFormat>,
     /// The directory a relative `path` is resolved against (the config file's directory).
     pub base_dir: PathBuf,
@@ -293,6 +325,11 @@ impl FileSource {
         let reader: Box<dyn RecordReader> = match file.format {
             FileFormat::Jsonl => Box::new(jsonl::JsonLinesReader::new(ctx, stream()?)),
             FileFormat::JsonArray => Box::new(json_array::JsonArrayReader::new(ctx, stream()?)),
+            // Listing resolves `Json` to the shape found; were it left, documents read any
+            // stream of JSON objects.
+            FileFormat::JsonDocuments | FileFormat::Json => {
+                Box::new(json_documents::JsonDocumentsReader::new(ctx, stream()?))
+            }
             FileFormat::Csv => Box::new(csv::CsvReader::new(ctx, stream()?)),
             FileFormat::Parquet => Box::new(parquet::ParquetReader::open(
                 ctx,
@@ -601,6 +638,70 @@ mod tests {
         })
         .unwrap();
         assert_eq!(values(&records), vec![r#"{"a":1,"b":"x"}"#]);
+    }
+
+    #[test]
+    fn an_explicit_json_format_reads_any_json_shape_whatever_the_name() {
+        let dir = tempfile::tempdir().unwrap();
+        write(dir.path(), "d/a.csv", b"[{\"a\":1}]");
+        write(dir.path(), "d/b.csv", b"{\n  \"a\": 2\n}\n");
+        write(dir.path(), "d/c.txt", b"{\"a\":3}\n{\"a\":4}\n");
+        write(dir.path(), "d/d.parquet", &gzip(b"\n{\"a\":5}\n"));
+        write(dir.path(), "d/e.csv", b"  \n");
+        let json = FileSourceOptions {
+            format: Some(FileFormat::Json),
+            ..options(dir.path(), "d")
+        };
+        let source = FileSource::open(json.clone()).unwrap();
+        let formats: Vec<(FileFormat, Compression)> = source.formats().collect();
+        assert_eq!(
+            formats,
+            vec![
+                (FileFormat::JsonArray, Compression::None),
+                (FileFormat::JsonDocuments, Compression::None),
+                (FileFormat::Jsonl, Compression::None),
+                (FileFormat::Jsonl, Compression::Gzip),
+                (FileFormat::Jsonl, Compression::None),
+            ]
+        );
+        let (records, dead) = read_all(json).unwrap();
+        assert!(dead.is_empty(), "{dead:?}");
+        let got: Vec<i64> = records
+            .iter()
+            .map(|r| r.value["a"].as_i64().unwrap())
+            .collect();
+        assert_eq!(got, vec![1, 2, 3, 4, 5]);
+    }
+
+    #[test]
+    fn an_explicit_json_format_refuses_a_named_file_that_is_not_json_and_skips_found_ones() {
+        let dir = tempfile::tempdir().unwrap();
+        write(dir.path(), "d/data.csv", b"a,b\n1,2\n");
+        write(dir.path(), "d/ok.json", b"{\"a\":1}\n");
+        let json = |path: &str| FileSourceOptions {
+            format: Some(FileFormat::Json),
+            ..options(dir.path(), path)
+        };
+        let error = FileSource::open(json("d/data.csv")).unwrap_err();
+        assert!(
+            matches!(error, SourceError::NotJson { ref path } if path == "d/data.csv"),
+            "{error}"
+        );
+        assert_eq!(
+            error.to_string(),
+            "cannot read `d/data.csv` as JSON (`format: json`): it does not start with `{` or `[`"
+        );
+        assert!(!error.is_retryable());
+        let source = FileSource::open(json("d")).unwrap();
+        assert_eq!(source.files(), &[dir.path().join("d/ok.json")]);
+    }
+
+    #[test]
+    fn the_json_formats_have_their_configuration_names() {
+        assert_eq!(FileFormat::Json.as_str(), "json");
+        assert_eq!(FileFormat::JsonDocuments.as_str(), "json_documents");
+        let parsed: FileFormat = serde_json::from_str("\"json\"").unwrap();
+        assert_eq!(parsed, FileFormat::Json);
     }
 
     #[test]

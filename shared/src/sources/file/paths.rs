@@ -1,13 +1,14 @@
 //! Turning the configured path into the list of files to read.
 
 use std::fs::{self, File};
-use std::io::{self, Read};
+use std::io::{self, BufRead, Read};
 use std::path::{Path, PathBuf};
 
 use super::FileFormat;
 use super::FileSourceOptions;
-use super::compression::{Compression, gzip_head_problem};
-use super::detect::{HEAD_BYTES, detect_compression, detect_format};
+use super::compression::{Compression, gzip_head_problem, open_stream};
+use super::detect::{Detected, HEAD_BYTES, detect, detect_compression};
+use super::json_documents::FirstLine;
 use crate::sources::SourceError;
 
 /// One file to read, as found when the source was opened.
@@ -98,7 +99,8 @@ pub(crate) fn list_files(options: &FileSourceOptions) -> Result<Vec<ListedFile>,
     let mut files = Vec::with_capacity(candidates.len());
     for path in candidates {
         let shown = display(&path);
-        if let Some(file) = describe(&path, shown, options.format, origin)? {
+        let max = options.max_record_bytes;
+        if let Some(file) = describe(&path, shown, options.format, origin, max)? {
             files.push(file);
         }
     }
@@ -270,6 +272,7 @@ fn describe(
     display: String,
     format: Option<FileFormat>,
     origin: Origin,
+    max_record_bytes: usize,
 ) -> Result<Option<ListedFile>, SourceError> {
     let io_error = |source: io::Error, display: &str| SourceError::Io {
         path: display.to_owned(),
@@ -283,10 +286,26 @@ fn describe(
         .read_to_end(&mut head)
         .map_err(|e| io_error(e, &display))?;
 
-    let detected = match format {
-        Some(format) => Some((format, detect_compression(&head))),
-        None => detect_format(path, &head),
-    };
+    let detected = detect(path, &head, format);
+    if detected.is_none() && format == Some(FileFormat::Json) {
+        // Content that is not JSON although the configuration says it is.
+        if origin == Origin::Literal {
+            return Err(SourceError::NotJson { path: display });
+        }
+        let shown = display.as_str();
+        tracing::warn!(
+            file = shown,
+            "skipping a file that is not JSON (`format: json`)"
+        );
+        return Ok(None);
+    }
+    let detected = detected.map(|(detected, compression)| match detected {
+        Detected::Format(format) => (format, compression),
+        Detected::JsonObjects => {
+            let format = json_objects_format(path, &display, compression, max_record_bytes);
+            (format, compression)
+        }
+    });
     let Some((format, compression)) = detected else {
         // A gzip stream that cannot be decoded is why nothing could be sniffed: say so.
         let whole = size <= head.len() as u64;
@@ -323,6 +342,45 @@ fn describe(
         format,
         compression,
     }))
+}
+
+/// JSON lines or JSON documents for the stream of JSON objects in `path`, told by its first
+/// line (see [`FirstLine`]), read from the start of the decompressed stream. A first line
+/// longer than `max_record_bytes`, or one that cannot be read, means JSON lines: reading
+/// then reports the problem as it would for any file.
+fn json_objects_format(
+    path: &Path,
+    display: &str,
+    compression: Compression,
+    max_record_bytes: usize,
+) -> FileFormat {
+    let lines_or_documents = |lines: bool| {
+        if lines {
+            FileFormat::Jsonl
+        } else {
+            FileFormat::JsonDocuments
+        }
+    };
+    let Ok(mut stream) = open_stream(path, display, compression) else {
+        return FileFormat::Jsonl;
+    };
+    let mut sniff = FirstLine::default();
+    let mut seen = 0usize;
+    while seen <= max_record_bytes {
+        let chunk = match stream.reader.fill_buf() {
+            Ok([]) => break,
+            Ok(chunk) => chunk,
+            Err(error) if error.kind() == io::ErrorKind::Interrupted => continue,
+            Err(_) => break,
+        };
+        if let Some(lines) = sniff.feed(chunk) {
+            return lines_or_documents(lines);
+        }
+        let taken = chunk.len();
+        seen += taken;
+        stream.reader.consume(taken);
+    }
+    lines_or_documents(sniff.finish())
 }
 
 #[cfg(test)]
