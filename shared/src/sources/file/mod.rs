@@ -212,7 +212,8 @@ pub struct FileSourceOptions {
     /// Directories and files never read, such as the pipeline's own data directory: nothing
     /// at or below them is listed, whatever `path` says. Relative entries are resolved
     /// against `base_dir`; paths are compared after resolving symbolic links where they
-    /// exist, lexically (`.` and `..` folded) where they do not yet. Empty by default.
+    /// exist, lexically (`.` and `..` folded) where they do not yet. Empty entries are
+    /// ignored. Empty by default.
     pub exclude: Vec<PathBuf>,
     /// A batch closes at this many records and deadletters (at least 1).
     pub batch_rows: usize,
@@ -818,6 +819,17 @@ mod tests {
                 json_array.batch_rows = 2;
                 if let Ok(mut source) = FileSource::open(json_array) {
                     while let Ok(Some(_)) = source.next_batch() {}
+                }
+                for format in [FileFormat::JsonDocuments, FileFormat::Json] {
+                    let options = FileSourceOptions {
+                        format: Some(format),
+                        max_record_bytes: 16,
+                        batch_rows: 2,
+                        ..super::testing::options(dir.path(), name)
+                    };
+                    if let Ok(mut source) = FileSource::open(options) {
+                        while let Ok(Some(_)) = source.next_batch() {}
+                    }
                 }
             }
         }

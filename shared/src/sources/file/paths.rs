@@ -629,7 +629,11 @@ mod tests {
     fn an_exclusion_that_does_not_exist_yet_excludes_nothing_else() {
         let dir = project_with_a_data_dir();
         assert_eq!(
-            listed(&excluding(dir.path(), "in", &["data/new_p", "in/../nope"])),
+            listed(&excluding(
+                dir.path(),
+                "in",
+                &["data/new_p", "in/../nope", ""]
+            )),
             vec!["in/a.jsonl"]
         );
     }
