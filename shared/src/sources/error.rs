@@ -10,7 +10,11 @@ use std::io;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum SourceError {
-    /// The configured path names no file, directory or glob match (or is empty).
+    /// The configured path is empty.
+    #[error("the File source `path` is empty")]
+    EmptyPath,
+
+    /// The configured path names no file, directory or glob match.
     #[error("no such file or directory `{path}`")]
     NotFound {
         /// The path as configured.
@@ -38,6 +42,13 @@ pub enum SourceError {
         "cannot tell the format of `{path}`: use a .jsonl, .json, .csv or .parquet name (optionally .gz), or set `format`"
     )]
     UnknownFormat {
+        /// The file.
+        path: String,
+    },
+
+    /// The format is set to JSON but the file's content is not JSON.
+    #[error("cannot read `{path}` as JSON (`format: json`): it does not start with `{{` or `[`")]
+    NotJson {
         /// The file.
         path: String,
     },
@@ -104,10 +115,12 @@ impl SourceError {
     pub fn is_retryable(&self) -> bool {
         match self {
             SourceError::Io { source, .. } => is_transient(source.kind()),
-            SourceError::NotFound { .. }
+            SourceError::EmptyPath
+            | SourceError::NotFound { .. }
             | SourceError::NoFiles { .. }
             | SourceError::BadPattern { .. }
             | SourceError::UnknownFormat { .. }
+            | SourceError::NotJson { .. }
             | SourceError::UnsupportedCompression { .. }
             | SourceError::Vanished { .. }
             | SourceError::CorruptGzip { .. }
@@ -116,11 +129,14 @@ impl SourceError {
         }
     }
 
-    /// The file, directory or pattern the error is about, as configured or listed.
+    /// The file, directory or pattern the error is about, as configured or listed (empty for
+    /// [`SourceError::EmptyPath`]).
     pub fn path(&self) -> &str {
         match self {
+            SourceError::EmptyPath => "",
             SourceError::NotFound { path }
             | SourceError::UnknownFormat { path }
+            | SourceError::NotJson { path }
             | SourceError::UnsupportedCompression { path, .. }
             | SourceError::Vanished { path }
             | SourceError::Io { path, .. }

@@ -141,6 +141,18 @@ pub(crate) fn gunzip_head(head: &[u8], limit: usize) -> Vec<u8> {
     out
 }
 
+/// Why the gzip stream starting with `head` cannot be decoded, if it cannot: corrupt data, or
+/// a stream that ends early when `whole` says `head` is the entire file. A `head` that is
+/// merely a prefix of a longer file is not faulted for ending mid-stream.
+pub(crate) fn gzip_head_problem(head: &[u8], whole: bool) -> Option<String> {
+    let mut decoder = MultiGzDecoder::new(head);
+    match io::copy(&mut decoder, &mut io::sink()) {
+        Ok(_) => None,
+        Err(error) if error.kind() == io::ErrorKind::UnexpectedEof && !whole => None,
+        Err(error) => Some(crate::sources::error::describe_io(&error)),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,9 +1,11 @@
 //! Telling a file's format and compression from its name and first bytes.
 
+use std::borrow::Cow;
 use std::path::Path;
 
 use super::FileFormat;
 use super::compression::{Compression, GZIP_MAGIC, gunzip_head};
+use super::json_documents::FirstLine;
 
 /// How many leading bytes of a file [`detect_format`] wants to see.
 pub(crate) const HEAD_BYTES: usize = 8 * 1024;
@@ -17,43 +19,94 @@ const PARQUET_MAGIC: &[u8] = b"PAR1";
 /// The UTF-8 byte-order mark, skipped when sniffing.
 pub(crate) const UTF8_BOM: &[u8] = b"\xEF\xBB\xBF";
 
+/// What a file's name and first bytes say about its format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Detected {
+    /// This format.
+    Format(FileFormat),
+    /// JSON objects, as JSON lines or as documents: [`FirstLine`] tells which from the start
+    /// of the stream.
+    ///
+    /// [`FirstLine`]: super::json_documents::FirstLine
+    JsonObjects,
+}
+
 /// Tell the format and compression of the file at `path` from its name and `head`, its first
 /// bytes (a few KiB are plenty; fewer if the file is shorter).
 ///
 /// Content beats the name: gzip is recognised by its magic bytes `1f 8b` and Parquet by `PAR1`
 /// whatever the extension says. Otherwise the extension (after any `.gz`/`.gzip`) decides:
 /// `.jsonl`/`.ndjson` are JSON lines, `.csv` is CSV, `.parquet`/`.pq` Parquet, and `.json` is a
-/// JSON array when its first non-whitespace byte is `[` and JSON lines otherwise. With an
-/// unknown extension the content is sniffed: `{` means JSON lines, `[` a JSON array. `None`
-/// when nothing fits.
+/// JSON array when its first non-whitespace byte is `[`. With an unknown extension the content
+/// is sniffed the same way. Content starting with `{` (in a `.json` file or a sniffed one) is
+/// JSON lines when its first line holds a complete JSON value and nothing else, JSON
+/// documents otherwise; a first line longer than `head` counts as complete (the
+/// [`FileSource`](super::FileSource) reads on to be sure). Other `.json` content is JSON lines.
+/// `None` when nothing fits.
 pub fn detect_format(path: &Path, head: &[u8]) -> Option<(FileFormat, Compression)> {
-    let compression = detect_compression(head);
-    if compression == Compression::None && head.starts_with(PARQUET_MAGIC) {
-        return Some((FileFormat::Parquet, Compression::None));
-    }
-    let decoded;
-    let content = match compression {
-        Compression::Gzip => {
-            decoded = gunzip_head(head, SNIFF_BYTES);
-            decoded.as_slice()
+    let (detected, compression) = detect(path, head, None)?;
+    let format = match detected {
+        Detected::Format(format) => format,
+        Detected::JsonObjects => {
+            let content = decompressed(head, compression);
+            let mut sniff = FirstLine::default();
+            if sniff.feed(&content).unwrap_or_else(|| sniff.finish()) {
+                FileFormat::Jsonl
+            } else {
+                FileFormat::JsonDocuments
+            }
         }
-        Compression::None => head,
-    };
-    let format = match inner_extension(path).as_deref() {
-        Some("jsonl" | "ndjson") => FileFormat::Jsonl,
-        Some("json") => match first_significant_byte(content) {
-            Some(b'[') => FileFormat::JsonArray,
-            _ => FileFormat::Jsonl,
-        },
-        Some("csv") => FileFormat::Csv,
-        Some("parquet" | "pq") => FileFormat::Parquet,
-        _ => match first_significant_byte(content) {
-            Some(b'{') => FileFormat::Jsonl,
-            Some(b'[') => FileFormat::JsonArray,
-            _ => return None,
-        },
     };
     Some((format, compression))
+}
+
+/// What the name and `head` of the file at `path` say, when `format` is the configured format
+/// (`None` to detect). `None` when nothing fits: an unknown format, or content that is not JSON
+/// with `format` [`FileFormat::Json`].
+pub(crate) fn detect(
+    path: &Path,
+    head: &[u8],
+    format: Option<FileFormat>,
+) -> Option<(Detected, Compression)> {
+    let compression = detect_compression(head);
+    let sniff_json = |content: &[u8]| match first_significant_byte(content) {
+        Some(b'[') => Some(Detected::Format(FileFormat::JsonArray)),
+        Some(b'{') => Some(Detected::JsonObjects),
+        _ => None,
+    };
+    let detected = match format {
+        Some(FileFormat::Json) => {
+            let content = decompressed(head, compression);
+            match first_significant_byte(&content) {
+                // Nothing but whitespace: nothing to read, in any JSON shape.
+                None => Detected::Format(FileFormat::Jsonl),
+                Some(_) => sniff_json(&content)?,
+            }
+        }
+        Some(format) => Detected::Format(format),
+        None => {
+            if compression == Compression::None && head.starts_with(PARQUET_MAGIC) {
+                return Some((Detected::Format(FileFormat::Parquet), compression));
+            }
+            let content = decompressed(head, compression);
+            match inner_extension(path).as_deref() {
+                Some("jsonl" | "ndjson") => Detected::Format(FileFormat::Jsonl),
+                Some("json") => sniff_json(&content).unwrap_or(Detected::Format(FileFormat::Jsonl)),
+                Some("csv") => Detected::Format(FileFormat::Csv),
+                Some("parquet" | "pq") => Detected::Format(FileFormat::Parquet),
+                _ => sniff_json(&content)?,
+            }
+        }
+    };
+    Some((detected, compression))
+}
+
+/// `head` decompressed (as far as it goes) when gzipped, else as is.
+fn decompressed(head: &[u8], compression: Compression) -> Cow<'_, [u8]> {
+    match compression {
+        Compression::Gzip => Cow::Owned(gunzip_head(head, SNIFF_BYTES)),
+        Compression::None => Cow::Borrowed(head),
+    }
 }
 
 /// Gzip when `head` starts with the gzip magic bytes.
@@ -134,6 +187,29 @@ mod tests {
             detect("a.json.gz", &gzip(b"\xEF\xBB\xBF[1]")),
             Some((FileFormat::JsonArray, Compression::Gzip))
         );
+    }
+
+    #[test]
+    fn json_objects_are_lines_when_the_first_line_is_complete_else_documents() {
+        let none = Compression::None;
+        assert_eq!(
+            detect("a.json", b"{\n  \"a\": 1\n}\n"),
+            Some((FileFormat::JsonDocuments, none))
+        );
+        assert_eq!(
+            detect("a.json", b"{\"a\":1}{\"a\":2}"),
+            Some((FileFormat::JsonDocuments, none))
+        );
+        assert_eq!(
+            detect("a.json", b"{\"a\":1}\r\n{\"a\":2}"),
+            Some((FileFormat::Jsonl, none))
+        );
+        assert_eq!(
+            detect("export.dat", &gzip(b"{\n}")),
+            Some((FileFormat::JsonDocuments, Compression::Gzip))
+        );
+        // A name saying JSON lines is believed.
+        assert_eq!(detect("a.jsonl", b"{\n}"), Some((FileFormat::Jsonl, none)));
     }
 
     #[test]

@@ -1,5 +1,5 @@
-//! The File source: JSON lines, JSON arrays, CSV and Parquet files, plain or gzipped, from one
-//! file, a directory tree or a glob.
+//! The File source: JSON lines, JSON arrays, JSON documents, CSV and Parquet files, plain or
+//! gzipped, from one file, a directory tree or a glob.
 //!
 //! # Which files
 //!
@@ -15,10 +15,20 @@
 //!   `?` and `[...]` match within one path component, `**` any number of them; none of them
 //!   matches a hidden name.
 //!
+//! Nothing at or below an entry of [`FileSourceOptions::exclude`] is ever listed, so `path: .`
+//! does not read the pipeline's own data directory: a directory walk does not descend into an
+//! excluded directory, a glob's matches under one are dropped, and a named file that is
+//! excluded (or lies in an excluded directory) is not read. Relative entries are resolved
+//! against the base directory; paths are compared with symbolic links resolved where they
+//! exist, with `.` and `..` folded lexically where they do not yet.
+//!
 //! Files found in a directory or by a glob whose format cannot be told are skipped with a
-//! warning. The list is sorted by path (component by component), so reading order is
-//! deterministic. Nothing found is [`SourceError::NoFiles`]; a missing literal path is
-//! [`SourceError::NotFound`]; a malformed glob is [`SourceError::BadPattern`].
+//! warning. A gzip file whose stream cannot be decoded far enough to sniff it is reported as
+//! such: [`SourceError::CorruptGzip`] when named directly, a warning and skipped when found.
+//! The list is sorted by path (component by component), so reading order is deterministic.
+//! Nothing found is [`SourceError::NoFiles`]; a missing literal path is
+//! [`SourceError::NotFound`]; an empty one [`SourceError::EmptyPath`]; a malformed glob is
+//! [`SourceError::BadPattern`].
 //!
 //! # Formats and their detection
 //!
@@ -30,10 +40,22 @@
 //! | extension | format |
 //! |---|---|
 //! | `.jsonl`, `.ndjson` | JSON lines |
-//! | `.json` | JSON array if the first non-whitespace byte is `[`, else JSON lines |
+//! | `.json` | JSON, by its first non-whitespace byte (below); JSON lines when neither |
 //! | `.csv` | CSV with a header row |
 //! | `.parquet`, `.pq` | Parquet (not gzipped: [`SourceError::UnsupportedCompression`]) |
-//! | anything else | sniffed: `{` means JSON lines, `[` a JSON array |
+//! | anything else | JSON, by its first non-whitespace byte; else unknown |
+//!
+//! JSON content starting with `[` is a JSON array. Content starting with `{` is JSON lines
+//! when its first line is a complete JSON value with nothing but whitespace after it, and JSON
+//! documents otherwise (a pretty-printed object, or objects run together on a line); the first
+//! line is read to its end for this, up to [`FileSourceOptions::max_record_bytes`] (a longer
+//! one means JSON lines).
+//!
+//! [`FileFormat::Json`] as the configured format detects only among these JSON shapes, whatever
+//! the name (a `.csv` file holding JSON is read as JSON). Content that starts with neither `{`
+//! nor `[` is [`SourceError::NotJson`] for a named file; a file found in a directory or by a
+//! glob is skipped with a warning. A file holding only whitespace reads as empty.
+//! [`FileSource::formats`] reports the shape each file is read as, never `Json`.
 //!
 //! Reading streams through a 1 MiB buffer over the file (or over a gzip decoder, which accepts
 //! concatenated members): memory stays bounded by the batch size plus one record, whatever the
@@ -44,6 +66,12 @@
 //!   escapes) and parses it alone, so a 10 GB array costs no more memory than its largest
 //!   element. A file that ends inside an element gives a deadletter for that element; a
 //!   trailing comma is ignored with a warning; data after the closing `]` is a deadletter.
+//! - **JSON documents**: values separated by optional whitespace, each an object to be a
+//!   record. A scanner like the arrays' finds where each top-level document ends by its
+//!   brackets and parses it alone, bounded by [`FileSourceOptions::max_record_bytes`]. So a
+//!   malformed document whose brackets balance costs one deadletter and reading resumes after
+//!   it; one whose brackets do not balance runs to the end of the file and is one deadletter
+//!   (the file ends inside it). Top-level scalars (`42`, `"s"`) are deadletters each.
 //! - **CSV**: the first row names the columns (empty names become `column_<n>`, repeated ones
 //!   `name_2`, `name_3`, with a warning); quoted fields may hold commas, quotes and newlines;
 //!   blank lines are skipped. Cells are typed (see [`type_cell`]):
@@ -54,29 +82,36 @@
 //!   - a canonical decimal (`-?\d+\.\d+`, optionally with an exponent, or digits with an
 //!     exponent; no leading zeros) → float;
 //!   - anything else stays a string, so `007`, `12,5`, `+1`, `.5` and ` 42` are strings.
-//! - **Parquet**: read in Arrow batches and converted row by row: structs become objects,
-//!   lists arrays, dates `"YYYY-MM-DD"`, timestamps ISO 8601 strings, nulls explicit `null`s.
+//! - **Parquet**: read in Arrow batches and converted row by row, at any depth: structs and
+//!   maps become objects, lists arrays, nulls explicit `null`s;
+//!   - timestamps, of any unit and time zone, become integer Unix epoch **milliseconds**
+//!     (rounded down), so the type survives: skipprd's inference types integers in the
+//!     2010-2040 range as `timestamp_ms`;
+//!   - dates (`Date32`, `Date64`) become `"YYYY-MM-DD"` strings;
+//!   - decimals become JSON numbers (the nearest `f64`; `null` beyond its range);
+//!   - binary values become lower-case hex strings (`"dead"` for the bytes `de ad`).
 //!
 //! # Positions
 //!
 //! Every record carries a [`Position`]: `uri` is the file as listed (relative to the base
 //! directory when the configured path was relative), `record` its 1-based line number (JSON
 //! lines; for CSV the line the row starts on, the header being line 1), element number (JSON
-//! arrays) or row number (Parquet), and `offset` the byte just after the record in the
-//! decompressed stream: after its `\n` for JSON lines; for CSV the CSV parser's position after
-//! the row (after its terminator; with `\r\n` endings after the `\r`, the `\n` then reading
-//! as a blank line); after the element's last byte for JSON arrays (a resumed reader expects
-//! `,` or `]` next); and for Parquet the 0-based index of the next row. Skipping `offset`
+//! arrays), document number (JSON documents) or row number (Parquet), and `offset` the byte
+//! just after the record in the decompressed stream: after its `\n` for JSON lines; for CSV
+//! the CSV parser's position after the row (after its terminator; with `\r\n` endings after
+//! the `\r`, the `\n` then reading as a blank line); after the element's last byte for JSON
+//! arrays (a resumed reader expects `,` or `]` next); after the document's last byte for JSON
+//! documents; and for Parquet the 0-based index of the next row. Skipping `offset`
 //! bytes (rows) of a file, after the header for CSV, resumes right after the record.
 //!
 //! # Deadletters
 //!
 //! A record that does not parse never stops reading: it becomes a [`Deadletter`] in the batch
-//! with the file, the line/element number, the offset of the record's *first* byte, the raw
+//! with the file, the line/element/document number, the offset of the record's *first* byte, the raw
 //! text (clipped) and the parser's message:
 //!
 //! - [`FailureCode::Malformed`]: bad JSON, a CSV row with the wrong number of fields or invalid
-//!   UTF-8, an element cut off by the end of the file;
+//!   UTF-8, an element or document cut off by the end of the file;
 //! - [`FailureCode::NotAnObject`]: valid JSON that is not an object (`42`, `[1]`);
 //! - [`FailureCode::TooLarge`]: a record longer than [`FileSourceOptions::max_record_bytes`];
 //!   only a prefix is ever held. In CSV an over-long record (usually an unclosed quote) also
@@ -109,6 +144,7 @@ mod compression;
 mod csv;
 mod detect;
 mod json_array;
+mod json_documents;
 mod jsonl;
 mod parquet;
 mod paths;
@@ -129,10 +165,19 @@ use super::{Progress, Source, SourceBatch, SourceError};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum FileFormat {
-    /// One JSON object per line (`.jsonl`, `.ndjson`, line-oriented `.json`).
+    /// JSON: an array, JSON lines or concatenated documents, detected from the content of
+    /// each file whatever its name. Only ever configured: files are listed with the shape
+    /// detected.
+    Json,
+    /// One JSON object per line (`.jsonl`, `.ndjson`, `.json` whose first line is a complete
+    /// object).
     Jsonl,
     /// One JSON array of objects (`.json` starting with `[`).
     JsonArray,
+    /// JSON documents separated by optional whitespace: one pretty-printed object, several,
+    /// or objects run together (`.json` starting with `{` whose first line is not a complete
+    /// object).
+    JsonDocuments,
     /// CSV with a header row (`.csv`).
     Csv,
     /// Apache Parquet (`.parquet`, `.pq`).
@@ -143,8 +188,10 @@ impl FileFormat {
     /// The format's name as written in configuration.
     pub fn as_str(self) -> &'static str {
         match self {
+            FileFormat::Json => "json",
             FileFormat::Jsonl => "jsonl",
             FileFormat::JsonArray => "json_array",
+            FileFormat::JsonDocuments => "json_documents",
             FileFormat::Csv => "csv",
             FileFormat::Parquet => "parquet",
         }
@@ -157,10 +204,17 @@ pub struct FileSourceOptions {
     /// A file, a directory (all regular, non-hidden files below it, recursively) or a glob
     /// (`data/*.jsonl`, `logs/**/*.csv`).
     pub path: String,
-    /// The format of every file; `None` detects it per file.
+    /// The format of every file; `None` detects it per file, [`FileFormat::Json`] detects
+    /// only which JSON shape.
     pub format: Option<FileFormat>,
     /// The directory a relative `path` is resolved against (the config file's directory).
     pub base_dir: PathBuf,
+    /// Directories and files never read, such as the pipeline's own data directory: nothing
+    /// at or below them is listed, whatever `path` says. Relative entries are resolved
+    /// against `base_dir`; paths are compared after resolving symbolic links where they
+    /// exist, lexically (`.` and `..` folded) where they do not yet. Empty entries are
+    /// ignored. Empty by default.
+    pub exclude: Vec<PathBuf>,
     /// A batch closes at this many records and deadletters (at least 1).
     pub batch_rows: usize,
     /// ... or once this many input bytes were consumed, whichever comes first.
@@ -173,8 +227,9 @@ pub struct FileSourceOptions {
 impl FileSourceOptions {
     /// The default number of records in a batch.
     pub const DEFAULT_BATCH_ROWS: usize = 10_000;
-    /// The default number of input bytes in a batch.
-    pub const DEFAULT_BATCH_BYTES: u64 = 10 * 1024 * 1024;
+    /// The default number of input bytes in a batch: 10 MB (decimal, like the product's
+    /// buffer threshold default).
+    pub const DEFAULT_BATCH_BYTES: u64 = 10_000_000;
     /// The default maximum record size.
     pub const DEFAULT_MAX_RECORD_BYTES: usize = 64 * 1024 * 1024;
 }
@@ -185,6 +240,7 @@ impl Default for FileSourceOptions {
             path: String::new(),
             format: None,
             base_dir: PathBuf::from("."),
+            exclude: Vec::new(),
             batch_rows: Self::DEFAULT_BATCH_ROWS,
             batch_bytes: Self::DEFAULT_BATCH_BYTES,
             max_record_bytes: Self::DEFAULT_MAX_RECORD_BYTES,
@@ -270,6 +326,11 @@ impl FileSource {
         let reader: Box<dyn RecordReader> = match file.format {
             FileFormat::Jsonl => Box::new(jsonl::JsonLinesReader::new(ctx, stream()?)),
             FileFormat::JsonArray => Box::new(json_array::JsonArrayReader::new(ctx, stream()?)),
+            // Listing resolves `Json` to the shape found; were it left, documents read any
+            // stream of JSON objects.
+            FileFormat::JsonDocuments | FileFormat::Json => {
+                Box::new(json_documents::JsonDocumentsReader::new(ctx, stream()?))
+            }
             FileFormat::Csv => Box::new(csv::CsvReader::new(ctx, stream()?)),
             FileFormat::Parquet => Box::new(parquet::ParquetReader::open(
                 ctx,
@@ -481,10 +542,12 @@ mod tests {
     fn defaults_are_the_documented_ones() {
         let options = FileSourceOptions::default();
         assert_eq!(options.batch_rows, 10_000);
-        assert_eq!(options.batch_bytes, 10 * 1024 * 1024);
+        // 10 MB, the product's buffer threshold default, not 10 MiB.
+        assert_eq!(options.batch_bytes, 10_000_000);
         assert_eq!(options.max_record_bytes, 64 * 1024 * 1024);
         assert_eq!(options.base_dir, PathBuf::from("."));
         assert_eq!(options.path, "");
+        assert!(options.exclude.is_empty());
     }
 
     #[test]
@@ -576,6 +639,70 @@ mod tests {
         })
         .unwrap();
         assert_eq!(values(&records), vec![r#"{"a":1,"b":"x"}"#]);
+    }
+
+    #[test]
+    fn an_explicit_json_format_reads_any_json_shape_whatever_the_name() {
+        let dir = tempfile::tempdir().unwrap();
+        write(dir.path(), "d/a.csv", b"[{\"a\":1}]");
+        write(dir.path(), "d/b.csv", b"{\n  \"a\": 2\n}\n");
+        write(dir.path(), "d/c.txt", b"{\"a\":3}\n{\"a\":4}\n");
+        write(dir.path(), "d/d.parquet", &gzip(b"\n{\"a\":5}\n"));
+        write(dir.path(), "d/e.csv", b"  \n");
+        let json = FileSourceOptions {
+            format: Some(FileFormat::Json),
+            ..options(dir.path(), "d")
+        };
+        let source = FileSource::open(json.clone()).unwrap();
+        let formats: Vec<(FileFormat, Compression)> = source.formats().collect();
+        assert_eq!(
+            formats,
+            vec![
+                (FileFormat::JsonArray, Compression::None),
+                (FileFormat::JsonDocuments, Compression::None),
+                (FileFormat::Jsonl, Compression::None),
+                (FileFormat::Jsonl, Compression::Gzip),
+                (FileFormat::Jsonl, Compression::None),
+            ]
+        );
+        let (records, dead) = read_all(json).unwrap();
+        assert!(dead.is_empty(), "{dead:?}");
+        let got: Vec<i64> = records
+            .iter()
+            .map(|r| r.value["a"].as_i64().unwrap())
+            .collect();
+        assert_eq!(got, vec![1, 2, 3, 4, 5]);
+    }
+
+    #[test]
+    fn an_explicit_json_format_refuses_a_named_file_that_is_not_json_and_skips_found_ones() {
+        let dir = tempfile::tempdir().unwrap();
+        write(dir.path(), "d/data.csv", b"a,b\n1,2\n");
+        write(dir.path(), "d/ok.json", b"{\"a\":1}\n");
+        let json = |path: &str| FileSourceOptions {
+            format: Some(FileFormat::Json),
+            ..options(dir.path(), path)
+        };
+        let error = FileSource::open(json("d/data.csv")).unwrap_err();
+        assert!(
+            matches!(error, SourceError::NotJson { ref path } if path == "d/data.csv"),
+            "{error}"
+        );
+        assert_eq!(
+            error.to_string(),
+            "cannot read `d/data.csv` as JSON (`format: json`): it does not start with `{` or `[`"
+        );
+        assert!(!error.is_retryable());
+        let source = FileSource::open(json("d")).unwrap();
+        assert_eq!(source.files(), &[dir.path().join("d/ok.json")]);
+    }
+
+    #[test]
+    fn the_json_formats_have_their_configuration_names() {
+        assert_eq!(FileFormat::Json.as_str(), "json");
+        assert_eq!(FileFormat::JsonDocuments.as_str(), "json_documents");
+        let parsed: FileFormat = serde_json::from_str("\"json\"").unwrap();
+        assert_eq!(parsed, FileFormat::Json);
     }
 
     #[test]
@@ -692,6 +819,17 @@ mod tests {
                 json_array.batch_rows = 2;
                 if let Ok(mut source) = FileSource::open(json_array) {
                     while let Ok(Some(_)) = source.next_batch() {}
+                }
+                for format in [FileFormat::JsonDocuments, FileFormat::Json] {
+                    let options = FileSourceOptions {
+                        format: Some(format),
+                        max_record_bytes: 16,
+                        batch_rows: 2,
+                        ..super::testing::options(dir.path(), name)
+                    };
+                    if let Ok(mut source) = FileSource::open(options) {
+                        while let Ok(Some(_)) = source.next_batch() {}
+                    }
                 }
             }
         }

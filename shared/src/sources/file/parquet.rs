@@ -1,14 +1,28 @@
 //! Parquet: read in Arrow record batches, each row turned into a JSON object.
 //!
-//! Rows are converted by arrow's JSON writer with explicit nulls: nested structs become
-//! objects, lists arrays, dates `"YYYY-MM-DD"` strings, timestamps ISO 8601 strings, binary
-//! hex strings and decimals numbers.
+//! Rows are converted by arrow's JSON writer with explicit nulls and a few encoders of our own
+//! (which apply at any depth): nested structs become objects, lists arrays, maps objects,
+//! timestamps (any unit, any time zone) integer Unix epoch milliseconds (rounded down),
+//! dates (`Date32` and `Date64`) `"YYYY-MM-DD"` strings, decimals JSON numbers (the nearest
+//! `f64`; `null` beyond its range) and binary lower-case hex strings.
 
 use std::collections::VecDeque;
 use std::path::Path;
 
+use std::sync::Arc;
+
+use arrow::array::{Array, AsArray, PrimitiveArray};
+use arrow::buffer::ScalarBuffer;
+use arrow::datatypes::{
+    DataType, Date64Type, Decimal32Type, Decimal64Type, Decimal128Type, Decimal256Type,
+    DecimalType, FieldRef, TimeUnit, TimestampMicrosecondType, TimestampMillisecondType,
+    TimestampNanosecondType, TimestampSecondType,
+};
+use arrow::error::ArrowError;
 use arrow::json::WriterBuilder;
-use arrow::json::writer::LineDelimited;
+use arrow::json::writer::{
+    Encoder, EncoderFactory, EncoderOptions, LineDelimited, NullableEncoder,
+};
 use arrow::record_batch::RecordBatch;
 use parquet::arrow::arrow_reader::{ParquetRecordBatchReader, ParquetRecordBatchReaderBuilder};
 use serde_json::{Map, Value};
@@ -113,10 +127,136 @@ fn parquet_error(ctx: &FileContext, error: &dyn std::fmt::Display) -> SourceErro
     }
 }
 
+/// Arrow-to-JSON encoders for the types whose default encoding loses information skipprd
+/// wants: timestamps, `Date64` and decimals.
+#[derive(Debug)]
+struct TypedEncoders;
+
+impl EncoderFactory for TypedEncoders {
+    fn make_default_encoder<'a>(
+        &self,
+        _field: &'a FieldRef,
+        array: &'a dyn Array,
+        _options: &'a EncoderOptions,
+    ) -> Result<Option<NullableEncoder<'a>>, ArrowError> {
+        let encoder: Box<dyn Encoder + 'a> = match array.data_type() {
+            DataType::Timestamp(unit, _) => {
+                let (values, per_milli, milli_per) = match unit {
+                    TimeUnit::Second => (
+                        array.as_primitive::<TimestampSecondType>().values().clone(),
+                        1,
+                        1000,
+                    ),
+                    TimeUnit::Millisecond => (
+                        array
+                            .as_primitive::<TimestampMillisecondType>()
+                            .values()
+                            .clone(),
+                        1,
+                        1,
+                    ),
+                    TimeUnit::Microsecond => (
+                        array
+                            .as_primitive::<TimestampMicrosecondType>()
+                            .values()
+                            .clone(),
+                        1000,
+                        1,
+                    ),
+                    TimeUnit::Nanosecond => (
+                        array
+                            .as_primitive::<TimestampNanosecondType>()
+                            .values()
+                            .clone(),
+                        1_000_000,
+                        1,
+                    ),
+                };
+                Box::new(EpochMillis {
+                    values,
+                    per_milli,
+                    milli_per,
+                })
+            }
+            DataType::Date64 => Box::new(Date64Days(
+                array.as_primitive::<Date64Type>().values().clone(),
+            )),
+            DataType::Decimal32(_, _) => {
+                Box::new(DecimalNumber::<Decimal32Type>(array.as_primitive().clone()))
+            }
+            DataType::Decimal64(_, _) => {
+                Box::new(DecimalNumber::<Decimal64Type>(array.as_primitive().clone()))
+            }
+            DataType::Decimal128(_, _) => Box::new(DecimalNumber::<Decimal128Type>(
+                array.as_primitive().clone(),
+            )),
+            DataType::Decimal256(_, _) => Box::new(DecimalNumber::<Decimal256Type>(
+                array.as_primitive().clone(),
+            )),
+            _ => return Ok(None),
+        };
+        Ok(Some(NullableEncoder::new(encoder, array.logical_nulls())))
+    }
+}
+
+/// Timestamps as integer epoch milliseconds: `value / per_milli * milli_per`, rounded down.
+struct EpochMillis {
+    values: ScalarBuffer<i64>,
+    /// Units in a millisecond (1 for seconds and milliseconds).
+    per_milli: i64,
+    /// Milliseconds in a unit (1 but for seconds).
+    milli_per: i64,
+}
+
+impl Encoder for EpochMillis {
+    fn encode(&mut self, idx: usize, out: &mut Vec<u8>) {
+        let millis = self.values[idx]
+            .div_euclid(self.per_milli)
+            .saturating_mul(self.milli_per);
+        out.extend_from_slice(millis.to_string().as_bytes());
+    }
+}
+
+/// `Date64` values (milliseconds since the epoch) as `"YYYY-MM-DD"`, like `Date32`.
+struct Date64Days(ScalarBuffer<i64>);
+
+impl Encoder for Date64Days {
+    fn encode(&mut self, idx: usize, out: &mut Vec<u8>) {
+        match chrono::DateTime::from_timestamp_millis(self.0[idx]) {
+            Some(at) => {
+                let day = at.date_naive().format("%Y-%m-%d").to_string();
+                out.push(b'"');
+                out.extend_from_slice(day.as_bytes());
+                out.push(b'"');
+            }
+            None => out.extend_from_slice(b"null"),
+        }
+    }
+}
+
+/// Decimals as JSON numbers: the `f64` nearest the exact decimal, `null` beyond its range.
+struct DecimalNumber<T: DecimalType>(PrimitiveArray<T>);
+
+impl<T: DecimalType> Encoder for DecimalNumber<T> {
+    fn encode(&mut self, idx: usize, out: &mut Vec<u8>) {
+        let number = self
+            .0
+            .value_as_string(idx)
+            .parse::<f64>()
+            .ok()
+            .and_then(serde_json::Number::from_f64);
+        match number {
+            Some(number) => out.extend_from_slice(number.to_string().as_bytes()),
+            None => out.extend_from_slice(b"null"),
+        }
+    }
+}
+
 /// The rows of `batch` as JSON objects, in order.
 pub(crate) fn batch_to_json(batch: &RecordBatch) -> Result<Vec<Map<String, Value>>, String> {
     let mut writer = WriterBuilder::new()
         .with_explicit_nulls(true)
+        .with_encoder_factory(Arc::new(TypedEncoders))
         .build::<_, LineDelimited>(Vec::new());
     writer
         .write(batch)
@@ -144,8 +284,6 @@ pub(crate) fn batch_to_json(batch: &RecordBatch) -> Result<Vec<Map<String, Value
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-
     use arrow::array::{
         ArrayRef, Date32Array, Float64Array, Int64Array, ListBuilder, StringArray, StructArray,
         TimestampMillisecondArray,
@@ -223,7 +361,7 @@ mod tests {
     }
 
     #[test]
-    fn nested_structs_lists_dates_and_nulls_read_back_as_json() {
+    fn nested_structs_lists_dates_timestamps_and_nulls_read_back_as_json() {
         let dir = tempfile::tempdir().unwrap();
         write_parquet(&dir.path().join("x.parquet"), &[sample_batch(0, 8)]);
         let (records, dead) = read_all(options(dir.path(), "x.parquet")).unwrap();
@@ -232,10 +370,10 @@ mod tests {
         assert_eq!(
             values(&records[..4]),
             vec![
-                r#"{"id":0,"name":null,"address":{"city":"Oslo","lat":0.5},"tags":[],"day":"2024-01-01","at":"1970-01-01T00:00:00"}"#,
-                r#"{"id":1,"name":"n1","address":{"city":null,"lat":1.5},"tags":["t0"],"day":"2024-01-02","at":"1970-01-01T00:00:01"}"#,
-                r#"{"id":2,"name":"n2","address":{"city":"Oslo","lat":2.5},"tags":["t0","t1"],"day":"2024-01-03","at":"1970-01-01T00:00:02"}"#,
-                r#"{"id":3,"name":null,"address":{"city":null,"lat":3.5},"tags":null,"day":"2024-01-04","at":"1970-01-01T00:00:03"}"#,
+                r#"{"id":0,"name":null,"address":{"city":"Oslo","lat":0.5},"tags":[],"day":"2024-01-01","at":0}"#,
+                r#"{"id":1,"name":"n1","address":{"city":null,"lat":1.5},"tags":["t0"],"day":"2024-01-02","at":1000}"#,
+                r#"{"id":2,"name":"n2","address":{"city":"Oslo","lat":2.5},"tags":["t0","t1"],"day":"2024-01-03","at":2000}"#,
+                r#"{"id":3,"name":null,"address":{"city":null,"lat":3.5},"tags":null,"day":"2024-01-04","at":3000}"#,
             ]
         );
         let positions: Vec<(u64, u64)> = records
@@ -245,6 +383,136 @@ mod tests {
         assert_eq!(positions[0], (1, 1));
         assert_eq!(positions[7], (8, 8));
         assert_eq!(records[0].position.uri, "x.parquet");
+    }
+
+    #[test]
+    fn timestamps_become_epoch_milliseconds_dates_stay_dates_and_decimals_become_numbers() {
+        use arrow::array::{
+            BinaryArray, Decimal128Array, MapBuilder, TimestampMicrosecondArray,
+            TimestampNanosecondArray, TimestampSecondArray,
+        };
+        use arrow::datatypes::TimeUnit;
+
+        // 2024-01-02T03:04:05.678901Z, in seconds and in microseconds.
+        let seconds = 1_704_164_645i64;
+        let micros = seconds * 1_000_000 + 678_901;
+        let ts_us: ArrayRef = Arc::new(
+            TimestampMicrosecondArray::from(vec![Some(micros), None, Some(-1)])
+                .with_timezone("UTC"),
+        );
+        let ts_s: ArrayRef = Arc::new(TimestampSecondArray::from(vec![
+            Some(seconds),
+            Some(0),
+            None,
+        ]));
+        let day: ArrayRef = Arc::new(Date32Array::from(vec![Some(19_724), None, Some(-1)]));
+        let amount: ArrayRef = Arc::new(
+            Decimal128Array::from(vec![Some(12_345), Some(-5), None])
+                .with_precision_and_scale(10, 2)
+                .unwrap(),
+        );
+        let blob: ArrayRef = Arc::new(BinaryArray::from(vec![
+            Some(&[0xde, 0xad][..]),
+            Some(&[][..]),
+            None,
+        ]));
+        // Nested: a struct holding a timestamp (with an offset time zone) and a decimal.
+        let nested_at: ArrayRef = Arc::new(
+            TimestampNanosecondArray::from(vec![Some(micros * 1000), Some(1_500_000), None])
+                .with_timezone("+02:00"),
+        );
+        let nested_price: ArrayRef = Arc::new(
+            Decimal128Array::from(vec![Some(15), None, Some(-1)])
+                .with_precision_and_scale(5, 1)
+                .unwrap(),
+        );
+        let nested: ArrayRef = Arc::new(StructArray::from(vec![
+            (
+                Arc::new(Field::new(
+                    "at",
+                    DataType::Timestamp(TimeUnit::Nanosecond, Some("+02:00".into())),
+                    true,
+                )),
+                nested_at,
+            ),
+            (
+                Arc::new(Field::new("price", DataType::Decimal128(5, 1), true)),
+                nested_price,
+            ),
+        ]));
+        // A list of timestamps and a map to timestamps.
+        let mut list = ListBuilder::new(arrow::array::TimestampMillisecondBuilder::new());
+        list.values().append_value(1_000);
+        list.values().append_value(2_000);
+        list.append(true);
+        list.append(true);
+        list.append_null();
+        let list: ArrayRef = Arc::new(list.finish());
+        let mut map = MapBuilder::new(
+            None,
+            arrow::array::StringBuilder::new(),
+            arrow::array::TimestampSecondBuilder::new(),
+        );
+        map.keys().append_value("first");
+        map.values().append_value(1);
+        map.append(true).unwrap();
+        map.append(true).unwrap();
+        map.append(false).unwrap();
+        let map: ArrayRef = Arc::new(map.finish());
+        let batch = RecordBatch::try_from_iter(vec![
+            ("ts_us", ts_us),
+            ("ts_s", ts_s),
+            ("day", day),
+            ("amount", amount),
+            ("blob", blob),
+            ("nested", nested),
+            ("list", list),
+            ("map", map),
+        ])
+        .unwrap();
+
+        let dir = tempfile::tempdir().unwrap();
+        write_parquet(&dir.path().join("typed.parquet"), &[batch]);
+        let (records, dead) = read_all(options(dir.path(), "typed.parquet")).unwrap();
+        assert!(dead.is_empty());
+        assert_eq!(
+            values(&records),
+            vec![
+                concat!(
+                    r#"{"ts_us":1704164645678,"ts_s":1704164645000,"day":"2024-01-02","#,
+                    r#""amount":123.45,"blob":"dead","nested":{"at":1704164645678,"price":1.5},"#,
+                    r#""list":[1000,2000],"map":{"first":1000}}"#
+                ),
+                concat!(
+                    r#"{"ts_us":null,"ts_s":0,"day":null,"amount":-0.05,"blob":"","#,
+                    r#""nested":{"at":1,"price":null},"list":[],"map":{}}"#
+                ),
+                concat!(
+                    r#"{"ts_us":-1,"ts_s":null,"day":"1969-12-31","amount":null,"blob":null,"#,
+                    r#""nested":{"at":null,"price":-0.1},"list":null,"map":null}"#
+                ),
+            ]
+        );
+    }
+
+    #[test]
+    fn date64_values_are_written_as_dates_and_timestamps_before_1970_round_down() {
+        use arrow::array::{Date64Array, TimestampNanosecondArray};
+        let day: ArrayRef = Arc::new(Date64Array::from(vec![1_704_153_600_000, -1]));
+        let at: ArrayRef = Arc::new(TimestampNanosecondArray::from(vec![1, -1]));
+        let batch = RecordBatch::try_from_iter(vec![("day", day), ("at", at)]).unwrap();
+        let rows: Vec<String> = batch_to_json(&batch)
+            .unwrap()
+            .into_iter()
+            .map(|row| Value::Object(row).to_string())
+            .collect();
+        assert_eq!(
+            rows,
+            vec![
+                r#"{"day":"2024-01-02","at":0}"#,
+                r#"{"day":"1969-12-31","at":-1}"#
+            ]
+        );
     }
 
     #[test]

@@ -1,13 +1,14 @@
 //! Turning the configured path into the list of files to read.
 
 use std::fs::{self, File};
-use std::io::{self, Read};
+use std::io::{self, BufRead, Read};
 use std::path::{Path, PathBuf};
 
 use super::FileFormat;
 use super::FileSourceOptions;
-use super::compression::Compression;
-use super::detect::{HEAD_BYTES, detect_compression, detect_format};
+use super::compression::{Compression, gzip_head_problem, open_stream};
+use super::detect::{Detected, HEAD_BYTES, detect, detect_compression};
+use super::json_documents::FirstLine;
 use crate::sources::SourceError;
 
 /// One file to read, as found when the source was opened.
@@ -39,9 +40,7 @@ enum Origin {
 pub(crate) fn list_files(options: &FileSourceOptions) -> Result<Vec<ListedFile>, SourceError> {
     let configured = options.path.as_str();
     if configured.is_empty() {
-        return Err(SourceError::NotFound {
-            path: String::new(),
-        });
+        return Err(SourceError::EmptyPath);
     }
     let relative = Path::new(configured).is_relative();
     let resolved = if relative {
@@ -58,20 +57,34 @@ pub(crate) fn list_files(options: &FileSourceOptions) -> Result<Vec<ListedFile>,
         shown.display().to_string()
     };
 
+    let excluded = Excluded::new(options);
     let (mut candidates, origin) = match fs::metadata(&resolved) {
         Ok(meta) if meta.is_dir() => {
             let mut found = Vec::new();
-            walk_dir(&resolved, &mut found, &display)?;
+            let real = excluded.real(&resolved);
+            if !excluded.covers(real.as_deref()) {
+                walk_dir(&resolved, real.as_deref(), &excluded, &mut found, &display)?;
+            }
             (found, Origin::Found)
         }
-        Ok(_) => (vec![resolved.clone()], Origin::Literal),
+        Ok(_) => {
+            let real = excluded.real(&resolved);
+            let found = if excluded.covers(real.as_deref()) {
+                Vec::new()
+            } else {
+                vec![resolved.clone()]
+            };
+            (found, Origin::Literal)
+        }
         Err(error) if error.kind() == io::ErrorKind::NotFound => {
             if !has_glob_chars(configured) {
                 return Err(SourceError::NotFound {
                     path: configured.to_owned(),
                 });
             }
-            (expand_glob(options, relative)?, Origin::Found)
+            let mut found = expand_glob(options, relative)?;
+            found.retain(|path| !excluded.covers(excluded.real(path).as_deref()));
+            (found, Origin::Found)
         }
         Err(source) => {
             return Err(SourceError::Io {
@@ -86,7 +99,8 @@ pub(crate) fn list_files(options: &FileSourceOptions) -> Result<Vec<ListedFile>,
     let mut files = Vec::with_capacity(candidates.len());
     for path in candidates {
         let shown = display(&path);
-        if let Some(file) = describe(&path, shown, options.format, origin)? {
+        let max = options.max_record_bytes;
+        if let Some(file) = describe(&path, shown, options.format, origin, max)? {
             files.push(file);
         }
     }
@@ -108,10 +122,72 @@ fn is_hidden(name: &std::ffi::OsStr) -> bool {
     name.as_encoded_bytes().starts_with(b".")
 }
 
-/// All regular, non-hidden files below `dir`, recursively. Symbolic links to files are
-/// followed; links to directories are not (no cycles).
+/// The paths never to read, in comparable form (see [`comparable`]).
+struct Excluded(Vec<PathBuf>);
+
+impl Excluded {
+    /// The exclusions of `options`, resolved against its base directory.
+    fn new(options: &FileSourceOptions) -> Excluded {
+        let paths = options
+            .exclude
+            .iter()
+            .filter(|path| !path.as_os_str().is_empty())
+            .map(|path| comparable(&options.base_dir.join(path)))
+            .collect();
+        Excluded(paths)
+    }
+
+    /// `path` in comparable form, or `None` when nothing is excluded (sparing the work).
+    fn real(&self, path: &Path) -> Option<PathBuf> {
+        (!self.0.is_empty()).then(|| comparable(path))
+    }
+
+    /// Whether the comparable path `real` is at or below an exclusion.
+    fn covers(&self, real: Option<&Path>) -> bool {
+        real.is_some_and(|real| self.0.iter().any(|excluded| real.starts_with(excluded)))
+    }
+}
+
+/// `path` made absolute and comparable with other paths: with symbolic links resolved when
+/// it exists; when it does not, with `.` and `..` folded lexically and its longest existing
+/// ancestor resolved.
+fn comparable(path: &Path) -> PathBuf {
+    if let Ok(real) = fs::canonicalize(path) {
+        return real;
+    }
+    let absolute = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+    let mut folded = PathBuf::new();
+    for component in absolute.components() {
+        match component {
+            std::path::Component::CurDir => {}
+            std::path::Component::ParentDir => {
+                folded.pop();
+            }
+            other => folded.push(other),
+        }
+    }
+    let mut missing = Vec::new();
+    let mut existing = folded.as_path();
+    while let Some(parent) = existing.parent() {
+        if let Some(name) = existing.file_name() {
+            missing.push(name.to_owned());
+        }
+        existing = parent;
+        if let Ok(mut real) = fs::canonicalize(existing) {
+            real.extend(missing.iter().rev());
+            return real;
+        }
+    }
+    folded
+}
+
+/// All regular, non-hidden files below `dir`, recursively, except what `excluded` covers.
+/// Symbolic links to files are followed; links to directories are not (no cycles). `real` is
+/// `dir` in comparable form when there are exclusions.
 fn walk_dir(
     dir: &Path,
+    real: Option<&Path>,
+    excluded: &Excluded,
     found: &mut Vec<PathBuf>,
     display: &dyn Fn(&Path) -> String,
 ) -> Result<(), SourceError> {
@@ -121,13 +197,24 @@ fn walk_dir(
     };
     for entry in fs::read_dir(dir).map_err(io_error)? {
         let entry = entry.map_err(io_error)?;
-        if is_hidden(&entry.file_name()) {
+        let name = entry.file_name();
+        if is_hidden(&name) {
             continue;
         }
         let path = entry.path();
         let kind = entry.file_type().map_err(io_error)?;
+        // Below a resolved directory, a directory or a regular file needs no resolving of its
+        // own; a link to a file does.
+        let real_entry = match real {
+            Some(_) if kind.is_symlink() => excluded.real(&path),
+            Some(real) => Some(real.join(&name)),
+            None => None,
+        };
+        if excluded.covers(real_entry.as_deref()) {
+            continue;
+        }
         if kind.is_dir() {
-            walk_dir(&path, found, display)?;
+            walk_dir(&path, real_entry.as_deref(), excluded, found, display)?;
         } else if kind.is_file() || (kind.is_symlink() && path.is_file()) {
             found.push(path);
         }
@@ -185,6 +272,7 @@ fn describe(
     display: String,
     format: Option<FileFormat>,
     origin: Origin,
+    max_record_bytes: usize,
 ) -> Result<Option<ListedFile>, SourceError> {
     let io_error = |source: io::Error, display: &str| SourceError::Io {
         path: display.to_owned(),
@@ -198,17 +286,48 @@ fn describe(
         .read_to_end(&mut head)
         .map_err(|e| io_error(e, &display))?;
 
-    let detected = match format {
-        Some(format) => Some((format, detect_compression(&head))),
-        None => detect_format(path, &head),
-    };
-    let Some((format, compression)) = detected else {
+    let detected = detect(path, &head, format);
+    if detected.is_none() && format == Some(FileFormat::Json) {
+        // Content that is not JSON although the configuration says it is.
         if origin == Origin::Literal {
-            return Err(SourceError::UnknownFormat { path: display });
+            return Err(SourceError::NotJson { path: display });
         }
         let shown = display.as_str();
-        tracing::warn!(file = shown, "skipping a file of unknown format");
+        tracing::warn!(
+            file = shown,
+            "skipping a file that is not JSON (`format: json`)"
+        );
         return Ok(None);
+    }
+    let detected = detected.map(|(detected, compression)| match detected {
+        Detected::Format(format) => (format, compression),
+        Detected::JsonObjects => {
+            let format = json_objects_format(path, &display, compression, max_record_bytes);
+            (format, compression)
+        }
+    });
+    let Some((format, compression)) = detected else {
+        // A gzip stream that cannot be decoded is why nothing could be sniffed: say so.
+        let whole = size <= head.len() as u64;
+        let corrupt = (detect_compression(&head) == Compression::Gzip)
+            .then(|| gzip_head_problem(&head, whole))
+            .flatten();
+        let shown = display.as_str();
+        return match (corrupt, origin) {
+            (Some(message), Origin::Literal) => Err(SourceError::CorruptGzip {
+                path: display,
+                message,
+            }),
+            (Some(message), Origin::Found) => {
+                tracing::warn!(file = shown, %message, "skipping a file with a corrupt gzip stream");
+                Ok(None)
+            }
+            (None, Origin::Literal) => Err(SourceError::UnknownFormat { path: display }),
+            (None, Origin::Found) => {
+                tracing::warn!(file = shown, "skipping a file of unknown format");
+                Ok(None)
+            }
+        };
     };
     if format == FileFormat::Parquet && compression == Compression::Gzip {
         return Err(SourceError::UnsupportedCompression {
@@ -223,6 +342,45 @@ fn describe(
         format,
         compression,
     }))
+}
+
+/// JSON lines or JSON documents for the stream of JSON objects in `path`, told by its first
+/// line (see [`FirstLine`]), read from the start of the decompressed stream. A first line
+/// longer than `max_record_bytes`, or one that cannot be read, means JSON lines: reading
+/// then reports the problem as it would for any file.
+fn json_objects_format(
+    path: &Path,
+    display: &str,
+    compression: Compression,
+    max_record_bytes: usize,
+) -> FileFormat {
+    let lines_or_documents = |lines: bool| {
+        if lines {
+            FileFormat::Jsonl
+        } else {
+            FileFormat::JsonDocuments
+        }
+    };
+    let Ok(mut stream) = open_stream(path, display, compression) else {
+        return FileFormat::Jsonl;
+    };
+    let mut sniff = FirstLine::default();
+    let mut seen = 0usize;
+    while seen <= max_record_bytes {
+        let chunk = match stream.reader.fill_buf() {
+            Ok([]) => break,
+            Ok(chunk) => chunk,
+            Err(error) if error.kind() == io::ErrorKind::Interrupted => continue,
+            Err(_) => break,
+        };
+        if let Some(lines) = sniff.feed(chunk) {
+            return lines_or_documents(lines);
+        }
+        let taken = chunk.len();
+        seen += taken;
+        stream.reader.consume(taken);
+    }
+    lines_or_documents(sniff.finish())
 }
 
 #[cfg(test)]
@@ -386,9 +544,143 @@ mod tests {
         );
     }
 
+    /// A project directory holding input next to a pipeline's data directory.
+    fn project_with_a_data_dir() -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        write(dir.path(), "in/a.jsonl", b"{\"a\":1}\n");
+        write(dir.path(), "b.json", b"{\"b\":2}\n");
+        write(
+            dir.path(),
+            "data/default_p/schema.json",
+            b"{\"fields\":[]}\n",
+        );
+        write(dir.path(), "data/default_p/wal/0001.jsonl", b"{\"w\":1}\n");
+        write(dir.path(), "database/c.jsonl", b"{\"c\":3}\n");
+        dir
+    }
+
+    fn excluding(dir: &Path, path: &str, exclude: &[&str]) -> FileSourceOptions {
+        FileSourceOptions {
+            exclude: exclude.iter().map(PathBuf::from).collect(),
+            ..options(dir, path)
+        }
+    }
+
     #[test]
-    fn an_empty_path_is_refused() {
+    fn a_directory_walk_never_lists_files_under_an_excluded_directory() {
+        let dir = project_with_a_data_dir();
+        let expected = vec!["b.json", "database/c.jsonl", "in/a.jsonl"];
+        assert_eq!(listed(&excluding(dir.path(), ".", &["data"])), expected);
+        // However the excluded directory is spelled: absolute, with `.` and `..`, a trailing
+        // slash.
+        let absolute = dir.path().join("data").display().to_string();
+        assert_eq!(listed(&excluding(dir.path(), ".", &[&absolute])), expected);
+        assert_eq!(
+            listed(&excluding(dir.path(), ".", &["./in/../data/"])),
+            expected
+        );
+        // Without an exclusion the data directory is read like any other.
+        assert!(listed(&options(dir.path(), ".")).contains(&"data/default_p/schema.json".into()));
+    }
+
+    #[test]
+    fn a_glob_drops_matches_under_an_excluded_directory() {
+        let dir = project_with_a_data_dir();
+        assert_eq!(
+            listed(&excluding(dir.path(), "**/*.json*", &["data/default_p"])),
+            vec!["b.json", "database/c.jsonl", "in/a.jsonl"]
+        );
+    }
+
+    #[test]
+    fn an_excluded_file_is_never_read_and_excluding_everything_leaves_no_files() {
+        let dir = project_with_a_data_dir();
+        assert_eq!(
+            listed(&excluding(dir.path(), "**/*.jsonl", &["in/a.jsonl"])),
+            vec!["data/default_p/wal/0001.jsonl", "database/c.jsonl"]
+        );
+        for (path, exclude) in [
+            ("in/a.jsonl", "in/a.jsonl"),
+            ("in", "."),
+            ("*.json", "b.json"),
+        ] {
+            let error = list_files(&excluding(dir.path(), path, &[exclude])).unwrap_err();
+            assert!(
+                matches!(error, SourceError::NoFiles { ref pattern } if pattern == path),
+                "{path}: {error}"
+            );
+        }
+    }
+
+    #[test]
+    fn exclusions_compare_real_paths_through_symbolic_links() {
+        let dir = project_with_a_data_dir();
+        // The project reached through a link: the exclusion names the real directory.
+        let link = dir.path().join("project-link");
+        std::os::unix::fs::symlink(dir.path(), &link).unwrap();
+        let real_data = dir.path().join("data").display().to_string();
+        assert_eq!(
+            listed(&excluding(&link, ".", &[&real_data])),
+            vec!["b.json", "database/c.jsonl", "in/a.jsonl"]
+        );
+    }
+
+    #[test]
+    fn an_exclusion_that_does_not_exist_yet_excludes_nothing_else() {
+        let dir = project_with_a_data_dir();
+        assert_eq!(
+            listed(&excluding(
+                dir.path(),
+                "in",
+                &["data/new_p", "in/../nope", ""]
+            )),
+            vec!["in/a.jsonl"]
+        );
+    }
+
+    #[test]
+    fn an_empty_path_is_refused_with_a_message_saying_so() {
         let error = FileSource::open(FileSourceOptions::default()).unwrap_err();
-        assert!(matches!(error, SourceError::NotFound { .. }));
+        assert!(matches!(error, SourceError::EmptyPath), "{error}");
+        assert_eq!(error.to_string(), "the File source `path` is empty");
+        assert!(!error.is_retryable());
+    }
+
+    #[test]
+    fn a_corrupt_gzip_file_with_an_unknown_extension_is_reported_as_corrupt_gzip() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut bytes = gzip(&b"{\"a\":1}\n".repeat(100));
+        for byte in &mut bytes[10..] {
+            *byte = 0xff;
+        }
+        write(dir.path(), "export.bin", &bytes);
+        let error = FileSource::open(options(dir.path(), "export.bin")).unwrap_err();
+        assert!(
+            matches!(error, SourceError::CorruptGzip { ref path, .. } if path == "export.bin"),
+            "{error}"
+        );
+        assert!(
+            error
+                .to_string()
+                .starts_with("corrupt gzip stream in `export.bin`: "),
+            "{error}"
+        );
+        // Found in a directory, it is skipped with a warning like a file of unknown format.
+        write(dir.path(), "ok.jsonl", b"{\"a\":1}\n");
+        assert_eq!(listed(&options(dir.path(), ".")), vec!["ok.jsonl"]);
+        // A truncated gzip file is corrupt too.
+        let text = b"hello world, this is not JSON at all";
+        let mut cut = gzip(text);
+        cut.truncate(cut.len() - 6);
+        write(dir.path(), "notes.bin", &cut);
+        let error = FileSource::open(options(dir.path(), "notes.bin")).unwrap_err();
+        assert!(matches!(error, SourceError::CorruptGzip { .. }), "{error}");
+        // A sound gzip file of unknown content is of unknown format.
+        write(dir.path(), "notes.bin", &gzip(text));
+        let error = FileSource::open(options(dir.path(), "notes.bin")).unwrap_err();
+        assert!(
+            matches!(error, SourceError::UnknownFormat { .. }),
+            "{error}"
+        );
     }
 }
