@@ -188,7 +188,8 @@ impl<C: ConnectorSet> JsonSchema for Entry<C> {
 pub enum InputFormat {
     /// One JSON object per line (`.jsonl`, `.ndjson`).
     Jsonl,
-    /// JSON: a top-level array of objects, or JSON lines; detected from the first byte.
+    /// JSON: a top-level array of objects, JSON lines, or concatenated (pretty-printed)
+    /// documents; the shape is detected from the content.
     Json,
     /// A top-level JSON array of objects.
     JsonArray,

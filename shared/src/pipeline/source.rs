@@ -27,6 +27,8 @@ pub fn open_source(
                     .batch_size
                     .unwrap_or(FileSourceOptions::DEFAULT_BATCH_ROWS),
                 batch_bytes: settings.buffer_threshold_bytes,
+                // Never read the pipeline's own state (schema, WAL) as input.
+                exclude: vec![pipeline.data_dir.clone()],
                 ..FileSourceOptions::default()
             };
             let source = FileSource::open(options).map_err(|source| PipelineError::Source {
@@ -43,11 +45,11 @@ pub fn open_source(
     }
 }
 
-/// The File source's format for a configured one; `json` means "detect array or lines".
+/// The File source's format for a configured one; `json` means "JSON, its shape detected".
 fn file_format(format: InputFormat) -> Option<FileFormat> {
     match format {
         InputFormat::Jsonl => Some(FileFormat::Jsonl),
-        InputFormat::Json => None,
+        InputFormat::Json => Some(FileFormat::Json),
         InputFormat::JsonArray => Some(FileFormat::JsonArray),
         InputFormat::Csv => Some(FileFormat::Csv),
         InputFormat::Parquet => Some(FileFormat::Parquet),
