@@ -53,7 +53,7 @@ pub enum SchemaError {
 
     /// Routing records by the namespace fields produced more namespaces than allowed.
     #[error(
-        "too many namespaces: routing by {fields} would create more than {limit} (the next would be `{namespace}`); route by a field with fewer distinct values or raise max_namespaces"
+        "too many namespaces: routing by {fields} would create more than {limit} (the next would be `{namespace}`), and a pipeline has at most {limit} namespaces; set the pipeline's `transform.namespace_fields` to fields with fewer distinct values (a type or category, not an ID, a user or a timestamp), or leave it empty to put every record in one namespace"
     )]
     TooManyNamespaces {
         /// The namespace field paths, quoted and comma-separated.
@@ -128,7 +128,8 @@ mod tests {
     }
 
     #[test]
-    fn too_many_namespaces_names_the_fields_and_the_limit() {
+    fn too_many_namespaces_names_the_fields_and_the_limit_and_advises_only_what_the_user_can_change()
+     {
         let error = SchemaError::TooManyNamespaces {
             fields: "`type`".into(),
             limit: 3,
@@ -137,6 +138,11 @@ mod tests {
         let text = error.to_string();
         assert!(text.contains("`type`"), "{text}");
         assert!(text.contains("more than 3"), "{text}");
-        assert!(text.contains("max_namespaces"), "{text}");
+        assert!(text.contains("at most 3 namespaces"), "{text}");
+        // No configuration key sets the limit, so the message must not suggest raising it.
+        assert!(!text.contains("max_namespaces"), "{text}");
+        assert!(!text.contains("raise"), "{text}");
+        assert!(text.contains("`transform.namespace_fields`"), "{text}");
+        assert!(!text.contains('\n'), "{text}");
     }
 }

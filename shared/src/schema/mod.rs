@@ -95,8 +95,9 @@
 //!   `[a-z0-9_]` replaced by one `_`, leading and trailing `_` trimmed; an empty result is `_`.
 //! - A record where any namespace field is missing, null, an object or an array goes to
 //!   `default_namespace` (which is used as configured, not sanitized).
-//! - Routing stops with an error once more than `max_namespaces` (default 1000) namespaces
-//!   would exist; the error names the fields and the limit. Merging partial inferences
+//! - Routing stops with an error once more than `max_namespaces` (1000; no configuration
+//!   key changes it) namespaces would exist; the error names the fields and the limit and
+//!   asks for `namespace_fields` with fewer distinct values. Merging partial inferences
 //!   ([`SchemaInferrer::merge`]) does not check the limit again.
 //!
 //! Namespace fields are looked up in the record as read, before flattening.
