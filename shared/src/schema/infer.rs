@@ -773,13 +773,13 @@ mod tests {
         for record in [
             json!({"type": "Order", "id": 1}),
             json!({"type": "order", "total": 2.5}),
-            json!({"type": "Click!", "x": 1}),
+            json!({"type": "Click Event", "x": 1}),
             json!({"id": 9}),
         ] {
             inferrer.add(&object(record)).unwrap();
         }
         let seen: Vec<(&str, u64)> = inferrer.namespaces().collect();
-        assert_eq!(seen, [("click", 1), ("default", 1), ("order", 2)]);
+        assert_eq!(seen, [("click_event", 1), ("default", 1), ("order", 2)]);
         let schema = inferrer.finish("p", "w");
         assert_eq!(
             schema.namespaces["order"].fields,

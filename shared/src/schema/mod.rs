@@ -91,8 +91,18 @@
 //! - With them, the namespace is the value at each field's dot path (`meta.type` looks up
 //!   `type` inside the object `meta`): strings as they are, numbers and booleans as their
 //!   JSON text. Several fields are joined with `_` (`["source", "version"]` gives `web_2`).
-//! - The name is sanitized to be table-safe: lowercased, each run of characters outside
-//!   `[a-z0-9_]` replaced by one `_`, leading and trailing `_` trimmed; an empty result is `_`.
+//! - The name is sanitized to be table-safe ([`sanitize_namespace`]): ASCII letters are
+//!   lowercased, ASCII digits and `_` kept, each run of the *separators* space, `-`, `.`,
+//!   `/` and `:` replaced by one `_`, and leading and trailing `_` trimmed, so `Dock Event`,
+//!   `dock-event` and `DOCK_EVENT` all name `dock_event`. Any other character (non-ASCII
+//!   letters such as `Ä`, punctuation such as `!`) is also replaced (each run by one `_`),
+//!   but that loses information, so then, and also when nothing but `_` would be left (an
+//!   empty value, `___`), the name gets a suffix `_` + 8 lowercase hex digits: the top 32
+//!   bits of the 64-bit FNV-1a hash of the whole value before sanitizing (the values joined
+//!   with `_` when there are several fields). `Ünïcode` names `n_code_2b3811cd`, and `ÄÖ` and
+//!   `!!!`, which without the suffix would share the namespace `_`, name `_b99320c6` and
+//!   `_bbe43c17`. The hash
+//!   is fixed, so a value names the same namespace in every run and on every machine.
 //! - A record where any namespace field is missing, null, an object or an array goes to
 //!   `default_namespace` (which is used as configured, not sanitized).
 //! - Routing stops with an error once more than `max_namespaces` (1000; no configuration
