@@ -64,6 +64,22 @@ pub enum SchemaError {
         namespace: String,
     },
 
+    /// A namespace's records have more distinct top-level fields than one table may have.
+    #[error(
+        "namespace `{namespace}` has more than {limit} distinct top-level fields (for example {examples}): its records look like a map, with data in the keys, rather than a fixed set of columns; put such a map under one field, where it is kept as JSON text{}",
+        flatten_hint(*flattened)
+    )]
+    TooManyFields {
+        /// The namespace.
+        namespace: String,
+        /// The limit (`max_fields_per_struct`).
+        limit: usize,
+        /// A few of the keys, quoted and comma-separated.
+        examples: String,
+        /// Whether `flatten_events` was on, making nested keys top-level fields.
+        flattened: bool,
+    },
+
     /// Assembling an Arrow record batch failed (an internal inconsistency or an over-large batch).
     #[error("cannot build an Arrow batch for namespace `{namespace}`: {message}")]
     Arrow {
@@ -72,6 +88,15 @@ pub enum SchemaError {
         /// The Arrow error text.
         message: String,
     },
+}
+
+/// The advice for [`SchemaError::TooManyFields`] when nested keys became top-level fields.
+fn flatten_hint(flattened: bool) -> &'static str {
+    if flattened {
+        "; `transform.flatten_events` is on, which makes every key of a nested map a top-level field: turn it off to keep nested maps as JSON text"
+    } else {
+        ""
+    }
 }
 
 impl SchemaError {
@@ -89,6 +114,7 @@ impl SchemaError {
             | SchemaError::Invalid { .. }
             | SchemaError::UnsupportedVersion { .. }
             | SchemaError::TooManyNamespaces { .. }
+            | SchemaError::TooManyFields { .. }
             | SchemaError::Arrow { .. } => false,
         }
     }

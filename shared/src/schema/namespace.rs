@@ -18,21 +18,30 @@ pub struct TransformOptions {
     pub flatten_events: bool,
     /// The most namespaces one inference may create (1000 by default).
     pub max_namespaces: usize,
+    /// The most distinct keys an object may have before it is treated as a map (1000 by
+    /// default). Nested objects with more keys (all keys seen at that place together) are
+    /// kept as JSON text in a `string` field; a namespace with more distinct top-level
+    /// fields is an error.
+    pub max_fields_per_struct: usize,
 }
 
 impl TransformOptions {
     /// The default limit on namespaces.
     pub const DEFAULT_MAX_NAMESPACES: usize = 1000;
+    /// The default limit on the distinct keys of one object (see `max_fields_per_struct`).
+    pub const DEFAULT_MAX_FIELDS_PER_STRUCT: usize = 1000;
 }
 
 impl Default for TransformOptions {
-    /// Everything into the namespace `default`, no flattening, at most 1000 namespaces.
+    /// Everything into the namespace `default`, no flattening, at most 1000 namespaces and
+    /// 1000 fields per struct.
     fn default() -> Self {
         TransformOptions {
             default_namespace: "default".to_owned(),
             namespace_fields: Vec::new(),
             flatten_events: false,
             max_namespaces: Self::DEFAULT_MAX_NAMESPACES,
+            max_fields_per_struct: Self::DEFAULT_MAX_FIELDS_PER_STRUCT,
         }
     }
 }
