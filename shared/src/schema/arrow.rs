@@ -1089,6 +1089,59 @@ mod tests {
         assert_eq!(list.values().as_string::<i32>().value(0), r#"{"k":1}"#);
     }
 
+    #[test]
+    fn maps_over_the_field_limit_and_values_beyond_max_depth_are_typed_as_json_text() {
+        let options = TransformOptions {
+            max_fields_per_struct: 3,
+            ..TransformOptions::default()
+        };
+        let deep = (0..40).fold(json!({"end": [1]}), |inner, _| json!({ "n": inner }));
+        let records = [
+            json!({"m": {"a": 1}, "items": [{"x": 1}], "deep": deep}),
+            json!({"m": {"b": [true]}, "items": [{"y": 2}, {"z": 3}, {"w": 4}]}),
+            json!({"m": {"c": null, "d": {"e": 1}}}),
+            json!({"m": "plain text"}),
+        ];
+        let mut inferrer = SchemaInferrer::new(options);
+        for record in &records {
+            inferrer.add(&object(record.clone())).unwrap();
+        }
+        let schema = inferrer.finish("p", "w");
+        let ns = &schema.namespaces["default"];
+        let batch = build(ns, &records);
+        let names: Vec<&str> = ns.fields.iter().map(|f| f.name.as_str()).collect();
+        assert_eq!(names, ["deep", "items", "m"]);
+        assert_eq!(ns.fields[1].field_type, list(FieldType::String));
+        assert_eq!(ns.fields[2].field_type, FieldType::String);
+
+        let m = batch.column(2).as_string::<i32>();
+        assert_eq!(
+            (0..4).map(|row| m.value(row)).collect::<Vec<_>>(),
+            [
+                r#"{"a":1}"#,
+                r#"{"b":[true]}"#,
+                r#"{"c":null,"d":{"e":1}}"#,
+                "plain text"
+            ]
+        );
+        let items = batch.column(1).as_list::<i32>();
+        let elements = items.values().as_string::<i32>();
+        assert_eq!(
+            (0..4).map(|i| elements.value(i)).collect::<Vec<_>>(),
+            [r#"{"x":1}"#, r#"{"y":2}"#, r#"{"z":3}"#, r#"{"w":4}"#]
+        );
+        // `deep` is a struct down to level 32; below that the object is JSON text.
+        let mut column = Arc::clone(batch.column(0));
+        for _ in 1..crate::schema::MAX_DEPTH {
+            column = Arc::clone(column.as_struct().column(0));
+        }
+        let text = column.as_struct().column(0).as_string::<i32>();
+        let expected = (0..40 - crate::schema::MAX_DEPTH)
+            .fold(json!({"end": [1]}), |inner, _| json!({ "n": inner }));
+        assert_eq!(text.value(0), expected.to_string());
+        assert!(text.is_null(1));
+    }
+
     fn arb_value() -> impl Strategy<Value = Value> {
         let leaf = prop_oneof![
             Just(Value::Null),
@@ -1133,11 +1186,20 @@ mod tests {
                 1..16,
             ),
             flatten in any::<bool>(),
+            max_fields in prop_oneof![Just(TransformOptions::DEFAULT_MAX_FIELDS_PER_STRUCT), 1..4usize],
         ) {
-            let options = TransformOptions { flatten_events: flatten, ..TransformOptions::default() };
+            let options = TransformOptions {
+                flatten_events: flatten,
+                max_fields_per_struct: max_fields,
+                ..TransformOptions::default()
+            };
             let mut inferrer = SchemaInferrer::new(options);
             for record in &records {
-                inferrer.add(record).unwrap();
+                // Records too wide for a small limit have no schema to type into.
+                if let Err(error) = inferrer.add(record) {
+                    prop_assert!(matches!(error, SchemaError::TooManyFields { .. }), "{}", error);
+                    return Ok(());
+                }
             }
             let schema = inferrer.finish("p", "w");
             let ns = &schema.namespaces["default"];

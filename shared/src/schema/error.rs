@@ -53,7 +53,7 @@ pub enum SchemaError {
 
     /// Routing records by the namespace fields produced more namespaces than allowed.
     #[error(
-        "too many namespaces: routing by {fields} would create more than {limit} (the next would be `{namespace}`); route by a field with fewer distinct values or raise max_namespaces"
+        "too many namespaces: routing by {fields} would create more than {limit} (the next would be `{namespace}`), and a pipeline has at most {limit} namespaces; set the pipeline's `transform.namespace_fields` to fields with fewer distinct values (a type or category, not an ID, a user or a timestamp), or leave it empty to put every record in one namespace"
     )]
     TooManyNamespaces {
         /// The namespace field paths, quoted and comma-separated.
@@ -64,6 +64,22 @@ pub enum SchemaError {
         namespace: String,
     },
 
+    /// A namespace's records have more distinct top-level fields than one table may have.
+    #[error(
+        "namespace `{namespace}` has more than {limit} distinct top-level fields (for example {examples}): its records look like a map, with data in the keys, rather than a fixed set of columns; put such a map under one field, where it is kept as JSON text{}",
+        flatten_hint(*flattened)
+    )]
+    TooManyFields {
+        /// The namespace.
+        namespace: String,
+        /// The limit (`max_fields_per_struct`).
+        limit: usize,
+        /// A few of the keys, quoted and comma-separated.
+        examples: String,
+        /// Whether `flatten_events` was on, making nested keys top-level fields.
+        flattened: bool,
+    },
+
     /// Assembling an Arrow record batch failed (an internal inconsistency or an over-large batch).
     #[error("cannot build an Arrow batch for namespace `{namespace}`: {message}")]
     Arrow {
@@ -72,6 +88,15 @@ pub enum SchemaError {
         /// The Arrow error text.
         message: String,
     },
+}
+
+/// The advice for [`SchemaError::TooManyFields`] when nested keys became top-level fields.
+fn flatten_hint(flattened: bool) -> &'static str {
+    if flattened {
+        "; `transform.flatten_events` is on, which makes every key of a nested map a top-level field: turn it off to keep nested maps as JSON text"
+    } else {
+        ""
+    }
 }
 
 impl SchemaError {
@@ -89,6 +114,7 @@ impl SchemaError {
             | SchemaError::Invalid { .. }
             | SchemaError::UnsupportedVersion { .. }
             | SchemaError::TooManyNamespaces { .. }
+            | SchemaError::TooManyFields { .. }
             | SchemaError::Arrow { .. } => false,
         }
     }
@@ -128,7 +154,8 @@ mod tests {
     }
 
     #[test]
-    fn too_many_namespaces_names_the_fields_and_the_limit() {
+    fn too_many_namespaces_names_the_fields_and_the_limit_and_advises_only_what_the_user_can_change()
+     {
         let error = SchemaError::TooManyNamespaces {
             fields: "`type`".into(),
             limit: 3,
@@ -137,6 +164,11 @@ mod tests {
         let text = error.to_string();
         assert!(text.contains("`type`"), "{text}");
         assert!(text.contains("more than 3"), "{text}");
-        assert!(text.contains("max_namespaces"), "{text}");
+        assert!(text.contains("at most 3 namespaces"), "{text}");
+        // No configuration key sets the limit, so the message must not suggest raising it.
+        assert!(!text.contains("max_namespaces"), "{text}");
+        assert!(!text.contains("raise"), "{text}");
+        assert!(text.contains("`transform.namespace_fields`"), "{text}");
+        assert!(!text.contains('\n'), "{text}");
     }
 }

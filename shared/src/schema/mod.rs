@@ -21,8 +21,8 @@
 //! | a number written without fraction or exponent that fits a signed 64-bit integer | integer |
 //! | any other number (`1.5`, `1e3`, `1.0`, or an integer beyond 64 bits) | float |
 //! | a string | string (also noted: is it a date? is it a number?) |
-//! | an object | struct (each key summarized recursively, to full depth) |
-//! | an array | list (all elements of all arrays summarized together as one element) |
+//! | an object | struct (each key summarized recursively), but string for a map-like or too deeply nested object (see [Limits](#limits-maps-and-deep-nesting)) |
+//! | an array | list (all elements of all arrays summarized together as one element), but string when too deeply nested |
 //! | `null`, or a missing key | null |
 //!
 //! A string is a **date** when it is exactly `YYYY-MM-DD` and names a real calendar day
@@ -35,7 +35,7 @@
 //!
 //! | type | Arrow type | chosen when a field holds |
 //! |---|---|---|
-//! | `string` | `Utf8` | only nulls; or strings that are not all dates |
+//! | `string` | `Utf8` | only nulls; or strings that are not all dates (objects and arrays kept as JSON text count as such strings) |
 //! | `boolean` | `Boolean` | only booleans |
 //! | `int` | `Int32` | only integers, all in `[-2147483648, 2147483647]` (and not all timestamps) |
 //! | `long` | `Int64` | only integers, some outside 32 bits (and not all timestamps) |
@@ -43,7 +43,7 @@
 //! | `date` | `Date32` | only strings, all dates |
 //! | `timestamp` | `Timestamp(Microsecond, "UTC")` | only integers, all in `[1262304000, 4102444800)`: Unix seconds from 2010-01-01 up to (not including) 2100-01-01 |
 //! | `timestamp_ms` | `Timestamp(Millisecond, "UTC")` | only integers, all in `[1262304000000, 2208988800000)`: Unix milliseconds from 2010-01-01 up to (not including) 2040-01-01 |
-//! | `struct` | `Struct` | objects; the fields are inferred recursively |
+//! | `struct` | `Struct` | objects; the fields are inferred recursively (within the [limits](#limits-maps-and-deep-nesting)) |
 //! | `list` | `List` (item field `element`) | arrays; the element type is inferred from all elements |
 //!
 //! Nulls never change a type: every field is nullable.
@@ -83,6 +83,34 @@
 //! Fields are sorted by name (bytewise, so `B` < `_` < `a`) at every level, so the order in
 //! which fields first appear does not matter.
 //!
+//! ### Limits: maps and deep nesting
+//!
+//! These limits keep inference's memory bounded and every saved schema file readable. They
+//! depend only on where a value sits and on the *set* of keys seen there, so they do not
+//! break the independence from order and split.
+//!
+//! - **Map-like objects.** An object whose keys are data (`{"u123": 1}`, `{"u124": 1}`, ...)
+//!   would get one field per key. When the objects at one place (a field, a field of a
+//!   struct, or the elements of a list) have more than `max_fields_per_struct` (1000)
+//!   distinct keys *all together*, that place is treated as a map: each of its objects is
+//!   kept as compact JSON text, counted as a string that is neither a date nor numeric. On
+//!   its own such a field is a `string` field; next to numbers its objects go to the
+//!   `_string` sibling, like any other text. Inference forgets the keys it had collected
+//!   there and logs a warning once per inference for the field (named by its path, such as `m` or
+//!   `items[].tags`, where `[]` stands for the elements of a list). When a sibling is merged
+//!   into a real field of the same name, the keys of both count together.
+//! - **Too many top-level fields.** The top level of a namespace is never turned into text:
+//!   when a namespace's records have more than `max_fields_per_struct` distinct top-level
+//!   fields (with `flatten_events`, dotted columns), inference stops with an error naming
+//!   the namespace, the limit and a few of the fields, and the record that would go over is
+//!   not accumulated. Merging partial inferences whose top-level fields together go over the
+//!   limit fails the same way.
+//! - **Depth.** A top-level field is at level 1; the fields of a struct and the elements of a
+//!   list are one level below it. An object or array deeper than [`MAX_DEPTH`] (32) levels
+//!   is kept as compact JSON text, counted as a string that is neither a date nor numeric.
+//!   So a schema nests at most 32 structs and lists, and a saved schema file always loads
+//!   back.
+//!
 //! ## Namespaces
 //!
 //! Records are routed to namespaces before typing (see [`TransformOptions`]):
@@ -91,12 +119,23 @@
 //! - With them, the namespace is the value at each field's dot path (`meta.type` looks up
 //!   `type` inside the object `meta`): strings as they are, numbers and booleans as their
 //!   JSON text. Several fields are joined with `_` (`["source", "version"]` gives `web_2`).
-//! - The name is sanitized to be table-safe: lowercased, each run of characters outside
-//!   `[a-z0-9_]` replaced by one `_`, leading and trailing `_` trimmed; an empty result is `_`.
+//! - The name is sanitized to be table-safe ([`sanitize_namespace`]): ASCII letters are
+//!   lowercased, ASCII digits and `_` kept, each run of the *separators* space, `-`, `.`,
+//!   `/` and `:` replaced by one `_`, and leading and trailing `_` trimmed, so `Dock Event`,
+//!   `dock-event` and `DOCK_EVENT` all name `dock_event`. Any other character (non-ASCII
+//!   letters such as `Ä`, punctuation such as `!`) is also replaced (each run by one `_`),
+//!   but that loses information, so then, and also when nothing but `_` would be left (an
+//!   empty value, `___`), the name gets a suffix `_` + 8 lowercase hex digits: the top 32
+//!   bits of the 64-bit FNV-1a hash of the whole value before sanitizing (the values joined
+//!   with `_` when there are several fields). `Ünïcode` names `n_code_2b3811cd`, and `ÄÖ` and
+//!   `!!!`, which without the suffix would share the namespace `_`, name `_b99320c6` and
+//!   `_bbe43c17`. The hash
+//!   is fixed, so a value names the same namespace in every run and on every machine.
 //! - A record where any namespace field is missing, null, an object or an array goes to
 //!   `default_namespace` (which is used as configured, not sanitized).
-//! - Routing stops with an error once more than `max_namespaces` (default 1000) namespaces
-//!   would exist; the error names the fields and the limit. Merging partial inferences
+//! - Routing stops with an error once more than `max_namespaces` (1000; no configuration
+//!   key changes it) namespaces would exist; the error names the fields and the limit and
+//!   asks for `namespace_fields` with fewer distinct values. Merging partial inferences
 //!   ([`SchemaInferrer::merge`]) does not check the limit again.
 //!
 //! Namespace fields are looked up in the record as read, before flattening.
@@ -106,7 +145,9 @@
 //! With `flatten_events`, nested objects become dotted top-level columns: `{"a":{"b":{"c":1}}}`
 //! gives the column `a.b.c`. Arrays stay lists and their elements are not flattened. An empty
 //! object gives no column. If a literal dotted key collides with a flattened one (`"a.b"` next
-//! to `"a":{"b":..}`), the key later in the record wins. The same flattening is applied when
+//! to `"a":{"b":..}`), the key later in the record wins. Flattened columns are top-level
+//! fields for the [limits](#limits-maps-and-deep-nesting): they are at level 1 and count
+//! towards the top-level field limit. The same flattening is applied when
 //! inferring and when typing records ([`RecordBatchBuilder::with_flatten_events`]).
 //!
 //! ## Typing records
@@ -120,7 +161,8 @@
 //! - `timestamp`: integers, read as Unix seconds (stored as microseconds).
 //!   `timestamp_ms`: integers, read as Unix milliseconds.
 //! - `string`: anything: strings as they are, numbers and booleans as their JSON text,
-//!   objects and arrays as compact JSON text.
+//!   objects and arrays as compact JSON text. This is how the map-like and too deeply nested
+//!   objects that inference kept as text are stored: their fields are `string` fields.
 //! - `struct`: objects (their keys are typed recursively; keys not in the schema are ignored).
 //! - `list`: arrays (each element must fit the element type).
 //!
@@ -198,6 +240,12 @@ pub use self::infer::SchemaInferrer;
 pub use self::namespace::{TransformOptions, namespace_for, sanitize_namespace};
 pub use self::saved::PipelineSchema;
 pub use self::store::{LocalSchemaStore, MemorySchemaStore, SchemaStore};
+
+/// How deep inference looks into nested values: an object or array more than this many
+/// levels down (a top-level field is level 1; the fields of a struct and the elements of a
+/// list are one level below it) is kept as JSON text in a `string` field. This keeps every
+/// saved schema file within what [`PipelineSchema::load`] reads back.
+pub const MAX_DEPTH: usize = 32;
 
 /// The type of a field. Every field is nullable.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]

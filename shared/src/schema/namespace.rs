@@ -18,21 +18,30 @@ pub struct TransformOptions {
     pub flatten_events: bool,
     /// The most namespaces one inference may create (1000 by default).
     pub max_namespaces: usize,
+    /// The most distinct keys an object may have before it is treated as a map (1000 by
+    /// default). Nested objects with more keys (all keys seen at that place together) are
+    /// kept as JSON text in a `string` field; a namespace with more distinct top-level
+    /// fields is an error.
+    pub max_fields_per_struct: usize,
 }
 
 impl TransformOptions {
     /// The default limit on namespaces.
     pub const DEFAULT_MAX_NAMESPACES: usize = 1000;
+    /// The default limit on the distinct keys of one object (see `max_fields_per_struct`).
+    pub const DEFAULT_MAX_FIELDS_PER_STRUCT: usize = 1000;
 }
 
 impl Default for TransformOptions {
-    /// Everything into the namespace `default`, no flattening, at most 1000 namespaces.
+    /// Everything into the namespace `default`, no flattening, at most 1000 namespaces and
+    /// 1000 fields per struct.
     fn default() -> Self {
         TransformOptions {
             default_namespace: "default".to_owned(),
             namespace_fields: Vec::new(),
             flatten_events: false,
             max_namespaces: Self::DEFAULT_MAX_NAMESPACES,
+            max_fields_per_struct: Self::DEFAULT_MAX_FIELDS_PER_STRUCT,
         }
     }
 }
@@ -85,26 +94,47 @@ fn lookup_path<'r>(record: &'r Map<String, Value>, path: &str) -> Option<&'r Val
     Some(current)
 }
 
-/// Make a table-safe name: lowercase, each run of characters outside `[a-z0-9_]` becomes one
-/// `_`, leading and trailing `_` are trimmed, and an empty result becomes `_`.
+/// Make a table-safe name (see the [module docs](super) for the rule).
+///
+/// ASCII letters are lowercased and digits and `_` kept; each run of the separators space,
+/// `-`, `.`, `/` and `:` becomes one `_`; leading and trailing `_` are trimmed. When that
+/// loses information—the value holds any other character, or nothing is left but `_`—the
+/// name gets `_` and 8 hex digits of a stable hash of the whole value, so distinct values
+/// do not share a namespace by accident (`"ÄÖ"` and `"!!!"` get different names).
 pub fn sanitize_namespace(raw: &str) -> String {
-    let mut out = String::with_capacity(raw.len());
+    let mut out = String::with_capacity(raw.len() + 9);
+    let mut lossy = false;
     let mut in_run = false;
-    for ch in raw.chars().flat_map(char::to_lowercase) {
-        if ch.is_ascii_lowercase() || ch.is_ascii_digit() || ch == '_' {
-            out.push(ch);
+    for ch in raw.chars() {
+        if ch.is_ascii_alphanumeric() || ch == '_' {
+            out.push(ch.to_ascii_lowercase());
             in_run = false;
-        } else if !in_run {
-            out.push('_');
-            in_run = true;
+        } else {
+            lossy |= !matches!(ch, ' ' | '-' | '.' | '/' | ':');
+            if !in_run {
+                out.push('_');
+                in_run = true;
+            }
         }
     }
-    let trimmed = out.trim_matches('_');
-    if trimmed.is_empty() {
-        "_".to_owned()
-    } else {
-        trimmed.to_owned()
+    let mut name = out.trim_matches('_').to_owned();
+    if lossy || name.is_empty() {
+        let hash = fnv1a_64(raw.as_bytes());
+        // Eight hex digits: the top 32 bits of the hash.
+        let suffix = format!("_{:08x}", hash >> 32);
+        name.push_str(&suffix);
     }
+    name
+}
+
+/// The 64-bit FNV-1a hash: fixed, so a value names the same namespace in every run and build.
+fn fnv1a_64(bytes: &[u8]) -> u64 {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for &byte in bytes {
+        hash ^= u64::from(byte);
+        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    hash
 }
 
 /// Flatten nested objects into dotted keys (`{"a":{"b":1}}` -> `a.b`). Lists and scalars are
@@ -166,7 +196,7 @@ mod tests {
 
     #[test]
     fn a_single_field_names_the_namespace_after_sanitizing() {
-        let record = object(json!({"type": "Page View!"}));
+        let record = object(json!({"type": "Page View"}));
         assert_eq!(namespace_for(&record, &options(&["type"])), "page_view");
     }
 
@@ -206,13 +236,62 @@ mod tests {
     }
 
     #[test]
-    fn sanitizing_collapses_runs_trims_underscores_and_never_returns_empty() {
+    fn sanitizing_collapses_separator_runs_and_trims_underscores() {
         assert_eq!(sanitize_namespace("  Hello -- World  "), "hello_world");
         assert_eq!(sanitize_namespace("__a__b__"), "a__b");
-        assert_eq!(sanitize_namespace("Ünïcode"), "n_code");
-        assert_eq!(sanitize_namespace("!!!"), "_");
-        assert_eq!(sanitize_namespace(""), "_");
         assert_eq!(sanitize_namespace("v1.2"), "v1_2");
+        assert_eq!(sanitize_namespace("Dock Event"), "dock_event");
+        assert_eq!(sanitize_namespace("app/v2:Page-View"), "app_v2_page_view");
+    }
+
+    #[test]
+    fn the_hash_is_fnv_1a_64_so_names_are_the_same_in_every_run() {
+        // Published FNV-1a 64 test vectors.
+        assert_eq!(fnv1a_64(b""), 0xcbf2_9ce4_8422_2325);
+        assert_eq!(fnv1a_64(b"a"), 0xaf63_dc4c_8601_ec8c);
+        assert_eq!(fnv1a_64(b"foobar"), 0x8594_4171_f739_67e8);
+        assert_eq!(sanitize_namespace(""), "_cbf29ce4");
+        // The examples in the module docs.
+        assert_eq!(sanitize_namespace("Ünïcode"), "n_code_2b3811cd");
+        assert_eq!(sanitize_namespace("ÄÖ"), "_b99320c6");
+        assert_eq!(sanitize_namespace("!!!"), "_bbe43c17");
+    }
+
+    #[test]
+    fn values_that_sanitize_with_loss_get_a_hash_suffix_so_they_never_share_a_namespace() {
+        let lossy = [
+            "ÄÖ",
+            "ÜÖ",
+            "!!!",
+            "???",
+            "",
+            "_",
+            "___",
+            "Ünïcode",
+            "Ünïcöde",
+            "a!",
+            "a?",
+        ];
+        let names: Vec<String> = lossy.iter().map(|raw| sanitize_namespace(raw)).collect();
+        for (raw, name) in lossy.iter().zip(&names) {
+            assert_eq!(
+                name.len() - name.trim_end_matches(|c: char| c.is_ascii_hexdigit()).len(),
+                8,
+                "{raw} -> {name}"
+            );
+            assert!(
+                name.bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_'),
+                "{name}"
+            );
+        }
+        let distinct: std::collections::BTreeSet<&String> = names.iter().collect();
+        assert_eq!(distinct.len(), lossy.len(), "{names:?}");
+        // What can be kept is kept, in front of the hash.
+        assert!(names[7].starts_with("n_code_"), "{}", names[7]);
+        assert!(names[9].starts_with("a_"), "{}", names[9]);
+        // A lossless name never gets a hash.
+        assert_eq!(sanitize_namespace("Order_2"), "order_2");
     }
 
     #[test]
