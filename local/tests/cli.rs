@@ -372,3 +372,23 @@ fn bare_log_shows_info_messages_on_stderr() {
     let run = skipprd(dir.path(), &["--log=debug", "discover"], &[]);
     assert_eq!(run.code, 0, "{}", run.stderr);
 }
+
+#[test]
+fn discover_never_reads_its_own_state_as_input() {
+    let config = CONFIG.replace("path: input/*.jsonl", "path: .");
+    let dir = project(&config, &[("input/a.jsonl", &(RECORDS.join("\n") + "\n"))]);
+    let first = skipprd(dir.path(), &["discover", "--output", "json"], &[]);
+    assert_eq!(first.code, 0, "{}", first.stderr);
+    let second = skipprd(dir.path(), &["discover", "--output", "json"], &[]);
+    assert_eq!(second.code, 0, "{}", second.stderr);
+    let done = |run: &Run| -> serde_json::Value {
+        serde_json::from_str(run.stdout.lines().last().unwrap()).unwrap()
+    };
+    assert_eq!(done(&first)["records"], 5);
+    assert_eq!(
+        done(&second)["records"],
+        5,
+        "the saved schema.json was not read back as data"
+    );
+    assert_eq!(done(&second)["deadletters"], 0);
+}

@@ -2,11 +2,11 @@
 //!
 //! Three steps, kept apart (parse, then validate, then build in the commands):
 //!
-//! 1. [`load`] finds the file, parses it into the typed [`Config`] (serde, every struct
+//! 1. [`load()`] finds the file, parses it into the typed [`Config`] (serde, every struct
 //!    `deny_unknown_fields`) and substitutes `${NAME}` references from the environment and the
 //!    `.env` files beside it. Unknown keys fail here, with the file, the key path, the line
 //!    and column, and a "did you mean" suggestion.
-//! 2. [`validate`] is pure (no file system, network or clock): it resolves references,
+//! 2. [`validate()`] is pure (no file system, network or clock): it resolves references,
 //!    checks names, applies environment fallbacks and defaults, and returns a
 //!    [`validate::ValidatedConfig`] that the commands use.
 //! 3. The commands build connectors from the validated values and do the I/O.

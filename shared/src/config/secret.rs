@@ -1,7 +1,7 @@
 //! A redacting wrapper for secret config values.
 //!
 //! A secret field (password, token, key) must be written as a whole `${NAME}` reference in the
-//! config file; plain text is rejected while the file is checked (see [`crate::config::load`]).
+//! config file; plain text is rejected while the file is checked (see [`crate::config::load()`]).
 //! After environment substitution the value lives only inside [`Secret`], whose `Debug` and
 //! `Display` print `***`, so it cannot reach logs or error messages by accident.
 
