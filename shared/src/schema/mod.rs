@@ -229,6 +229,7 @@
 
 mod arrow;
 mod error;
+pub mod evolve;
 mod infer;
 mod namespace;
 mod saved;
@@ -236,6 +237,7 @@ pub mod store;
 
 pub use self::arrow::{RecordBatchBuilder, to_arrow_schema};
 pub use self::error::SchemaError;
+pub use self::evolve::{ChangeKind, SchemaChange, evolve};
 pub use self::infer::SchemaInferrer;
 pub use self::namespace::{TransformOptions, namespace_for, sanitize_namespace};
 pub use self::saved::PipelineSchema;
