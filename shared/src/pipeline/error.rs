@@ -27,6 +27,24 @@ pub enum PipelineError {
         /// What went wrong.
         source: SchemaError,
     },
+    /// The state store or the writer lease failed.
+    #[error("pipeline '{pipeline}': {source}")]
+    State {
+        /// The pipeline.
+        pipeline: String,
+        /// What went wrong.
+        source: crate::state::StateError,
+    },
+    /// A file or directory of the pipeline's state could not be created or read.
+    #[error("pipeline '{pipeline}': {path}: {message}")]
+    Io {
+        /// The pipeline.
+        pipeline: String,
+        /// The path.
+        path: std::path::PathBuf,
+        /// The OS error.
+        message: String,
+    },
     /// The source gave no record at all, so there is nothing to infer a schema from.
     #[error(
         "pipeline '{pipeline}': read 0 records from source '{source_name}' ({deadletters} rejected); the saved schema was left unchanged"
@@ -48,7 +66,9 @@ impl PipelineError {
             PipelineError::Config(_) => None,
             PipelineError::Source { pipeline, .. }
             | PipelineError::Schema { pipeline, .. }
-            | PipelineError::NothingRead { pipeline, .. } => Some(pipeline),
+            | PipelineError::NothingRead { pipeline, .. }
+            | PipelineError::State { pipeline, .. }
+            | PipelineError::Io { pipeline, .. } => Some(pipeline),
         }
     }
 
@@ -58,7 +78,8 @@ impl PipelineError {
             PipelineError::Config(e) => e.is_retryable(),
             PipelineError::Source { source, .. } => source.is_retryable(),
             PipelineError::Schema { source, .. } => source.is_retryable(),
-            PipelineError::NothingRead { .. } => false,
+            PipelineError::NothingRead { .. } | PipelineError::Io { .. } => false,
+            PipelineError::State { source, .. } => source.is_retryable(),
         }
     }
 

@@ -2,7 +2,8 @@
 //!
 //! With `--output json` each event is printed as one JSON object per line, tagged by `event`
 //! (`discover_start`, `discover_progress`, `namespace_discovered`, `discover_complete`,
-//! `discover_error`; `schema_error`). Field names are stable: scripts depend on them.
+//! `discover_error`; `sync_start`, `sync_status`, `schema_evolved`, `sync_complete`,
+//! `sync_error`; `schema_error`). Field names are stable: scripts depend on them.
 
 use std::path::PathBuf;
 
@@ -69,6 +70,69 @@ pub enum Event {
     },
     /// `discover` failed.
     DiscoverError {
+        /// The pipeline, when known.
+        pipeline: Option<String>,
+        /// The error, one line.
+        message: String,
+        /// Whether running again unchanged might succeed.
+        retryable: bool,
+    },
+    /// `sync` took the lease and recovered; reading starts.
+    SyncStart {
+        /// The pipeline.
+        pipeline: String,
+        /// The source's logical name.
+        source: String,
+        /// Committed batches in the WAL at the start.
+        committed_batches: u64,
+        /// Bytes of a torn WAL tail that recovery truncated.
+        recovered_truncated_bytes: u64,
+    },
+    /// `sync` committed more batches.
+    SyncStatus {
+        /// The pipeline.
+        pipeline: String,
+        /// Rows committed so far in this pass.
+        rows: u64,
+        /// Batches committed so far.
+        batches: u64,
+        /// Input bytes read so far.
+        bytes: u64,
+        /// Input bytes to read in this pass, when known.
+        bytes_total: Option<u64>,
+        /// Records rejected so far.
+        deadletters: u64,
+    },
+    /// The schema changed during `sync` and was saved.
+    SchemaEvolved {
+        /// The pipeline.
+        pipeline: String,
+        /// The new schema version.
+        version: u32,
+        /// What changed, one line each.
+        changes: Vec<String>,
+    },
+    /// A `sync` pass finished.
+    SyncComplete {
+        /// The pipeline.
+        pipeline: String,
+        /// Rows committed.
+        rows: u64,
+        /// Batches committed.
+        batches: u64,
+        /// Input bytes read.
+        bytes: u64,
+        /// Records rejected.
+        deadletters: u64,
+        /// Batches written to the destination.
+        delivered: u64,
+        /// Committed batches not yet delivered.
+        pending: u64,
+        /// Wall time.
+        seconds: f64,
+    },
+    /// A `sync` pass failed.
+    SyncError {
         /// The pipeline, when known.
         pipeline: Option<String>,
         /// The error, one line.

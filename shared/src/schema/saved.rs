@@ -29,6 +29,16 @@ impl PipelineSchema {
     /// The format version this build writes and reads.
     pub const FORMAT_VERSION: u32 = 1;
 
+    /// A schema with no namespace yet (before the first `discover` or `sync`).
+    pub fn empty(pipeline: &str, workspace: &str) -> Self {
+        PipelineSchema {
+            format_version: Self::FORMAT_VERSION,
+            workspace: workspace.to_owned(),
+            pipeline: pipeline.to_owned(),
+            namespaces: BTreeMap::new(),
+        }
+    }
+
     /// The saved file's text: pretty JSON with keys in a fixed order and a trailing newline.
     /// The same schema always gives the same bytes.
     pub fn to_json_pretty(&self) -> String {
