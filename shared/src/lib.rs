@@ -15,3 +15,4 @@ pub mod deadletter;
 pub mod pipeline;
 pub mod schema;
 pub mod sources;
+pub mod wal;
