@@ -62,6 +62,8 @@ mod disk;
 mod error;
 pub mod failpoint;
 mod format;
+#[cfg(test)]
+mod tests;
 
 use std::fmt;
 use std::path::PathBuf;
