@@ -1122,3 +1122,69 @@ proptest! {
         run_model(ops)?;
     }
 }
+
+// ---------------------------------------------------------------- real aborts (feature `failpoints`)
+
+/// The environment variable naming the WAL directory for [`crash_child_appends_one_batch`].
+#[cfg(feature = "failpoints")]
+const CHILD_DIR_VAR: &str = "SKIPPR_WAL_TEST_CHILD_DIR";
+
+/// Run by [`an_aborted_process_at_each_failpoint_recovers_to_the_committed_batches`] in a child
+/// process with `SKIPPR_FAILPOINT` set: append one batch, then reclaim everything (one of the
+/// two aborts).
+#[cfg(feature = "failpoints")]
+#[test]
+#[ignore = "run as a child process by the abort test"]
+fn crash_child_appends_one_batch() {
+    let Some(dir) = std::env::var_os(CHILD_DIR_VAR) else {
+        return;
+    };
+    let (mut wal, _) = open(Path::new(&dir), one_batch_per_segment());
+    wal.append(b"p3", &[part("a", 1, flat(3, 3))]).unwrap();
+    wal.reclaim_through(BatchId(2)).unwrap();
+    wal.reclaim_through(BatchId(3)).unwrap();
+}
+
+#[cfg(feature = "failpoints")]
+#[test]
+fn an_aborted_process_at_each_failpoint_recovers_to_the_committed_batches() {
+    // (failpoint, batches expected after the abort). A process crash keeps the page cache, so
+    // a batch whose commit record was written survives.
+    let cases: [(&str, &[u64]); 6] = [
+        (failpoint::AFTER_DATA_WRITE, &[1, 2]),
+        (failpoint::AFTER_COMMIT_WRITE, &[1, 2, 3]),
+        (failpoint::AFTER_FSYNC, &[1, 2, 3]),
+        (failpoint::ROLL_BEFORE_RENAME, &[1, 2]),
+        (failpoint::RECLAIM_BEFORE_DELETE, &[3]),
+        (failpoint::RECLAIM_BETWEEN_DELETES, &[3]),
+    ];
+    let exe = std::env::current_exe().unwrap();
+    for (point, expected) in cases {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut wal, _) = open(dir.path(), one_batch_per_segment());
+        wal.append(b"p1", &[part("a", 1, flat(3, 1))]).unwrap();
+        wal.append(b"p2", &[part("a", 1, flat(3, 2))]).unwrap();
+        drop(wal);
+        let status = std::process::Command::new(&exe)
+            .args([
+                "--exact",
+                "wal::tests::crash_child_appends_one_batch",
+                "--ignored",
+                "--test-threads=1",
+            ])
+            .env(failpoint::ENV_VAR, point)
+            .env(CHILD_DIR_VAR, dir.path())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .unwrap();
+        assert!(!status.success(), "{point}: the child did not abort");
+        #[cfg(unix)]
+        {
+            use std::os::unix::process::ExitStatusExt;
+            assert_eq!(status.signal(), Some(6), "{point}: not SIGABRT: {status}");
+        }
+        let (wal, _) = open(dir.path(), one_batch_per_segment());
+        assert_eq!(ids(&wal), expected, "{point}");
+    }
+}
