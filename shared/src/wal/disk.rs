@@ -112,7 +112,6 @@ impl DiskWal {
             }
             let mut len = bytes.len() as u64;
             if let Some(damage) = &scan.damage {
-                let later = format::find_valid_record_after(&bytes, damage.offset as usize);
                 if !is_last {
                     return Err(WalError::corrupt(
                         &path,
@@ -120,7 +119,8 @@ impl DiskWal {
                         format!("{} (in a segment that is not the last)", damage.reason),
                     ));
                 }
-                if let Some(later) = later {
+                if let Some(later) = format::find_valid_record_after(&bytes, damage.offset as usize)
+                {
                     return Err(WalError::corrupt(
                         &path,
                         damage.offset,

@@ -1,15 +1,15 @@
 //! Failpoints: named places in the WAL's write path where a crash can be injected.
 //!
-//! [`check`] is called at each step of an append, a segment roll and a reclaim. It returns
+//! `check` is called at each step of an append, a segment roll and a reclaim. It returns
 //! `true` when the named failpoint should fire; the caller then stops right there, as a crash
 //! would, leaving the files exactly as they are.
 //!
 //! Two ways to fire one:
 //! - **Process crash** (integration tests, chaos runs): build `skipprd-shared` with the cargo
-//!   feature `failpoints` and set `SKIPPR_FAILPOINT=<name>`. [`check`] then calls
+//!   feature `failpoints` and set `SKIPPR_FAILPOINT=<name>`. `check` then calls
 //!   [`std::process::abort`] at that point; it never returns `true`. Without the feature the
 //!   environment variable is ignored and every check is a constant `false`.
-//! - **In-process hook** (unit tests): [`arm`] sets a thread-local failpoint name; [`check`]
+//! - **In-process hook** (unit tests): `arm` sets a thread-local failpoint name; `check`
 //!   returns `true` once when that name is reached and disarms itself.
 //!
 //! The names are listed in [`ALL`].
