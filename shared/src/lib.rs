@@ -9,6 +9,7 @@
 //! - [`sources`]: connectors that read records (the File source first).
 //! - [`deadletter`]: records that could not be read or typed, with where they came from.
 //! - [`state`]: the state store (positions, acknowledgements, lease) and its implementations.
+//! - [`wal`]: the write-ahead log: durable, checksummed batches on disk.
 //! - [`pipeline`]: the commands' core logic (`discover`), reporting progress through events.
 
 pub mod config;
@@ -17,3 +18,4 @@ pub mod pipeline;
 pub mod schema;
 pub mod sources;
 pub mod state;
+pub mod wal;

@@ -1,0 +1,182 @@
+//! The write-ahead log: a durable, checksummed, segmented log of typed batches on local disk.
+//!
+//! Each source batch, once typed, is appended here as one WAL batch: a [`BatchId`], the source
+//! position it reached (opaque bytes: the caller's serialized checkpoint) and one or more
+//! [`BatchPart`]s, each an Arrow record batch for one namespace and schema version. When
+//! [`DiskWal::append`] returns `Ok`, the batch is committed: it survives `kill -9` and power
+//! loss. Data is deleted only by [`DiskWal::reclaim_through`], which the pipeline calls once the
+//! destination has acknowledged the batches; without a destination nothing is reclaimed and the
+//! WAL is the dataset.
+//!
+//! The full specification is `docs/wal.md`. In short:
+//!
+//! - The WAL directory holds segment files `wal-{first_batch_id:020}.seg`. Appends go to the
+//!   last (active) segment; a new one is started once the active one reaches
+//!   [`WalOptions::segment_target_bytes`]. A segment is created as `….seg.tmp`, fsynced, renamed,
+//!   and the directory fsynced, so a segment header is never torn.
+//! - A batch is a **data record** followed by a **commit record** naming the data record's
+//!   offset and CRC; both are written, then the file is fsynced. A batch is committed iff both
+//!   records are complete and their checksums match. A **reclaim record** notes that batches up
+//!   to an id were acknowledged, so they stay hidden after a restart even while their segment
+//!   still holds unacknowledged batches too.
+//! - Checksums are **CRC32C (Castagnoli)**, over the header fields and the payload of each
+//!   record. Everything is little-endian.
+//!
+//! Segment header (**do not reorder**; pinned by a golden-bytes test in `format.rs`):
+//!
+//! | offset | size | field |
+//! |---|---|---|
+//! | 0 | 8 | magic `SKPRWAL\0` |
+//! | 8 | 2 | format version `u16` = 1 |
+//! | 10 | 2 | flags `u16`: bit 0 = a previous position follows; other bits 0 |
+//! | 12 | 8 | first batch id `u64` (equals the id in the file name) |
+//! | 20 | 4 | previous position length P `u32` (0 when bit 0 is clear) |
+//! | 24 | P | previous position: that of the newest batch committed before this segment |
+//! | 24+P | 4 | CRC32C of bytes 0..24+P |
+//!
+//! Record (**do not reorder**):
+//!
+//! | offset | size | field |
+//! |---|---|---|
+//! | 0 | 4 | magic `C5 57 52 43` |
+//! | 4 | 1 | kind: 1 data, 2 commit, 3 reclaim |
+//! | 5 | 3 | reserved, 0 |
+//! | 8 | 8 | batch id `u64` (reclaim: the id reclaimed through) |
+//! | 16 | 4 | payload length N `u32` |
+//! | 20 | 4 | CRC32C of bytes 0..20, then of the payload |
+//! | 24 | N | payload |
+//!
+//! Data payload: position length `u32`, position bytes, part count `u32`, then per part:
+//! namespace length `u16`, namespace (UTF-8), schema version `u32`, row count `u64`, IPC length
+//! `u32`, and an Arrow IPC stream (one schema message, one record batch, end marker) with
+//! `LZ4_FRAME` buffer compression. Commit payload: data record offset `u64`, data record CRC
+//! `u32`. Reclaim payload: empty.
+//!
+//! Recovery ([`DiskWal::open`]): a torn tail after the last complete unit of the **last**
+//! segment (partial header or payload, data without commit, zero fill) is truncated and
+//! reported in [`Recovery`]; damage followed by any later valid record, or anywhere in an
+//! earlier segment, is [`WalError::Corrupt`]; segments whose ids do not follow on from each
+//! other are [`WalError::SegmentGap`]; an empty or missing directory is a fresh WAL.
+
+mod disk;
+mod error;
+pub mod failpoint;
+mod format;
+#[cfg(test)]
+mod tests;
+
+use std::fmt;
+use std::path::PathBuf;
+
+use arrow::record_batch::RecordBatch;
+
+pub use disk::DiskWal;
+pub use error::WalError;
+pub use format::{
+    FORMAT_VERSION, MAX_NAMESPACE_BYTES, MAX_PARTS, MAX_PAYLOAD_BYTES, MAX_POSITION_BYTES,
+};
+
+/// A batch's id: stable, assigned by the WAL in order from 1, never reused for a committed
+/// batch (not after a restart, and not after its segment is reclaimed). Displays as `b{n}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct BatchId(pub u64);
+
+impl fmt::Display for BatchId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "b{}", self.0)
+    }
+}
+
+/// How a [`DiskWal`] writes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WalOptions {
+    /// Start a new segment file once the active one holds at least this many bytes. Larger
+    /// segments mean fewer files and fsyncs of the directory; smaller ones let
+    /// [`DiskWal::reclaim_through`] free space sooner, since only whole segments are deleted.
+    /// A single batch larger than this still goes into one segment. Default 64 MiB; at least
+    /// [`WalOptions::MIN_SEGMENT_TARGET_BYTES`].
+    pub segment_target_bytes: u64,
+    /// fsync segment files and the directory, which is what makes a committed batch survive
+    /// power loss. Default `true`; set `false` only in tests and benchmarks.
+    pub fsync: bool,
+}
+
+impl WalOptions {
+    /// The default segment size target: 64 MiB.
+    pub const DEFAULT_SEGMENT_TARGET_BYTES: u64 = 64 << 20;
+    /// The smallest segment size target accepted: 4 MiB (1 byte in this crate's unit tests).
+    pub const MIN_SEGMENT_TARGET_BYTES: u64 = if cfg!(test) { 1 } else { 4 << 20 };
+}
+
+impl Default for WalOptions {
+    fn default() -> Self {
+        WalOptions {
+            segment_target_bytes: Self::DEFAULT_SEGMENT_TARGET_BYTES,
+            fsync: true,
+        }
+    }
+}
+
+/// One namespace's rows in a batch. A part may hold 0 rows (a source batch whose records for
+/// that namespace were all deadlettered still records its schema version).
+#[derive(Debug, Clone, PartialEq)]
+pub struct BatchPart {
+    /// The namespace (table) the rows belong to: 1 to [`MAX_NAMESPACE_BYTES`] bytes.
+    pub namespace: String,
+    /// The version of the namespace's schema the rows were typed with.
+    pub schema_version: u32,
+    /// The rows.
+    pub batch: RecordBatch,
+}
+
+/// A part as listed in a [`BatchMeta`], without its rows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartMeta {
+    /// The namespace.
+    pub namespace: String,
+    /// The schema version.
+    pub schema_version: u32,
+    /// How many rows the part holds.
+    pub rows: u64,
+}
+
+/// A committed batch, as listed by [`DiskWal::batches`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BatchMeta {
+    /// The batch's id.
+    pub id: BatchId,
+    /// The source position the batch reached.
+    pub position: Vec<u8>,
+    /// Its parts, in the order they were appended.
+    pub parts: Vec<PartMeta>,
+    /// The segment holding it, named by the segment's first batch id.
+    pub segment: u64,
+    /// Byte offset of its data record in the segment file.
+    pub offset: u64,
+    /// Bytes it takes on disk: data record plus commit record.
+    pub bytes: u64,
+}
+
+/// What [`DiskWal::open`] found and repaired.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Recovery {
+    /// Committed, unreclaimed batches found.
+    pub batches: usize,
+    /// Bytes of torn tail cut from the last segment (0 when it ended cleanly).
+    pub truncated_bytes: u64,
+    /// The segment that was cut, if any.
+    pub truncated_segment: Option<PathBuf>,
+    /// What was repaired or ignored, one line each (also logged at warn level).
+    pub warnings: Vec<String>,
+}
+
+/// Size of the WAL on disk.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WalStats {
+    /// Segment files.
+    pub segments: usize,
+    /// Bytes in all segment files.
+    pub bytes: u64,
+    /// Committed, unreclaimed batches.
+    pub batches: usize,
+}
