@@ -55,6 +55,10 @@ pub enum Command {
     Discover(DiscoverArgs),
     /// Print the saved schema: namespaces (tables), fields, types and nesting.
     Schema(SchemaArgs),
+    /// Read new records, commit each batch to the write-ahead log, record the source position
+    /// (and, with a destination, write the batches there). Safe to kill at any moment: the
+    /// next run continues exactly where the last committed batch ended.
+    Sync(SyncArgs),
 }
 
 /// Choosing a pipeline.
@@ -76,6 +80,19 @@ pub struct DiscoverArgs {
     /// on the order of records or files.
     #[arg(long, value_name = "N")]
     pub limit: Option<u64>,
+}
+
+/// `sync` flags.
+#[derive(Debug, Args)]
+pub struct SyncArgs {
+    /// The pipeline to sync. Default: PIPELINE_NAME, else every pipeline.
+    #[arg(short = 'p', long, env = "PIPELINE_NAME", value_name = "NAME")]
+    pub pipeline: Option<String>,
+
+    /// Run one pass and exit. Default: a new pass every `sync_frequency_seconds` until
+    /// interrupted (SIGINT/SIGTERM finish the batch being committed, then exit).
+    #[arg(long)]
+    pub once: bool,
 }
 
 /// `schema` flags.

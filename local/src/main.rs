@@ -4,6 +4,7 @@
 
 mod cli;
 mod output;
+mod sync;
 
 use std::io::IsTerminal;
 use std::process::ExitCode;
@@ -31,6 +32,7 @@ fn main() -> ExitCode {
     init_logging(&cli, mode);
     match run(&cli, mode) {
         Ok(()) => ExitCode::SUCCESS,
+        Err(PipelineError::Reported(e)) => ExitCode::from(if e.is_config() { 2 } else { 1 }),
         Err(e) => {
             if mode == OutputMode::Json {
                 let (message, retryable) = (e.to_string(), e.is_retryable());
@@ -48,6 +50,11 @@ fn main() -> ExitCode {
                             .pipeline()
                             .map(str::to_owned)
                             .or_else(|| args.pipeline.pipeline.clone()),
+                        message,
+                        retryable,
+                    },
+                    Command::Sync(args) => Event::SyncError {
+                        pipeline: e.pipeline().map(str::to_owned).or_else(|| args.pipeline.clone()),
                         message,
                         retryable,
                     },
@@ -90,6 +97,7 @@ fn load_config(cli: &Cli) -> Result<ValidatedConfig, PipelineError> {
 }
 
 fn run(cli: &Cli, mode: OutputMode) -> Result<(), PipelineError> {
+
     let config = load_config(cli)?;
     match &cli.command {
         Command::Discover(args) => {
@@ -102,6 +110,7 @@ fn run(cli: &Cli, mode: OutputMode) -> Result<(), PipelineError> {
             pipeline::discover(&config, pipeline, &options, observer.as_mut())?;
             Ok(())
         }
+        Command::Sync(args) => sync::run(&config, args, mode),
         Command::Schema(args) => {
             let pipeline = config.pipeline(args.pipeline.pipeline.as_deref())?;
             let store = pipeline::discover::schema_store(&config.settings, pipeline)?;

@@ -27,6 +27,18 @@ pub enum PipelineError {
         /// What went wrong.
         source: SchemaError,
     },
+    /// The write-ahead log failed.
+    #[error("pipeline '{pipeline}': {source}")]
+    Wal {
+        /// The pipeline.
+        pipeline: String,
+        /// What went wrong.
+        source: crate::wal::WalError,
+    },
+    /// An error that was already shown to the user (a `sync` of several pipelines reports
+    /// each failure as it happens); it only decides the exit code.
+    #[error("{0}")]
+    Reported(Box<PipelineError>),
     /// The state store or the writer lease failed.
     #[error("pipeline '{pipeline}': {source}")]
     State {
@@ -68,7 +80,9 @@ impl PipelineError {
             | PipelineError::Schema { pipeline, .. }
             | PipelineError::NothingRead { pipeline, .. }
             | PipelineError::State { pipeline, .. }
-            | PipelineError::Io { pipeline, .. } => Some(pipeline),
+            | PipelineError::Io { pipeline, .. }
+            | PipelineError::Wal { pipeline, .. } => Some(pipeline),
+            PipelineError::Reported(inner) => inner.pipeline(),
         }
     }
 
@@ -80,11 +94,17 @@ impl PipelineError {
             PipelineError::Schema { source, .. } => source.is_retryable(),
             PipelineError::NothingRead { .. } | PipelineError::Io { .. } => false,
             PipelineError::State { source, .. } => source.is_retryable(),
+            PipelineError::Wal { source, .. } => source.is_retryable(),
+            PipelineError::Reported(inner) => inner.is_retryable(),
         }
     }
 
     /// Whether the input (config or command line) must change: exit code 2.
     pub fn is_config(&self) -> bool {
-        matches!(self, PipelineError::Config(_))
+        match self {
+            PipelineError::Config(_) => true,
+            PipelineError::Reported(inner) => inner.is_config(),
+            _ => false,
+        }
     }
 }
