@@ -97,6 +97,16 @@ pub enum SourceError {
         message: String,
     },
 
+    /// The checkpoint handed to the source cannot be resumed from: it is corrupt, or written
+    /// by a different version or a different kind of source.
+    #[error("cannot resume `{path}` from its checkpoint: {message}")]
+    BadCheckpoint {
+        /// The source's configured path.
+        path: String,
+        /// What is wrong with the checkpoint.
+        message: String,
+    },
+
     /// The CSV reader failed in a way that is not tied to one row.
     #[error("cannot read CSV file `{path}` at line {line}: {message}")]
     Csv {
@@ -125,7 +135,8 @@ impl SourceError {
             | SourceError::Vanished { .. }
             | SourceError::CorruptGzip { .. }
             | SourceError::Parquet { .. }
-            | SourceError::Csv { .. } => false,
+            | SourceError::Csv { .. }
+            | SourceError::BadCheckpoint { .. } => false,
         }
     }
 
@@ -142,7 +153,8 @@ impl SourceError {
             | SourceError::Io { path, .. }
             | SourceError::CorruptGzip { path, .. }
             | SourceError::Parquet { path, .. }
-            | SourceError::Csv { path, .. } => path,
+            | SourceError::Csv { path, .. }
+            | SourceError::BadCheckpoint { path, .. } => path,
             SourceError::NoFiles { pattern } | SourceError::BadPattern { pattern, .. } => pattern,
         }
     }

@@ -71,4 +71,20 @@ pub trait Source: Send {
 
     /// How far reading has got.
     fn progress(&self) -> Progress;
+
+    /// The source's position just after the last batch [`Source::next_batch`] returned, as
+    /// opaque bytes to store with that batch.
+    ///
+    /// The contract, which `skipprd sync` relies on to resume after a crash:
+    ///
+    /// - the pipeline calls it right after each `next_batch` (and may call it before the
+    ///   first, or after `Ok(None)` or an error); it reflects every record and deadletter
+    ///   returned so far and nothing else, so it never runs ahead of what was handed out;
+    /// - reopening the source at these bytes yields exactly the records (and deadletters)
+    ///   after that batch, none lost and none repeated, with the same positions;
+    /// - it also remembers what has been read, so a later pass at the last checkpoint reads
+    ///   only what is new since;
+    /// - the bytes are versioned; a source refuses bytes it cannot read with
+    ///   [`SourceError::BadCheckpoint`], never by silently starting over.
+    fn checkpoint(&self) -> Result<Vec<u8>, SourceError>;
 }

@@ -1,7 +1,7 @@
 //! Compressed and plain input streams, with a count of the bytes taken from disk.
 
 use std::fs::File;
-use std::io::{self, BufReader, Read};
+use std::io::{self, BufReader, Read, Seek, SeekFrom};
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -83,6 +83,57 @@ pub(crate) fn open_stream(
         disk_bytes,
         compression,
     })
+}
+
+/// Open `path` (shown to users as `display`) for streaming from byte `offset` of its
+/// decompressed stream, with the byte just before it. `None` when the stream is shorter than
+/// `offset`: the file is not the one the offset was taken in. A plain file is seeked; a
+/// gzipped one is decompressed from its start and the first `offset` bytes dropped.
+pub(crate) fn open_stream_at(
+    path: &Path,
+    display: &str,
+    compression: Compression,
+    offset: u64,
+) -> Result<Option<(InputStream, u8)>, SourceError> {
+    let Some(before) = offset.checked_sub(1) else {
+        return Ok(None);
+    };
+    let io_error = |source: io::Error| stream_error(display, compression, source);
+    let mut stream = match compression {
+        Compression::None => {
+            let mut file = open_listed_file(path, display)?;
+            let size = file.metadata().map_err(io_error)?.len();
+            if size < offset {
+                return Ok(None);
+            }
+            file.seek(SeekFrom::Start(before)).map_err(io_error)?;
+            let (counting, disk_bytes) = CountingReader::new(file);
+            let inner: Box<dyn Read + Send> = Box::new(counting);
+            InputStream {
+                reader: BufReader::with_capacity(READ_BUFFER_BYTES, inner),
+                disk_bytes,
+                compression,
+            }
+        }
+        Compression::Gzip => {
+            let mut stream = open_stream(path, display, compression)?;
+            let dropped = io::copy(&mut (&mut stream.reader).take(before), &mut io::sink())
+                .map_err(io_error)?;
+            if dropped < before {
+                return Ok(None);
+            }
+            stream
+        }
+    };
+    let mut last = [0u8; 1];
+    loop {
+        match stream.reader.read(&mut last) {
+            Ok(0) => return Ok(None),
+            Ok(_) => return Ok(Some((stream, last[0]))),
+            Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
+            Err(error) => return Err(io_error(error)),
+        }
+    }
 }
 
 /// Open a file that was listed earlier: a missing file has vanished since.

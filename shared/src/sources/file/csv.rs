@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use serde_json::{Map, Number, Value};
 
 use super::compression::{Compression, InputStream, stream_error};
-use super::reader::{FileContext, Item, RecordReader, raw_text};
+use super::reader::{FileContext, Item, RecordReader, Resume, raw_text};
 use crate::deadletter::FailureCode;
 use crate::sources::SourceError;
 use crate::sources::error::lower_first;
@@ -165,12 +165,49 @@ pub(crate) struct CsvReader {
     row: csv::ByteRecord,
     /// The line the next record starts on (or a blank line before it).
     next_line: u64,
+    /// Where in the file the parser's stream starts (after `base_line` lines): the parser's
+    /// own positions are relative to it.
+    base_offset: u64,
+    base_line: u64,
     done: bool,
 }
 
 impl CsvReader {
     /// Read `stream` as CSV with a header row.
     pub(crate) fn new(ctx: FileContext, stream: InputStream) -> Self {
+        Self::build(ctx, stream, true)
+    }
+
+    /// Go on reading a CSV file whose header names are `headers` from `stream`, positioned at
+    /// `start.offset` just after a row, numbering lines on from `start.records`.
+    pub(crate) fn resume(
+        ctx: FileContext,
+        stream: InputStream,
+        start: Resume,
+        headers: Vec<String>,
+    ) -> Self {
+        let mut reader = Self::build(ctx, stream, false);
+        reader.headers = Some(headers);
+        reader.base_offset = start.offset;
+        reader.base_line = start.records;
+        reader.next_line = start.records + 1;
+        reader
+    }
+
+    /// The header names of the file `self` reads from its start (renamed like a full read
+    /// renames them).
+    pub(crate) fn header_names(mut self) -> Result<Vec<String>, SourceError> {
+        if self.read_headers()?.is_some() {
+            return Err(SourceError::Csv {
+                path: self.ctx.uri.clone(),
+                line: 1,
+                message: "the header row could not be read again to resume the file".to_owned(),
+            });
+        }
+        Ok(self.headers.unwrap_or_default())
+    }
+
+    fn build(ctx: FileContext, stream: InputStream, has_headers: bool) -> Self {
         let record_start = Arc::new(AtomicU64::new(0));
         let input = LimitedInput {
             inner: stream.reader,
@@ -179,7 +216,7 @@ impl CsvReader {
             limit: ctx.max_record_bytes as u64 + CSV_BUFFER_BYTES as u64,
         };
         let reader = csv::ReaderBuilder::new()
-            .has_headers(true)
+            .has_headers(has_headers)
             .flexible(true)
             .buffer_capacity(CSV_BUFFER_BYTES)
             .from_reader(input);
@@ -192,6 +229,8 @@ impl CsvReader {
             headers: None,
             row: csv::ByteRecord::new(),
             next_line: 1,
+            base_offset: 0,
+            base_line: 0,
             done: false,
         }
     }
@@ -212,7 +251,7 @@ impl CsvReader {
                         line,
                         "a CSV record is longer than the maximum record size; the rest of the file is skipped"
                     );
-                    let start = self.record_start.load(Ordering::Relaxed);
+                    let start = self.base_offset + self.record_start.load(Ordering::Relaxed);
                     let item = self.ctx.dead(
                         line,
                         start,
@@ -255,7 +294,7 @@ impl CsvReader {
         self.headers = Some(names);
         self.record_start
             .store(self.reader.position().byte(), Ordering::Relaxed);
-        self.next_line = self.reader.position().line();
+        self.next_line = self.base_line + self.reader.position().line();
         Ok(None)
     }
 }
@@ -280,8 +319,10 @@ impl RecordReader for CsvReader {
         }
         let end = self.reader.position().byte();
         self.record_start.store(end, Ordering::Relaxed);
-        self.next_line = self.reader.position().line();
+        let end = self.base_offset + end;
+        self.next_line = self.base_line + self.reader.position().line();
         let (start, line) = self.row.position().map_or((0, 0), |p| (p.byte(), p.line()));
+        let (start, line) = (self.base_offset + start, self.base_line + line);
         let headers = self.headers.as_deref().unwrap_or_default();
         if self.row.len() != headers.len() {
             let raw = raw_row(&self.row);
@@ -320,9 +361,20 @@ impl RecordReader for CsvReader {
 
     fn consumed(&self) -> u64 {
         match self.compression {
-            Compression::None => self.reader.position().byte(),
+            Compression::None => self.base_offset + self.reader.position().byte(),
             Compression::Gzip => self.disk_bytes.load(Ordering::Relaxed),
         }
+    }
+
+    fn resume_point(&self) -> Resume {
+        Resume {
+            offset: self.base_offset + self.reader.position().byte(),
+            records: self.next_line - 1,
+        }
+    }
+
+    fn finished(&self) -> bool {
+        self.done
     }
 }
 

@@ -8,7 +8,7 @@ use std::io::{BufRead, ErrorKind};
 use std::sync::atomic::Ordering;
 
 use super::compression::{Compression, InputStream, stream_error};
-use super::reader::{FileContext, Item, KEPT_PREFIX_BYTES, RecordReader, clipped_raw};
+use super::reader::{FileContext, Item, KEPT_PREFIX_BYTES, RecordReader, Resume, clipped_raw};
 use crate::deadletter::FailureCode;
 use crate::sources::SourceError;
 
@@ -64,15 +64,31 @@ pub(crate) struct JsonArrayReader {
 }
 
 impl JsonArrayReader {
-    /// Read `stream` as a JSON array.
-    pub(crate) fn new(ctx: FileContext, stream: InputStream) -> Self {
+    /// Read `stream`, positioned at `start.offset`, as a JSON array whose elements are numbered
+    /// on from `start.records`. `last` is the byte just before `start.offset`, which tells
+    /// where a resumed scanner is: every item ends on the `,` or `]` after its element, or
+    /// (with no element started) on a bad first byte after which nothing more is read.
+    pub(crate) fn new(
+        ctx: FileContext,
+        stream: InputStream,
+        start: Resume,
+        last: Option<u8>,
+    ) -> Self {
+        let state = match last {
+            None => State::Start,
+            Some(_) if start.records == 0 => State::Done,
+            Some(b',') => State::BeforeElement { after_comma: true },
+            Some(b'[') => State::BeforeElement { after_comma: false },
+            Some(b']') => State::AfterArray,
+            Some(_) => State::Done,
+        };
         JsonArrayReader {
             ctx,
             stream,
-            offset: 0,
+            offset: start.offset,
             scan: Scanner {
-                state: State::Start,
-                element_no: 0,
+                state,
+                element_no: start.records,
                 element: Vec::new(),
                 start: 0,
                 end: 0,
@@ -314,6 +330,17 @@ impl RecordReader for JsonArrayReader {
             Compression::None => self.offset,
             Compression::Gzip => self.stream.disk_bytes.load(Ordering::Relaxed),
         }
+    }
+
+    fn resume_point(&self) -> Resume {
+        Resume {
+            offset: self.offset,
+            records: self.scan.element_no,
+        }
+    }
+
+    fn finished(&self) -> bool {
+        self.scan.state == State::Done
     }
 }
 

@@ -13,7 +13,7 @@ use std::io::{BufRead, ErrorKind};
 use std::sync::atomic::Ordering;
 
 use super::compression::{Compression, InputStream, stream_error};
-use super::reader::{FileContext, Item, KEPT_PREFIX_BYTES, RecordReader, clipped_raw};
+use super::reader::{FileContext, Item, KEPT_PREFIX_BYTES, RecordReader, Resume, clipped_raw};
 use crate::deadletter::FailureCode;
 use crate::sources::SourceError;
 
@@ -228,13 +228,16 @@ pub(crate) struct JsonDocumentsReader {
 }
 
 impl JsonDocumentsReader {
-    /// Read `stream` as JSON documents.
-    pub(crate) fn new(ctx: FileContext, stream: InputStream) -> Self {
+    /// Read `stream`, positioned at `start.offset` (between documents), as JSON documents
+    /// numbered on from `start.records`.
+    pub(crate) fn new(ctx: FileContext, stream: InputStream, start: Resume) -> Self {
+        let mut scan = Scanner::new();
+        scan.number = start.records;
         JsonDocumentsReader {
             ctx,
             stream,
-            offset: 0,
-            scan: Scanner::new(),
+            offset: start.offset,
+            scan,
         }
     }
 }
@@ -278,6 +281,17 @@ impl RecordReader for JsonDocumentsReader {
             Compression::None => self.offset,
             Compression::Gzip => self.stream.disk_bytes.load(Ordering::Relaxed),
         }
+    }
+
+    fn resume_point(&self) -> Resume {
+        Resume {
+            offset: self.offset,
+            records: self.scan.number,
+        }
+    }
+
+    fn finished(&self) -> bool {
+        self.scan.state == State::Done
     }
 }
 

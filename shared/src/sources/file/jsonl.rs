@@ -5,7 +5,7 @@ use std::sync::atomic::Ordering;
 
 use super::compression::{Compression, InputStream, stream_error};
 use super::detect::UTF8_BOM;
-use super::reader::{FileContext, Item, KEPT_PREFIX_BYTES, RecordReader};
+use super::reader::{FileContext, Item, KEPT_PREFIX_BYTES, RecordReader, Resume};
 use crate::sources::SourceError;
 
 /// A line buffer that grew past this is released after its record.
@@ -26,13 +26,14 @@ pub(crate) struct JsonLinesReader {
 }
 
 impl JsonLinesReader {
-    /// Read `stream` as JSON lines.
-    pub(crate) fn new(ctx: FileContext, stream: InputStream) -> Self {
+    /// Read `stream`, positioned at `start.offset`, as JSON lines numbered on from
+    /// `start.records`.
+    pub(crate) fn new(ctx: FileContext, stream: InputStream, start: Resume) -> Self {
         JsonLinesReader {
             ctx,
             stream,
-            offset: 0,
-            line_no: 0,
+            offset: start.offset,
+            line_no: start.records,
             line: Vec::new(),
             done: false,
         }
@@ -127,6 +128,17 @@ impl RecordReader for JsonLinesReader {
             Compression::None => self.offset,
             Compression::Gzip => self.stream.disk_bytes.load(Ordering::Relaxed),
         }
+    }
+
+    fn resume_point(&self) -> Resume {
+        Resume {
+            offset: self.offset,
+            records: self.line_no,
+        }
+    }
+
+    fn finished(&self) -> bool {
+        self.done
     }
 }
 

@@ -140,6 +140,7 @@
 //! [`FailureCode::TooLarge`]: crate::deadletter::FailureCode::TooLarge
 //! [`Position`]: crate::sources::Position
 
+mod checkpoint;
 mod compression;
 mod csv;
 mod detect;
@@ -149,16 +150,21 @@ mod jsonl;
 mod parquet;
 mod paths;
 mod reader;
+#[cfg(test)]
+mod resume_tests;
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
+use self::checkpoint::Identity;
+pub use self::checkpoint::{CHECKPOINT_VERSION, FileCheckpoint, FileProgress, IDENTITY_BYTES};
 pub use self::compression::Compression;
 pub use self::csv::type_cell;
 pub use self::detect::detect_format;
 use self::paths::ListedFile;
-use self::reader::{FileContext, Item, RecordReader};
+use self::reader::{FileContext, Item, RecordReader, Resume};
 use super::{Progress, Source, SourceBatch, SourceError};
 
 /// A file format the File source reads.
@@ -185,6 +191,12 @@ pub enum FileFormat {
 }
 
 impl FileFormat {
+    /// Whether a file of this format that grew can be read on from where reading stopped:
+    /// true for JSON lines and CSV, false for the whole-document formats.
+    pub fn appends(self) -> bool {
+        matches!(self, FileFormat::Jsonl | FileFormat::Csv)
+    }
+
     /// The format's name as written in configuration.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -261,6 +273,13 @@ struct Current {
 pub struct FileSource {
     options: FileSourceOptions,
     files: Vec<ListedFile>,
+    /// Where to start each file.
+    starts: Vec<Resume>,
+    /// Input bytes of each file taken as read already when counting the total: an estimate
+    /// of where its reader starts, corrected once it is open.
+    skipped: Vec<u64>,
+    /// What has been read of each file, for [`Source::checkpoint`].
+    read: BTreeMap<String, FileProgress>,
     paths: Vec<PathBuf>,
     next_file: usize,
     current: Option<Current>,
@@ -284,14 +303,115 @@ impl std::fmt::Debug for FileSource {
 
 impl FileSource {
     /// List the files `options.path` names and check their formats; nothing is read yet
-    /// beyond each file's first few KiB.
+    /// beyond each file's first few KiB. The same as [`FileSource::open_at`] with no
+    /// checkpoint.
     pub fn open(options: FileSourceOptions) -> Result<FileSource, SourceError> {
-        let files = paths::list_files(&options)?;
+        Self::open_at(options, None)
+    }
+
+    /// Like [`FileSource::open`], reading only what comes after `checkpoint` (bytes from
+    /// [`Source::checkpoint`]): see [Resuming](self#resuming) for the rules. A checkpoint
+    /// that cannot be read is [`SourceError::BadCheckpoint`].
+    pub fn open_at(
+        options: FileSourceOptions,
+        checkpoint: Option<&[u8]>,
+    ) -> Result<FileSource, SourceError> {
+        let mut old = match checkpoint {
+            Some(bytes) => FileCheckpoint::from_bytes(bytes, &options.path)?,
+            None => FileCheckpoint::new(),
+        };
+        let listing = paths::list_files_since(&options, &|shown, size, head| {
+            old.files
+                .get(shown)
+                .map_or(Identity::New, |progress| progress.compare(size, head))
+        })?;
+        let mut read = BTreeMap::new();
+        for shown in listing.unchanged {
+            if let Some(progress) = old.files.remove(&shown) {
+                read.insert(shown, progress);
+            }
+        }
+        let mut files = Vec::with_capacity(listing.files.len());
+        let mut starts = Vec::with_capacity(listing.files.len());
+        for file in listing.files {
+            let shown = file.display.as_str();
+            let Some(progress) = old.files.remove(shown) else {
+                starts.push(Resume::default());
+                files.push(file);
+                continue;
+            };
+            let resume = Resume {
+                offset: progress.offset,
+                records: progress.records,
+            };
+            let start = match file.identity {
+                Identity::New => Some(Resume::default()),
+                Identity::Shrunk => {
+                    tracing::warn!(
+                        file = shown,
+                        "`{shown}` is smaller than when it was read: it is a different file now (rotated or rewritten); reading it from the start"
+                    );
+                    Some(Resume::default())
+                }
+                Identity::Replaced => {
+                    tracing::warn!(
+                        file = shown,
+                        "`{shown}` starts differently than when it was read: it is a different file now (rotated or rewritten); reading it from the start"
+                    );
+                    Some(Resume::default())
+                }
+                Identity::Grown if !file.format.appends() => {
+                    tracing::warn!(
+                        file = shown,
+                        "`{shown}` changed after it was read; whole-document formats are not re-read"
+                    );
+                    // Remember it as it is now, so the warning comes once per change.
+                    let now = FileProgress {
+                        size: file.size,
+                        head_len: file.head.len,
+                        head: file.head.hash.clone(),
+                        ..progress
+                    };
+                    read.insert(file.display.clone(), now);
+                    None
+                }
+                Identity::Grown | Identity::Unfinished => Some(resume),
+                Identity::Unchanged => {
+                    read.insert(file.display.clone(), progress.clone());
+                    None
+                }
+            };
+            if let Some(start) = start {
+                if start != Resume::default() {
+                    read.insert(file.display.clone(), progress.clone());
+                }
+                starts.push(start);
+                files.push(file);
+            }
+        }
+        for gone in old.files.keys() {
+            tracing::debug!(
+                file = gone.as_str(),
+                "a file in the checkpoint is no longer listed; dropped from the checkpoint"
+            );
+        }
+        let skipped: Vec<u64> = files
+            .iter()
+            .zip(&starts)
+            .map(|(file, start)| estimate_skipped(file, *start))
+            .collect();
         let paths = files.iter().map(|file| file.path.clone()).collect();
-        let bytes_total = files.iter().map(|file| file.size).sum();
+        let bytes_total = files
+            .iter()
+            .zip(&skipped)
+            .map(|(file, skipped)| file.size - skipped)
+            .sum();
         Ok(FileSource {
             options,
             files,
+            starts,
+            skipped,
+            read,
             paths,
             next_file: 0,
             current: None,
@@ -315,31 +435,95 @@ impl FileSource {
             .map(|file| (file.format, file.compression))
     }
 
-    /// Open the reader for file `index`.
+    /// Open the reader for file `index`, at its start.
     fn open_reader(&self, index: usize) -> Result<Box<dyn RecordReader>, SourceError> {
         let file = &self.files[index];
         let ctx = FileContext {
             uri: file.display.clone(),
             max_record_bytes: self.options.max_record_bytes.max(1),
         };
-        let stream = || compression::open_stream(&file.path, &file.display, file.compression);
-        let reader: Box<dyn RecordReader> = match file.format {
-            FileFormat::Jsonl => Box::new(jsonl::JsonLinesReader::new(ctx, stream()?)),
-            FileFormat::JsonArray => Box::new(json_array::JsonArrayReader::new(ctx, stream()?)),
-            // Listing resolves `Json` to the shape found; were it left, documents read any
-            // stream of JSON objects.
-            FileFormat::JsonDocuments | FileFormat::Json => {
-                Box::new(json_documents::JsonDocumentsReader::new(ctx, stream()?))
-            }
-            FileFormat::Csv => Box::new(csv::CsvReader::new(ctx, stream()?)),
-            FileFormat::Parquet => Box::new(parquet::ParquetReader::open(
+        let mut start = self.starts[index];
+        if file.format == FileFormat::Parquet {
+            return Ok(Box::new(parquet::ParquetReader::open(
                 ctx,
                 &file.path,
                 file.size,
                 self.options.batch_rows,
-            )?),
+                start.records,
+            )?));
+        }
+        let stream = || compression::open_stream(&file.path, &file.display, file.compression);
+        let (stream, last) = if start.offset == 0 {
+            (stream()?, None)
+        } else {
+            let at = compression::open_stream_at(
+                &file.path,
+                &file.display,
+                file.compression,
+                start.offset,
+            )?;
+            match at {
+                Some((stream, last)) => (stream, Some(last)),
+                None => {
+                    let shown = file.display.as_str();
+                    tracing::warn!(
+                        file = shown,
+                        "`{shown}` is shorter than when it was read: it is a different file now (rotated or rewritten); reading it from the start"
+                    );
+                    start = Resume::default();
+                    (stream()?, None)
+                }
+            }
+        };
+        let reader: Box<dyn RecordReader> = match file.format {
+            FileFormat::Jsonl => Box::new(jsonl::JsonLinesReader::new(ctx, stream, start)),
+            FileFormat::JsonArray => {
+                Box::new(json_array::JsonArrayReader::new(ctx, stream, start, last))
+            }
+            // Listing resolves `Json` to the shape found; were it left, documents read any
+            // stream of JSON objects.
+            FileFormat::JsonDocuments | FileFormat::Json => {
+                Box::new(json_documents::JsonDocumentsReader::new(ctx, stream, start))
+            }
+            FileFormat::Csv if start.offset == 0 => Box::new(csv::CsvReader::new(ctx, stream)),
+            FileFormat::Csv => {
+                let headers = csv::CsvReader::new(
+                    ctx.clone(),
+                    self::compression::open_stream(&file.path, &file.display, file.compression)?,
+                )
+                .header_names()?;
+                Box::new(csv::CsvReader::resume(ctx, stream, start, headers))
+            }
+            FileFormat::Parquet => unreachable!("Parquet is opened above"),
         };
         Ok(reader)
+    }
+
+    /// Note in the checkpoint how far `reader`, reading file `index`, has got; `done` when
+    /// it was read to its end.
+    fn note(&mut self, index: usize, reader: &dyn RecordReader, done: bool) {
+        let file = &self.files[index];
+        let at = reader.resume_point();
+        self.read.insert(
+            file.display.clone(),
+            FileProgress {
+                offset: at.offset,
+                records: at.records,
+                size: file.size,
+                head_len: file.head.len,
+                head: file.head.hash.clone(),
+                done,
+            },
+        );
+    }
+
+    /// Note how far the current reader has got.
+    fn note_current(&mut self) {
+        if let Some(current) = self.current.take() {
+            let done = current.reader.finished();
+            self.note(current.index, current.reader.as_ref(), done);
+            self.current = Some(current);
+        }
     }
 
     /// Count the input bytes the current reader consumed since last counted.
@@ -381,14 +565,26 @@ impl FileSource {
                 self.next_file += 1;
                 match self.open_reader(index) {
                     Ok(reader) => {
+                        // What a resumed reader skipped is not to read: take it off the
+                        // total, in place of the estimate.
+                        let credited = if self.starts[index] == Resume::default() {
+                            0
+                        } else {
+                            reader.consumed().min(self.files[index].size)
+                        };
+                        self.bytes_total =
+                            (self.bytes_total + self.skipped[index]).saturating_sub(credited);
                         self.current = Some(Current {
                             index,
                             reader,
-                            credited: 0,
+                            credited,
                         });
                     }
                     Err(error) => {
-                        self.finish_file(index, 0, None);
+                        if matches!(error, SourceError::Vanished { .. }) {
+                            self.read.remove(&self.files[index].display);
+                        }
+                        self.finish_file(index, self.skipped[index], None);
                         return Err(error);
                     }
                 }
@@ -408,18 +604,23 @@ impl FileSource {
                 Ok(None) => {
                     self.credit(batch);
                     if let Some(done) = self.current.take() {
+                        self.note(done.index, done.reader.as_ref(), true);
                         self.finish_file(done.index, done.credited, Some(batch));
                     }
                 }
                 Err(error) => {
-                    let (index, credited) = (current.index, current.credited);
-                    self.finish_file(index, credited, None);
+                    // Not done: the next pass tries again after the last item returned.
+                    if let Some(failed) = self.current.take() {
+                        self.note(failed.index, failed.reader.as_ref(), false);
+                        self.finish_file(failed.index, failed.credited, None);
+                    }
                     return Err(error);
                 }
             }
             let items = batch.records.len() + batch.deadletters.len();
             let started = items > 0 || batch.bytes_read > 0;
             if started && (items >= rows || batch.bytes_read >= self.options.batch_bytes) {
+                self.note_current();
                 return Ok(());
             }
         }
@@ -452,6 +653,33 @@ impl Source for FileSource {
             files_done: self.files_done,
             files_total: Some(self.files.len() as u64),
         }
+    }
+
+    fn checkpoint(&self) -> Result<Vec<u8>, SourceError> {
+        /// The checkpoint's shape, borrowing the source's progress.
+        #[derive(Serialize)]
+        struct Borrowed<'a> {
+            v: u32,
+            files: &'a BTreeMap<String, FileProgress>,
+        }
+        serde_json::to_vec(&Borrowed {
+            v: CHECKPOINT_VERSION,
+            files: &self.read,
+        })
+        .map_err(|error| SourceError::BadCheckpoint {
+            path: self.options.path.clone(),
+            message: error.to_string(),
+        })
+    }
+}
+
+/// The input bytes of `file` a reader starting at `start` will not read, as far as can be
+/// told before opening it: exact for plain text files, none for the others.
+fn estimate_skipped(file: &ListedFile, start: Resume) -> u64 {
+    if file.format != FileFormat::Parquet && file.compression == Compression::None {
+        start.offset.min(file.size)
+    } else {
+        0
     }
 }
 

@@ -28,7 +28,7 @@ use parquet::arrow::arrow_reader::{ParquetRecordBatchReader, ParquetRecordBatchR
 use serde_json::{Map, Value};
 
 use super::compression::open_listed_file;
-use super::reader::{FileContext, Item, RecordReader};
+use super::reader::{FileContext, Item, RecordReader, Resume};
 use crate::sources::SourceError;
 
 /// The most rows decoded at once.
@@ -50,26 +50,32 @@ pub(crate) struct ParquetReader {
 }
 
 impl ParquetReader {
-    /// Open the Parquet file at `path`, reading `batch_rows` rows at a time.
+    /// Open the Parquet file at `path`, reading `batch_rows` rows at a time after skipping
+    /// the first `skip_rows`.
     pub(crate) fn open(
         ctx: FileContext,
         path: &Path,
         file_size: u64,
         batch_rows: usize,
+        skip_rows: u64,
     ) -> Result<Self, SourceError> {
         let file = open_listed_file(path, &ctx.uri)?;
         let builder = ParquetRecordBatchReaderBuilder::try_new(file)
             .map_err(|error| parquet_error(&ctx, &error))?;
         let total_rows = u64::try_from(builder.metadata().file_metadata().num_rows()).unwrap_or(0);
+        let skip_rows = skip_rows.min(total_rows);
+        let mut builder = builder.with_batch_size(batch_rows.clamp(1, MAX_ARROW_BATCH_ROWS));
+        if skip_rows > 0 {
+            builder = builder.with_offset(usize::try_from(skip_rows).unwrap_or(usize::MAX));
+        }
         let batches = builder
-            .with_batch_size(batch_rows.clamp(1, MAX_ARROW_BATCH_ROWS))
             .build()
             .map_err(|error| parquet_error(&ctx, &error))?;
         Ok(ParquetReader {
             ctx,
             batches,
             pending: VecDeque::new(),
-            next_row: 0,
+            next_row: skip_rows,
             total_rows,
             file_size,
             done: false,
@@ -117,6 +123,17 @@ impl RecordReader for ParquetReader {
         let share = u128::from(self.file_size) * u128::from(self.next_row.min(self.total_rows))
             / u128::from(self.total_rows);
         u64::try_from(share).unwrap_or(self.file_size)
+    }
+
+    fn resume_point(&self) -> Resume {
+        Resume {
+            offset: self.next_row,
+            records: self.next_row,
+        }
+    }
+
+    fn finished(&self) -> bool {
+        self.done && self.pending.is_empty()
     }
 }
 

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 
 use super::FileFormat;
 use super::FileSourceOptions;
+use super::checkpoint::{Head, Identity};
 use super::compression::{Compression, gzip_head_problem, open_stream};
 use super::detect::{Detected, HEAD_BYTES, detect, detect_compression};
 use super::json_documents::FirstLine;
@@ -25,6 +26,19 @@ pub(crate) struct ListedFile {
     pub(crate) format: FileFormat,
     /// How it is compressed.
     pub(crate) compression: Compression,
+    /// Its identity at listing time.
+    pub(crate) head: Head,
+    /// How it compares with what a checkpoint says was read of it.
+    pub(crate) identity: Identity,
+}
+
+/// The files found: those to read, and those skipped as read already and unchanged.
+#[derive(Debug, Default)]
+pub(crate) struct Listing {
+    /// The files to read, sorted by path.
+    pub(crate) files: Vec<ListedFile>,
+    /// The shown paths of files found unchanged since they were read to their end.
+    pub(crate) unchanged: Vec<String>,
 }
 
 /// How the configured path was given, which decides what to do with unknown formats.
@@ -37,7 +51,19 @@ enum Origin {
 }
 
 /// List the files `options.path` names, sorted by path, with their formats.
+#[cfg(test)]
 pub(crate) fn list_files(options: &FileSourceOptions) -> Result<Vec<ListedFile>, SourceError> {
+    Ok(list_files_since(options, &|_, _, _| Identity::New)?.files)
+}
+
+/// List the files `options.path` names, sorted by path, with their formats. `compare` tells
+/// from a file's shown path, size and first bytes (at least its first
+/// [`IDENTITY_BYTES`](super::checkpoint::IDENTITY_BYTES), or all of it) how it compares with
+/// a checkpoint; a file [`Identity::Unchanged`] is not looked at further.
+pub(crate) fn list_files_since(
+    options: &FileSourceOptions,
+    compare: &dyn Fn(&str, u64, &[u8]) -> Identity,
+) -> Result<Listing, SourceError> {
     let configured = options.path.as_str();
     if configured.is_empty() {
         return Err(SourceError::EmptyPath);
@@ -96,20 +122,35 @@ pub(crate) fn list_files(options: &FileSourceOptions) -> Result<Vec<ListedFile>,
     candidates.sort();
     candidates.dedup();
 
-    let mut files = Vec::with_capacity(candidates.len());
+    let mut listing = Listing {
+        files: Vec::with_capacity(candidates.len()),
+        unchanged: Vec::new(),
+    };
     for path in candidates {
         let shown = display(&path);
         let max = options.max_record_bytes;
-        if let Some(file) = describe(&path, shown, options.format, origin, max)? {
-            files.push(file);
+        match describe(&path, shown, options.format, origin, max, compare)? {
+            Described::Read(file) => listing.files.push(file),
+            Described::Unchanged(shown) => listing.unchanged.push(shown),
+            Described::Skipped => {}
         }
     }
-    if files.is_empty() {
+    if listing.files.is_empty() && listing.unchanged.is_empty() {
         return Err(SourceError::NoFiles {
             pattern: configured.to_owned(),
         });
     }
-    Ok(files)
+    Ok(listing)
+}
+
+/// What listing made of one file.
+enum Described {
+    /// A file to read.
+    Read(ListedFile),
+    /// A file read to its end and unchanged since, by its shown path.
+    Unchanged(String),
+    /// A file of unknown format, skipped.
+    Skipped,
 }
 
 /// Whether `path` contains glob metacharacters.
@@ -266,14 +307,16 @@ fn expand_glob(options: &FileSourceOptions, relative: bool) -> Result<Vec<PathBu
     Ok(found)
 }
 
-/// Size, format and compression of `path`; `None` for a found file of unknown format.
+/// Size, format, compression and identity of `path`; nothing more for a file `compare`
+/// finds unchanged, or a found file of unknown format.
 fn describe(
     path: &Path,
     display: String,
     format: Option<FileFormat>,
     origin: Origin,
     max_record_bytes: usize,
-) -> Result<Option<ListedFile>, SourceError> {
+    compare: &dyn Fn(&str, u64, &[u8]) -> Identity,
+) -> Result<Described, SourceError> {
     let io_error = |source: io::Error, display: &str| SourceError::Io {
         path: display.to_owned(),
         source,
@@ -285,6 +328,10 @@ fn describe(
         .take(HEAD_BYTES as u64)
         .read_to_end(&mut head)
         .map_err(|e| io_error(e, &display))?;
+    let identity = compare(&display, size, &head);
+    if identity == Identity::Unchanged {
+        return Ok(Described::Unchanged(display));
+    }
 
     let detected = detect(path, &head, format);
     if detected.is_none() && format == Some(FileFormat::Json) {
@@ -297,7 +344,7 @@ fn describe(
             file = shown,
             "skipping a file that is not JSON (`format: json`)"
         );
-        return Ok(None);
+        return Ok(Described::Skipped);
     }
     let detected = detected.map(|(detected, compression)| match detected {
         Detected::Format(format) => (format, compression),
@@ -320,12 +367,12 @@ fn describe(
             }),
             (Some(message), Origin::Found) => {
                 tracing::warn!(file = shown, %message, "skipping a file with a corrupt gzip stream");
-                Ok(None)
+                Ok(Described::Skipped)
             }
             (None, Origin::Literal) => Err(SourceError::UnknownFormat { path: display }),
             (None, Origin::Found) => {
                 tracing::warn!(file = shown, "skipping a file of unknown format");
-                Ok(None)
+                Ok(Described::Skipped)
             }
         };
     };
@@ -335,12 +382,14 @@ fn describe(
             format: "Parquet",
         });
     }
-    Ok(Some(ListedFile {
+    Ok(Described::Read(ListedFile {
         path: path.to_path_buf(),
         display,
         size,
         format,
         compression,
+        head: Head::of(size, &head),
+        identity,
     }))
 }
 

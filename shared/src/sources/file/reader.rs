@@ -24,6 +24,21 @@ pub(crate) trait RecordReader: Send {
     /// Input bytes consumed so far: bytes of the file on disk, exact for plain text formats,
     /// to the read granularity for compressed files, estimated for Parquet.
     fn consumed(&self) -> u64;
+
+    /// Where a reader opened at it would continue right after the last item returned.
+    fn resume_point(&self) -> Resume;
+
+    /// Whether the reader has nothing more to give (it may not have said so yet).
+    fn finished(&self) -> bool;
+}
+
+/// Where to start reading a file, and how to number what follows.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Resume {
+    /// Bytes of the decompressed stream to skip; for Parquet, rows to skip.
+    pub(crate) offset: u64,
+    /// Records (lines, for line formats) already consumed: the numbering goes on from here.
+    pub(crate) records: u64,
 }
 
 /// What a reader knows about the file it reads.
