@@ -54,7 +54,10 @@ fn main() -> ExitCode {
                         retryable,
                     },
                     Command::Sync(args) => Event::SyncError {
-                        pipeline: e.pipeline().map(str::to_owned).or_else(|| args.pipeline.clone()),
+                        pipeline: e
+                            .pipeline()
+                            .map(str::to_owned)
+                            .or_else(|| args.pipeline.clone()),
                         message,
                         retryable,
                     },
@@ -97,7 +100,6 @@ fn load_config(cli: &Cli) -> Result<ValidatedConfig, PipelineError> {
 }
 
 fn run(cli: &Cli, mode: OutputMode) -> Result<(), PipelineError> {
-
     let config = load_config(cli)?;
     match &cli.command {
         Command::Discover(args) => {

@@ -81,7 +81,40 @@ impl Observer for Progress {
                     bar.set_message(format!("{records} records, {deadletters} rejected"));
                 }
             }
-            Event::DiscoverComplete { .. } | Event::DiscoverError { .. } => {
+            Event::SyncStart { pipeline, .. } => {
+                let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
+                let style = ProgressStyle::with_template(
+                    "{prefix} [{elapsed_precise}] {wide_bar} {decimal_bytes}/{decimal_total_bytes} {msg}",
+                )
+                .unwrap_or_else(|_| ProgressStyle::default_bar());
+                bar.set_style(style);
+                bar.set_prefix(format!("sync {pipeline}"));
+                bar.enable_steady_tick(Duration::from_millis(200));
+                self.bar = Some(bar);
+                Text.event(event);
+            }
+            Event::SyncStatus {
+                rows,
+                batches,
+                deadletters,
+                bytes,
+                bytes_total,
+                ..
+            } => {
+                if let Some(bar) = &self.bar {
+                    if let Some(total) = bytes_total {
+                        bar.set_length(*total);
+                    }
+                    bar.set_position(*bytes);
+                    bar.set_message(format!(
+                        "{rows} rows, {batches} batches, {deadletters} rejected"
+                    ));
+                }
+            }
+            Event::DiscoverComplete { .. }
+            | Event::DiscoverError { .. }
+            | Event::SyncComplete { .. }
+            | Event::SyncError { .. } => {
                 if let Some(bar) = self.bar.take() {
                     bar.finish_and_clear();
                 }
@@ -143,6 +176,55 @@ fn describe(event: &Event) -> Option<String> {
             human_bytes(*bytes)
         ),
         Event::DiscoverError { .. } => return None,
+        Event::SyncStart {
+            pipeline,
+            source,
+            committed_batches,
+            recovered_truncated_bytes,
+        } => {
+            let mut line = format!(
+                "Syncing pipeline '{pipeline}' from source '{source}' ({committed_batches} committed batch{} in the WAL",
+                if *committed_batches == 1 { "" } else { "es" }
+            );
+            if *recovered_truncated_bytes > 0 {
+                line.push_str(&format!(
+                    "; recovery cut a torn tail of {recovered_truncated_bytes} bytes"
+                ));
+            }
+            line.push(')');
+            line
+        }
+        Event::SchemaEvolved {
+            pipeline,
+            version,
+            changes,
+        } => {
+            format!(
+                "Schema of '{pipeline}' evolved to version {version}: {}",
+                changes.join("; ")
+            )
+        }
+        Event::SyncComplete {
+            pipeline,
+            rows,
+            batches,
+            bytes,
+            deadletters,
+            pending,
+            seconds,
+            ..
+        } => {
+            let mut line = format!(
+                "Synced '{pipeline}': {rows} row{} in {batches} batch{}, {deadletters} rejected, {} read in {seconds:.2} s",
+                plural(*rows),
+                if *batches == 1 { "" } else { "es" },
+                human_bytes(*bytes)
+            );
+            if *pending > 0 {
+                line.push_str(&format!("; {pending} batches not yet delivered"));
+            }
+            line
+        }
         _ => return None,
     })
 }

@@ -4,8 +4,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use skipprd::config::validate::{ValidatedConfig, ValidatedPipeline};
 use skipprd::config::ConfigError;
+use skipprd::config::validate::{ValidatedConfig, ValidatedPipeline};
 use skipprd::pipeline::sync::{SyncOptions, sync_pass};
 use skipprd::pipeline::{Event, PipelineError};
 
@@ -14,13 +14,20 @@ use crate::output;
 
 /// Run `sync` as the flags say. Pass errors are reported as they happen; the first one is
 /// returned at the end, so the exit code says a pass failed.
-pub fn run(config: &ValidatedConfig, args: &SyncArgs, mode: OutputMode) -> Result<(), PipelineError> {
+pub fn run(
+    config: &ValidatedConfig,
+    args: &SyncArgs,
+    mode: OutputMode,
+) -> Result<(), PipelineError> {
     let pipelines: Vec<&ValidatedPipeline> = match &args.pipeline {
         Some(name) => vec![config.pipeline(Some(name))?],
         None => config.pipelines.values().collect(),
     };
     if pipelines.is_empty() {
-        return Err(ConfigError::NoPipelines { file: config.file.clone() }.into());
+        return Err(ConfigError::NoPipelines {
+            file: config.file.clone(),
+        }
+        .into());
     }
     let stop = Arc::new(AtomicBool::new(false));
     {
@@ -32,7 +39,10 @@ pub fn run(config: &ValidatedConfig, args: &SyncArgs, mode: OutputMode) -> Resul
     if config.settings.chaos_mode {
         start_chaos();
     }
-    let options = SyncOptions { stop: Arc::clone(&stop), ..SyncOptions::default() };
+    let options = SyncOptions {
+        stop: Arc::clone(&stop),
+        ..SyncOptions::default()
+    };
     let mut observer = output::observer(mode);
     let mut first_error: Option<PipelineError> = None;
     let mut next_due: Vec<Instant> = vec![Instant::now(); pipelines.len()];
@@ -62,7 +72,9 @@ pub fn run(config: &ValidatedConfig, args: &SyncArgs, mode: OutputMode) -> Resul
         }
         let wake = next_due.iter().min().copied().unwrap_or_else(Instant::now);
         while Instant::now() < wake && !stop.load(Ordering::SeqCst) {
-            std::thread::sleep(Duration::from_millis(200).min(wake.saturating_duration_since(Instant::now())));
+            std::thread::sleep(
+                Duration::from_millis(200).min(wake.saturating_duration_since(Instant::now())),
+            );
         }
     }
     match first_error {
@@ -79,12 +91,17 @@ fn start_chaos() {
         .map(|d| d.subsec_nanos())
         .unwrap_or(0);
     let delay = Duration::from_secs(15 + u64::from(nanos % 46));
-    tracing::warn!(seconds = delay.as_secs(), "Chaos mode: this process will SIGKILL itself.");
+    tracing::warn!(
+        seconds = delay.as_secs(),
+        "Chaos mode: this process will SIGKILL itself."
+    );
     std::thread::spawn(move || {
         std::thread::sleep(delay);
         tracing::error!("Chaos mode: SIGKILL now.");
         let pid = std::process::id().to_string();
-        let killed = std::process::Command::new("kill").args(["-9", &pid]).status();
+        let killed = std::process::Command::new("kill")
+            .args(["-9", &pid])
+            .status();
         if killed.is_err() {
             std::process::abort();
         }

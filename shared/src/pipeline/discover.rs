@@ -124,7 +124,7 @@ pub fn discover_into(
     };
     read_ahead(source, 2, |batches| -> Result<(), PipelineError> {
         for step in batches {
-            let (batch, progress) = step.map_err(|source| PipelineError::Source {
+            let (batch, progress, _checkpoint) = step.map_err(|source| PipelineError::Source {
                 pipeline: name.clone(),
                 source,
             })?;

@@ -8,6 +8,7 @@ pub mod discover;
 pub mod error;
 pub mod events;
 pub mod source;
+pub mod sync;
 
 pub use discover::{DiscoverOptions, DiscoverReport, discover};
 pub use error::PipelineError;

@@ -17,6 +17,17 @@ pub fn open_source(
     settings: &Settings,
     base_dir: &Path,
 ) -> Result<Box<dyn Source>, PipelineError> {
+    open_source_at(pipeline, settings, base_dir, None)
+}
+
+/// Open the pipeline's source at a checkpoint (the bytes a source's
+/// [`Source::checkpoint`] gave), or at its start.
+pub fn open_source_at(
+    pipeline: &ValidatedPipeline,
+    settings: &Settings,
+    base_dir: &Path,
+    checkpoint: Option<&[u8]>,
+) -> Result<Box<dyn Source>, PipelineError> {
     match &pipeline.source.connector {
         SourceConnector::File(c) => {
             let options = FileSourceOptions {
@@ -31,9 +42,11 @@ pub fn open_source(
                 exclude: vec![pipeline.data_dir.clone()],
                 ..FileSourceOptions::default()
             };
-            let source = FileSource::open(options).map_err(|source| PipelineError::Source {
-                pipeline: pipeline.name.clone(),
-                source,
+            let source = FileSource::open_at(options, checkpoint).map_err(|source| {
+                PipelineError::Source {
+                    pipeline: pipeline.name.clone(),
+                    source,
+                }
             })?;
             Ok(Box::new(source))
         }
@@ -56,9 +69,9 @@ fn file_format(format: InputFormat) -> Option<FileFormat> {
     }
 }
 
-/// One step of a read-ahead source: a batch and the progress after it, or the error that
-/// ended reading.
-pub type ReadAhead = Result<(SourceBatch, Progress), SourceError>;
+/// One step of a read-ahead source: a batch, the progress after it and the source's
+/// checkpoint just after it, or the error that ended reading.
+pub type ReadAhead = Result<(SourceBatch, Progress, Vec<u8>), SourceError>;
 
 /// Run `consume` with a channel fed by `source` on its own thread, `depth` batches ahead.
 ///
@@ -76,7 +89,7 @@ pub fn read_ahead<R>(
         scope.spawn(move || {
             loop {
                 let step = match source.next_batch() {
-                    Ok(Some(batch)) => Ok((batch, source.progress())),
+                    Ok(Some(batch)) => source.checkpoint().map(|c| (batch, source.progress(), c)),
                     Ok(None) => return,
                     Err(e) => Err(e),
                 };

@@ -31,14 +31,16 @@ pub struct LocalLease {
 }
 
 impl LocalLease {
-    /// Take the lease of `pipeline`, whose state lives in `state_dir`, waiting up to `wait`.
-    pub fn acquire(
+    /// Take the lease of `pipeline`, whose state lives in `state_dir`, waiting up to `wait`,
+    /// then take a fencing token from `open_store` (called only once the lock is held: the
+    /// embedded store itself admits one process at a time).
+    pub fn acquire<S: StateStore>(
         state_dir: &Path,
         pipeline: &str,
         partition: &str,
-        store: &dyn StateStore,
         wait: Duration,
-    ) -> Result<LocalLease, StateError> {
+        open_store: impl FnOnce() -> Result<S, StateError>,
+    ) -> Result<(LocalLease, S), StateError> {
         let path = state_dir.join("writer.lock");
         let io = |e: std::io::Error| StateError::Storage {
             path: path.clone(),
@@ -68,6 +70,7 @@ impl LocalLease {
                 Err(std::fs::TryLockError::Error(e)) => return Err(io(e)),
             }
         }
+        let store = open_store()?;
         let key = StateKey::new(partition, LEASE_SORT_KEY);
         let holder = format!("{{\"pid\":{},\"kind\":\"local\"}}", std::process::id());
         // We hold the OS lock, so nobody else writes the lease item now; the condition only
@@ -78,11 +81,14 @@ impl LocalLease {
             None => Condition::Absent,
         };
         let token = store.put(&key, holder.as_bytes(), condition, None)?;
-        Ok(LocalLease {
-            _lock: file,
-            path,
-            fence: Fence { token },
-        })
+        Ok((
+            LocalLease {
+                _lock: file,
+                path,
+                fence: Fence { token },
+            },
+            store,
+        ))
     }
 
     /// The fencing token to pass with every state write.
@@ -109,17 +115,18 @@ mod tests {
             dir.path(),
             "bikehire",
             "t#w#bikehire",
-            &store,
             Duration::ZERO,
+            || Ok(&store),
         )
-        .unwrap();
+        .unwrap()
+        .0;
         let started = Instant::now();
         let err = LocalLease::acquire(
             dir.path(),
             "bikehire",
             "t#w#bikehire",
-            &store,
             Duration::from_millis(200),
+            || Ok(&store),
         )
         .unwrap_err();
         assert!(started.elapsed() >= Duration::from_millis(200));
@@ -133,10 +140,11 @@ mod tests {
             dir.path(),
             "bikehire",
             "t#w#bikehire",
-            &store,
             Duration::ZERO,
+            || Ok(&store),
         )
-        .unwrap();
+        .unwrap()
+        .0;
         assert_eq!(
             second.fence().token,
             2,
@@ -148,10 +156,14 @@ mod tests {
     fn a_newer_holder_fences_out_the_older_one() {
         let dir = tempfile::tempdir().unwrap();
         let store = MemoryStore::default();
-        let old = LocalLease::acquire(dir.path(), "p", "t#w#p", &store, Duration::ZERO).unwrap();
+        let old = LocalLease::acquire(dir.path(), "p", "t#w#p", Duration::ZERO, || Ok(&store))
+            .unwrap()
+            .0;
         let old_fence = old.fence();
         drop(old); // the lock is gone, as after a stall past the lease; the old writer lives on
-        let new = LocalLease::acquire(dir.path(), "p", "t#w#p", &store, Duration::ZERO).unwrap();
+        let new = LocalLease::acquire(dir.path(), "p", "t#w#p", Duration::ZERO, || Ok(&store))
+            .unwrap()
+            .0;
         let key = StateKey::new("t#w#p", "offset#x");
         assert!(matches!(
             store.put(&key, b"late", Condition::Any, Some(old_fence)),

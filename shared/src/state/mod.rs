@@ -118,6 +118,39 @@ pub trait StateStore: Send + Sync {
     ) -> Result<Vec<(String, Item)>, StateError>;
 }
 
+impl<T: StateStore + ?Sized> StateStore for &T {
+    fn get(&self, key: &StateKey) -> Result<Option<Item>, StateError> {
+        (**self).get(key)
+    }
+
+    fn put(
+        &self,
+        key: &StateKey,
+        value: &[u8],
+        condition: Condition,
+        fence: Option<Fence>,
+    ) -> Result<u64, StateError> {
+        (**self).put(key, value, condition, fence)
+    }
+
+    fn delete(
+        &self,
+        key: &StateKey,
+        condition: Condition,
+        fence: Option<Fence>,
+    ) -> Result<(), StateError> {
+        (**self).delete(key, condition, fence)
+    }
+
+    fn scan_prefix(
+        &self,
+        partition: &str,
+        sort_prefix: &str,
+    ) -> Result<Vec<(String, Item)>, StateError> {
+        (**self).scan_prefix(partition, sort_prefix)
+    }
+}
+
 /// Check `condition` against the current item; shared by the implementations.
 pub(crate) fn check_condition(
     key: &StateKey,

@@ -1,0 +1,213 @@
+//! Crash tests of `skipprd sync`: the real binary, killed with SIGKILL at random moments,
+//! then run to completion; the WAL must hold every record exactly once.
+//!
+//! `SKIPPR_KILL_LOOPS` sets the number of kills (default 50).
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "a test binary: a failed set-up step should fail the test loudly"
+)]
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use arrow::array::{Array, Int32Array, Int64Array};
+use skipprd::wal::{DiskWal, WalOptions};
+
+/// A small deterministic generator (xorshift64*), so a failing run can be replayed by seed.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+fn skipprd(dir: &Path) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_skipprd"));
+    cmd.current_dir(dir)
+        .args(["sync", "--once", "--output", "json"])
+        .env_remove("SKIPPR_CONFIG_FILE")
+        .env_remove("DATA_DIR")
+        .env_remove("WAL_STORAGE")
+        .env_remove("PIPELINE_NAME")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    cmd
+}
+
+const CONFIG: &str = "\
+pipelines:
+  events:
+    data_source: data_sources.files
+    transform:
+      namespace_fields: kind
+data_sources:
+  files:
+    File:
+      path: input
+      batch_size: 150
+";
+
+/// Write `count` records with ids starting at `first` into `path` (appending).
+fn append_records(path: &Path, first: u64, count: u64, rng: &mut Rng) {
+    use std::io::Write;
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .unwrap();
+    let mut text = String::new();
+    for id in first..first + count {
+        let kind = if rng.below(3) == 0 { "refund" } else { "order" };
+        let price = if rng.below(50) == 0 {
+            "\"n/a\"".to_owned()
+        } else {
+            format!("{}.{}", rng.below(500), rng.below(100))
+        };
+        text.push_str(&format!(
+            "{{\"id\":{id},\"kind\":\"{kind}\",\"price\":{price},\"at\":{},\"tags\":[\"t{}\"],\"customer\":{{\"n\":\"c{}\"}}}}\n",
+            1_700_000_000 + id,
+            rng.below(5),
+            rng.below(1000)
+        ));
+    }
+    f.write_all(text.as_bytes()).unwrap();
+}
+
+/// Every `id` in the committed WAL of pipeline `events`, with how often it appears.
+fn ids_in_wal(project: &Path) -> BTreeMap<i64, u32> {
+    let (wal, _) = DiskWal::open(
+        &project.join("data/default_events/wal"),
+        WalOptions::default(),
+    )
+    .unwrap();
+    let mut seen = BTreeMap::new();
+    for meta in wal.batches() {
+        for part in wal.read(meta.id).unwrap() {
+            let column = part.batch.column_by_name("id").unwrap();
+            let ids: Vec<i64> = if let Some(a) = column.as_any().downcast_ref::<Int64Array>() {
+                (0..a.len()).map(|i| a.value(i)).collect()
+            } else {
+                let a = column.as_any().downcast_ref::<Int32Array>().unwrap();
+                (0..a.len()).map(|i| i64::from(a.value(i))).collect()
+            };
+            for id in ids {
+                *seen.entry(id).or_insert(0) += 1;
+            }
+        }
+    }
+    seen
+}
+
+#[test]
+fn sync_killed_at_random_moments_keeps_every_record_exactly_once() {
+    let kills: u64 = std::env::var("SKIPPR_KILL_LOOPS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(50);
+    let seed: u64 = std::env::var("SKIPPR_KILL_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0x5eed);
+    let mut rng = Rng(seed | 1);
+    let dir = tempfile::tempdir().unwrap();
+    let project: PathBuf = dir.path().to_path_buf();
+    std::fs::write(project.join("skippr.yml"), CONFIG).unwrap();
+    std::fs::create_dir_all(project.join("input")).unwrap();
+    let mut next_id = 0u64;
+    for file in 0..8 {
+        append_records(
+            &project.join(format!("input/part-{file:02}.jsonl")),
+            next_id,
+            1500,
+            &mut rng,
+        );
+        next_id += 1500;
+    }
+    let (mut killed, mut finished) = (0u64, 0u64);
+    for round in 0..kills {
+        // Now and then, more data arrives: appended lines and new files.
+        if round % 10 == 5 {
+            append_records(&project.join("input/part-03.jsonl"), next_id, 300, &mut rng);
+            next_id += 300;
+            append_records(
+                &project.join(format!("input/new-{round:03}.jsonl")),
+                next_id,
+                400,
+                &mut rng,
+            );
+            next_id += 400;
+        }
+        let mut child = skipprd(&project).spawn().unwrap();
+        std::thread::sleep(Duration::from_millis(5 + rng.below(120)));
+        match child.try_wait().unwrap() {
+            Some(status) => {
+                assert!(status.success(), "round {round}: sync failed on its own");
+                finished += 1;
+            }
+            None => {
+                child.kill().unwrap(); // SIGKILL
+                child.wait().unwrap();
+                killed += 1;
+            }
+        }
+    }
+    let out = skipprd(&project).output().unwrap();
+    assert!(
+        out.status.success(),
+        "final pass: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let seen = ids_in_wal(&project);
+    let duplicates: Vec<_> = seen.iter().filter(|(_, n)| **n > 1).collect();
+    let missing = (0..next_id as i64)
+        .filter(|id| !seen.contains_key(id))
+        .count();
+    println!(
+        "kill loop: {killed} kills, {finished} passes finished on their own, rows expected {next_id}, found {}, duplicates {}, missing {missing}",
+        seen.len(),
+        duplicates.len()
+    );
+    assert!(killed > 0, "no pass was killed: the loop proved nothing");
+    assert!(
+        duplicates.is_empty(),
+        "duplicated ids: {:?}",
+        &duplicates[..duplicates.len().min(10)]
+    );
+    assert_eq!(missing, 0, "ids lost");
+    assert_eq!(seen.len() as u64, next_id);
+}
+
+#[test]
+fn two_concurrent_syncs_on_one_pipeline_never_double_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let project = dir.path().to_path_buf();
+    std::fs::write(project.join("skippr.yml"), CONFIG).unwrap();
+    std::fs::create_dir_all(project.join("input")).unwrap();
+    let mut rng = Rng(7);
+    append_records(&project.join("input/a.jsonl"), 0, 6000, &mut rng);
+    let a = skipprd(&project).spawn().unwrap();
+    let b = skipprd(&project).spawn().unwrap();
+    let (a, b) = (a.wait_with_output().unwrap(), b.wait_with_output().unwrap());
+    for out in [&a, &b] {
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            out.status.success() || stderr.contains("pipeline writer lease unavailable"),
+            "{stderr}"
+        );
+    }
+    let seen = ids_in_wal(&project);
+    assert_eq!(seen.len(), 6000);
+    assert!(seen.values().all(|n| *n == 1), "a record was written twice");
+}

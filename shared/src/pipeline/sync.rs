@@ -1,0 +1,397 @@
+//! `sync`: one pass of the commit protocol for one pipeline.
+//!
+//! The steps, in this order (see `docs/commit-protocol.md` for the invariant each keeps):
+//!
+//! 1. **Lease**: take the pipeline's writer lease (a lock on its state directory) and a
+//!    fencing token; every state write of the pass is fenced with it.
+//! 2. **Recover**: open the WAL (a torn tail is truncated, corruption inside committed data
+//!    stops the pass) and restore the source position from the newest committed batch: the
+//!    WAL record carries the checkpoint the batch reached, so a crash between the WAL commit
+//!    and the position update loses nothing and reads nothing twice.
+//! 3. **Deliver** outstanding batches (with a destination; without one the WAL is the dataset).
+//! 4. **Read** a batch from the source, from the restored position.
+//! 5. **Type** it: infer the batch's shape, evolve the saved schema (saved again when it
+//!    changed), build one Arrow record batch per namespace; values that fit nowhere become
+//!    deadletters.
+//! 6. **Commit** it to the WAL, with the source checkpoint after it (fsync of file and dir).
+//! 7. **Record** the position in the state store.
+//! 8. **Write** to the destination and **reclaim** acknowledged WAL data (with a destination).
+//!
+//! Reading (4) runs on its own thread, a couple of batches ahead; steps 5-7 run in order on
+//! the calling thread. A stop request (SIGINT/SIGTERM) is honoured between batches: the batch
+//! being committed is finished, nothing is half-written.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::config::ConfigError;
+use crate::config::validate::{StoreKind, ValidatedConfig, ValidatedPipeline, WalStorage};
+use crate::deadletter::Deadletter;
+use crate::schema::{
+    PipelineSchema, RecordBatchBuilder, SchemaError, SchemaInferrer, SchemaStore, evolve,
+    namespace_for,
+};
+use crate::state::{Condition, EmbeddedStore, LocalLease, StateKey, StateStore, partition_key};
+use crate::wal::{BatchPart, DiskWal, WalOptions};
+
+use super::PipelineError;
+use super::discover::{schema_store, transform_options};
+use super::events::{Event, Observer};
+use super::source::{open_source_at, read_ahead};
+
+/// Options of one pass.
+#[derive(Debug, Clone)]
+pub struct SyncOptions {
+    /// Set by a signal handler: stop reading after the batch being committed.
+    pub stop: Arc<AtomicBool>,
+    /// How long a second writer waits for the lease.
+    pub lease_wait: Duration,
+    /// Minimum time between two `SyncStatus` events.
+    pub progress_interval: Duration,
+    /// WAL segment size target.
+    pub wal: WalOptions,
+}
+
+impl Default for SyncOptions {
+    fn default() -> Self {
+        SyncOptions {
+            stop: Arc::new(AtomicBool::new(false)),
+            lease_wait: Duration::from_secs(5),
+            progress_interval: Duration::from_millis(500),
+            wal: WalOptions::default(),
+        }
+    }
+}
+
+/// What one pass did.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SyncReport {
+    /// Rows committed to the WAL.
+    pub rows: u64,
+    /// Batches committed.
+    pub batches: u64,
+    /// Input bytes read.
+    pub bytes: u64,
+    /// Records rejected.
+    pub deadletters: u64,
+    /// Batches written to the destination.
+    pub delivered: u64,
+    /// Committed batches not yet delivered.
+    pub pending: u64,
+    /// Whether the pass stopped early on request.
+    pub stopped: bool,
+}
+
+/// The sort key of the source position item.
+pub const POSITION_SORT_KEY: &str = "position";
+/// The sort key of the schema version item.
+pub const SCHEMA_VERSION_SORT_KEY: &str = "schema#version";
+
+/// Minimum free bytes on the data dir's file system before reading pauses.
+const DISK_MIN_FREE: u64 = 5_000_000_000;
+
+/// Run one pass on `pipeline`.
+pub fn sync_pass(
+    config: &ValidatedConfig,
+    pipeline: &ValidatedPipeline,
+    options: &SyncOptions,
+    observer: &mut dyn Observer,
+) -> Result<SyncReport, PipelineError> {
+    let started = Instant::now();
+    let name = pipeline.name.clone();
+    let settings = &config.settings;
+    if settings.wal_storage == WalStorage::S3 {
+        return Err(ConfigError::UnsupportedSetting {
+            setting: "WAL_STORAGE".into(),
+            value: "s3".into(),
+            note: Some("the S3 WAL comes with the AWS backends; use `disk`".into()),
+        }
+        .into());
+    }
+    if let StoreKind::Dynamodb { .. } = settings.store {
+        return Err(ConfigError::UnsupportedSetting {
+            setting: "skippr.store.type".into(),
+            value: "dynamodb".into(),
+            note: Some(
+                "the DynamoDB store comes with the AWS backends; use `sled` (embedded)".into(),
+            ),
+        }
+        .into());
+    }
+    let state_dir = pipeline.state_dir(settings);
+    let io = |path: PathBuf| {
+        move |e: std::io::Error| PipelineError::Io {
+            pipeline: pipeline.name.clone(),
+            path,
+            message: e.to_string(),
+        }
+    };
+    std::fs::create_dir_all(&state_dir).map_err(io(state_dir.clone()))?;
+    let state_err = |source| PipelineError::State {
+        pipeline: name.clone(),
+        source,
+    };
+    let wal_err = |source| PipelineError::Wal {
+        pipeline: name.clone(),
+        source,
+    };
+    let schema_err = |source: SchemaError| PipelineError::Schema {
+        pipeline: name.clone(),
+        source,
+    };
+
+    // 1. Lease.
+    // The embedded store admits one process at a time: open it only under the lock.
+    let partition = partition_key(&settings.tenant, &settings.workspace, &name);
+    let store_path = state_dir.join("state.redb");
+    let (lease, store) =
+        LocalLease::acquire(&state_dir, &name, &partition, options.lease_wait, || {
+            EmbeddedStore::open(&store_path)
+        })
+        .map_err(state_err)?;
+    let fence = Some(lease.fence());
+
+    // 2. Recover.
+    let (mut wal, recovery) =
+        DiskWal::open(&state_dir.join("wal"), options.wal.clone()).map_err(wal_err)?;
+    for warning in &recovery.warnings {
+        tracing::warn!(pipeline = %name, "{warning}");
+    }
+    let position_key = StateKey::new(&partition, POSITION_SORT_KEY);
+    let recorded = store.get(&position_key).map_err(state_err)?;
+    let position: Option<Vec<u8>> = match wal.last_position() {
+        Some(p) => Some(p.to_vec()),
+        None => recorded
+            .as_ref()
+            .and_then(|item| item.value.get(8..).map(<[u8]>::to_vec)),
+    };
+    // The WAL is the authority: bring the recorded position up to it (a crash may have come
+    // between the WAL commit and the position update).
+    if let (Some(last), Some(p)) = (wal.batches().last(), &position) {
+        let recorded_batch = recorded.as_ref().and_then(|i| i.value.get(..8)).map(|b| {
+            let mut id = [0u8; 8];
+            id.copy_from_slice(b);
+            u64::from_le_bytes(id)
+        });
+        if recorded_batch != Some(last.id.0) {
+            put_position(&store, &position_key, last.id.0, p, fence).map_err(state_err)?;
+        }
+    }
+    observer.event(&Event::SyncStart {
+        pipeline: name.clone(),
+        source: pipeline.source.name.clone(),
+        committed_batches: wal.batches().len() as u64,
+        recovered_truncated_bytes: recovery.truncated_bytes,
+    });
+
+    // 3. Deliver: no destination in this build, so the WAL is the dataset.
+    let schemas = schema_store(settings, pipeline)?;
+    let mut schema = match schemas.load() {
+        Ok(s) => s,
+        Err(SchemaError::NotFound { .. }) => PipelineSchema::empty(&name, &settings.workspace),
+        Err(e) => return Err(schema_err(e)),
+    };
+    let version_key = StateKey::new(&partition, SCHEMA_VERSION_SORT_KEY);
+    let mut schema_version = match store.get(&version_key).map_err(state_err)? {
+        Some(item) => String::from_utf8_lossy(&item.value)
+            .parse::<u32>()
+            .unwrap_or(1),
+        None => 1,
+    };
+
+    // 4-7. Read, type, commit, record.
+    let source = open_source_at(pipeline, settings, &config.base_dir, position.as_deref())?;
+    let transform = transform_options(pipeline);
+    let mut report = SyncReport::default();
+    let mut last_status = Instant::now();
+    let mut dl_logged = 0u64;
+    let disk_dir = state_dir.clone();
+    read_ahead(source, 2, |steps| -> Result<(), PipelineError> {
+        for step in steps {
+            let (batch, progress, checkpoint) = step.map_err(|source| PipelineError::Source {
+                pipeline: name.clone(),
+                source,
+            })?;
+            report.bytes += batch.bytes_read;
+            for dl in &batch.deadletters {
+                report.deadletters += 1;
+                log_deadletter(&name, dl, &mut dl_logged);
+            }
+            // Type: infer the batch, evolve the schema, build per-namespace Arrow batches.
+            let mut inferrer = SchemaInferrer::new(transform.clone());
+            for record in &batch.records {
+                inferrer.add(&record.value).map_err(schema_err)?;
+            }
+            let changes = evolve(&mut schema, &inferrer.finish(&name, &settings.workspace));
+            if !changes.is_empty() {
+                schemas.save(&schema).map_err(schema_err)?;
+                failpoint(failpoint::AFTER_SCHEMA_SAVE).map_err(wal_err)?;
+                schema_version += 1;
+                store
+                    .put(
+                        &version_key,
+                        schema_version.to_string().as_bytes(),
+                        Condition::Any,
+                        fence,
+                    )
+                    .map_err(state_err)?;
+                observer.event(&Event::SchemaEvolved {
+                    pipeline: name.clone(),
+                    version: schema_version,
+                    changes: changes.iter().map(ToString::to_string).collect(),
+                });
+            }
+            let mut builders: BTreeMap<String, RecordBatchBuilder> = BTreeMap::new();
+            for record in &batch.records {
+                let ns = namespace_for(&record.value, &transform);
+                let Some(ns_schema) = schema.namespaces.get(&ns) else {
+                    continue;
+                };
+                let builder = builders.entry(ns.clone()).or_insert_with(|| {
+                    RecordBatchBuilder::new(ns_schema)
+                        .with_flatten_events(transform.flatten_events)
+                        .with_namespace(ns.clone())
+                });
+                let position = &record.position;
+                if let Err(dl) = builder.append(&record.value, || {
+                    (position.uri.clone(), position.record, position.offset)
+                }) {
+                    report.deadletters += 1;
+                    log_deadletter(&name, &dl, &mut dl_logged);
+                }
+            }
+            let mut parts = Vec::with_capacity(builders.len());
+            for (namespace, mut builder) in builders {
+                if builder.is_empty() {
+                    continue;
+                }
+                let rows = builder.len() as u64;
+                let batch = builder.finish().map_err(schema_err)?;
+                report.rows += rows;
+                parts.push(BatchPart {
+                    namespace,
+                    schema_version,
+                    batch,
+                });
+            }
+            // Commit, then record the position.
+            failpoint(failpoint::BEFORE_WAL_COMMIT).map_err(wal_err)?;
+            let meta = wal.append(&checkpoint, &parts).map_err(wal_err)?;
+            failpoint(failpoint::AFTER_WAL_COMMIT).map_err(wal_err)?;
+            put_position(&store, &position_key, meta.id.0, &checkpoint, fence)
+                .map_err(state_err)?;
+            failpoint(failpoint::AFTER_POSITION).map_err(wal_err)?;
+            report.batches += 1;
+            if last_status.elapsed() >= options.progress_interval {
+                last_status = Instant::now();
+                observer.event(&Event::SyncStatus {
+                    pipeline: name.clone(),
+                    rows: report.rows,
+                    batches: report.batches,
+                    bytes: report.bytes,
+                    bytes_total: progress.bytes_total,
+                    deadletters: report.deadletters,
+                });
+            }
+            if options.stop.load(Ordering::SeqCst) {
+                report.stopped = true;
+                return Ok(());
+            }
+            wait_for_disk(&disk_dir, &name, &options.stop);
+        }
+        Ok(())
+    })?;
+    drop(lease);
+    observer.event(&Event::SyncComplete {
+        pipeline: name.clone(),
+        rows: report.rows,
+        batches: report.batches,
+        bytes: report.bytes,
+        deadletters: report.deadletters,
+        delivered: report.delivered,
+        pending: report.pending,
+        seconds: (started.elapsed().as_secs_f64() * 1000.0).round() / 1000.0,
+    });
+    Ok(report)
+}
+
+/// Names of the failpoints of the pass (see [`crate::wal::failpoint`] for how to fire them).
+pub mod failpoint {
+    /// After the batch was typed (and the schema saved), before its WAL commit.
+    pub const BEFORE_WAL_COMMIT: &str = "sync.before_wal_commit";
+    /// After the WAL commit, before the position is recorded in the state store.
+    pub const AFTER_WAL_COMMIT: &str = "sync.after_wal_commit";
+    /// After the position was recorded.
+    pub const AFTER_POSITION: &str = "sync.after_position";
+    /// After an evolved schema was saved, before the schema version is recorded.
+    pub const AFTER_SCHEMA_SAVE: &str = "sync.after_schema_save";
+    /// Every failpoint of the pass.
+    pub const ALL: &[&str] = &[
+        BEFORE_WAL_COMMIT,
+        AFTER_WAL_COMMIT,
+        AFTER_POSITION,
+        AFTER_SCHEMA_SAVE,
+    ];
+}
+
+/// Fire the failpoint `name` (aborts the process with the `failpoints` feature and
+/// `SKIPPR_FAILPOINT=name`; in unit tests an armed hook makes it an error).
+fn failpoint(name: &'static str) -> Result<(), crate::wal::WalError> {
+    if crate::wal::failpoint::check(name) {
+        return Err(crate::wal::WalError::Failpoint { name });
+    }
+    Ok(())
+}
+
+fn put_position(
+    store: &dyn StateStore,
+    key: &StateKey,
+    batch: u64,
+    checkpoint: &[u8],
+    fence: Option<crate::state::Fence>,
+) -> Result<u64, crate::state::StateError> {
+    let mut value = Vec::with_capacity(8 + checkpoint.len());
+    value.extend_from_slice(&batch.to_le_bytes());
+    value.extend_from_slice(checkpoint);
+    store.put(key, &value, Condition::Any, fence)
+}
+
+fn log_deadletter(pipeline: &str, dl: &Deadletter, logged: &mut u64) {
+    *logged += 1;
+    if *logged <= 20 {
+        let raw: String = dl.raw.chars().take(200).collect();
+        tracing::warn!(pipeline, source = %dl.source_uri, line = dl.line, code = dl.code.as_str(), error = %dl.error, raw = %raw, "Rejected a record.");
+    } else if *logged == 21 {
+        tracing::warn!(
+            pipeline,
+            "More records were rejected; only the first 20 are logged one by one."
+        );
+    }
+}
+
+/// The disk guard: pause while the data dir's file system has under 5 GB free or is 90%
+/// full; resume at 80%.
+fn wait_for_disk(dir: &std::path::Path, pipeline: &str, stop: &AtomicBool) {
+    let Ok(stats) = fs4::statvfs(dir) else { return };
+    let used = |s: &fs4::FsStats| 1.0 - s.available_space() as f64 / s.total_space().max(1) as f64;
+    if stats.available_space() >= DISK_MIN_FREE && used(&stats) < 0.9 {
+        return;
+    }
+    tracing::warn!(
+        pipeline,
+        available = stats.available_space(),
+        "Disk nearly full: reading paused until usage drops to 80%."
+    );
+    while !stop.load(Ordering::SeqCst) {
+        std::thread::sleep(Duration::from_secs(5));
+        match fs4::statvfs(dir) {
+            Ok(s) if s.available_space() >= DISK_MIN_FREE && used(&s) <= 0.8 => break,
+            Ok(_) => continue,
+            Err(_) => break,
+        }
+    }
+    tracing::info!(pipeline, "Disk space recovered: reading resumes.");
+}
