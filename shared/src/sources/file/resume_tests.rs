@@ -19,6 +19,7 @@ struct Pass {
     dead: Vec<Deadletter>,
     batches: usize,
     checkpoint: Vec<u8>,
+    progress: crate::sources::Progress,
 }
 
 /// Open at `checkpoint` and read at most `max_batches` batches.
@@ -34,6 +35,7 @@ fn pass(options: &FileSourceOptions, checkpoint: Option<&[u8]>, max_batches: usi
         out.dead.extend(batch.deadletters);
     }
     out.checkpoint = source.checkpoint().unwrap();
+    out.progress = source.progress();
     out
 }
 
@@ -71,6 +73,9 @@ fn split_everywhere(dir: &Path, path: &str) {
                 "{path}: {batch_rows} rows, stop after {k}"
             );
             assert_eq!(dead, full.dead, "{path}: {batch_rows} rows, stop after {k}");
+            // Progress reaches its total, which counted only what was left.
+            let progress = second.progress;
+            assert_eq!(Some(progress.bytes_done), progress.bytes_total, "{path}");
             // And then there is nothing new.
             let third = rest(&options, Some(&second.checkpoint));
             assert_eq!(
@@ -418,6 +423,27 @@ fn a_file_gone_since_the_checkpoint_is_dropped_from_it() {
     assert_eq!(second.batches, 0);
     assert!(warned.is_empty(), "{warned:?}");
     let checkpoint = FileCheckpoint::from_bytes(&second.checkpoint, "d").unwrap();
+    let files: Vec<&str> = checkpoint.files.keys().map(String::as_str).collect();
+    assert_eq!(files, vec!["d/b.jsonl"]);
+}
+
+#[test]
+fn a_file_that_vanished_before_its_turn_is_dropped_from_the_checkpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "d/a.jsonl", b"{\"a\":1}\n{\"a\":2}\n");
+    write(dir.path(), "d/b.jsonl", b"{\"b\":1}\n");
+    let options = FileSourceOptions {
+        batch_rows: 1,
+        ..options(dir.path(), "d")
+    };
+    let first = pass(&options, None, 1);
+    let mut source = FileSource::open_at(options.clone(), Some(&first.checkpoint)).unwrap();
+    std::fs::remove_file(dir.path().join("d/a.jsonl")).unwrap();
+    let error = source.next_batch().unwrap_err();
+    assert!(matches!(error, SourceError::Vanished { .. }), "{error}");
+    let batch = source.next_batch().unwrap().unwrap();
+    assert_eq!(values(&batch.records), vec![r#"{"b":1}"#]);
+    let checkpoint = FileCheckpoint::from_bytes(&source.checkpoint().unwrap(), "d").unwrap();
     let files: Vec<&str> = checkpoint.files.keys().map(String::as_str).collect();
     assert_eq!(files, vec!["d/b.jsonl"]);
 }
