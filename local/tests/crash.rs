@@ -135,25 +135,33 @@ fn sync_killed_at_random_moments_keeps_every_record_exactly_once() {
         );
         next_id += 1500;
     }
-    let (mut killed, mut finished) = (0u64, 0u64);
-    for round in 0..kills {
-        // Now and then, more data arrives: appended lines and new files.
-        if round % 10 == 5 {
-            append_records(&project.join("input/part-03.jsonl"), next_id, 300, &mut rng);
-            next_id += 300;
+    let (mut killed, mut finished, mut round) = (0u64, 0u64, 0u64);
+    // Count kills, not rounds: a pass that finishes before its kill proves less.
+    while killed < kills && round < kills * 4 {
+        round += 1;
+        // More data keeps arriving: lines appended to an existing file, and now and then a new file.
+        let target = format!("input/part-{:02}.jsonl", rng.below(8));
+        append_records(&project.join(target), next_id, 400, &mut rng);
+        next_id += 400;
+        if round % 7 == 0 {
             append_records(
                 &project.join(format!("input/new-{round:03}.jsonl")),
                 next_id,
-                400,
+                600,
                 &mut rng,
             );
-            next_id += 400;
+            next_id += 600;
         }
         let mut child = skipprd(&project).spawn().unwrap();
-        std::thread::sleep(Duration::from_millis(5 + rng.below(120)));
+        std::thread::sleep(Duration::from_millis(2 + rng.below(60)));
         match child.try_wait().unwrap() {
             Some(status) => {
-                assert!(status.success(), "round {round}: sync failed on its own");
+                let mut stderr = String::new();
+                std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut stderr).unwrap();
+                assert!(
+                    status.success(),
+                    "round {round}: sync failed on its own: {stderr}"
+                );
                 finished += 1;
             }
             None => {
@@ -179,7 +187,10 @@ fn sync_killed_at_random_moments_keeps_every_record_exactly_once() {
         seen.len(),
         duplicates.len()
     );
-    assert!(killed > 0, "no pass was killed: the loop proved nothing");
+    assert!(
+        killed >= kills,
+        "only {killed} of {kills} passes were killed"
+    );
     assert!(
         duplicates.is_empty(),
         "duplicated ids: {:?}",
