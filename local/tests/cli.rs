@@ -392,3 +392,28 @@ fn discover_never_reads_its_own_state_as_input() {
     );
     assert_eq!(done(&second)["deadletters"], 0);
 }
+
+#[test]
+fn sync_moves_past_a_batch_of_only_rejected_records_once() {
+    let dir = project(CONFIG, &[("input/a.jsonl", "not json\nstill not json\n")]);
+    let first = skipprd(dir.path(), &["sync", "--once", "--output", "json"], &[]);
+    assert_eq!(first.code, 0, "{}", first.stderr);
+    let done = |run: &Run| -> serde_json::Value {
+        serde_json::from_str(run.stdout.lines().last().unwrap()).unwrap()
+    };
+    assert_eq!(done(&first)["deadletters"], 2);
+    assert_eq!(done(&first)["batches"], 0);
+    std::fs::write(
+        dir.path().join("input/a.jsonl"),
+        "not json\nstill not json\n{\"kind\":\"order\",\"id\":1}\n",
+    )
+    .unwrap();
+    let second = skipprd(dir.path(), &["sync", "--once", "--output", "json"], &[]);
+    assert_eq!(second.code, 0, "{}", second.stderr);
+    assert_eq!(
+        done(&second)["deadletters"],
+        0,
+        "the rejected lines were not read again"
+    );
+    assert_eq!(done(&second)["rows"], 1);
+}

@@ -248,7 +248,11 @@ fn a_crash_at_every_protocol_step_is_recovered_exactly_once() {
         assert!(skipprd(&project).status().unwrap().success());
         append_records(&project.join("input/a.jsonl"), 1000, 1000, &mut rng);
         // A new field, so the schema evolves in this pass too.
-        std::fs::write(project.join("input/b.jsonl"), "{\"id\":2000,\"kind\":\"order\",\"coupon\":\"X1\"}\n").unwrap();
+        std::fs::write(
+            project.join("input/b.jsonl"),
+            "{\"id\":2000,\"kind\":\"order\",\"coupon\":\"X1\"}\n",
+        )
+        .unwrap();
         let crashed = skipprd(&project)
             .env("SKIPPR_FAILPOINT", name)
             .output()

@@ -161,25 +161,28 @@ pub fn sync_pass(
         tracing::warn!(pipeline = %name, "{warning}");
     }
     let position_key = StateKey::new(&partition, POSITION_SORT_KEY);
-    let recorded = store.get(&position_key).map_err(state_err)?;
-    let position: Option<Vec<u8>> = match wal.last_position() {
-        Some(p) => Some(p.to_vec()),
-        None => recorded
-            .as_ref()
-            .and_then(|item| item.value.get(8..).map(<[u8]>::to_vec)),
+    // The recorded position names the newest WAL batch it follows. When that is the WAL's
+    // newest committed batch, the record is current (it may even be newer than the WAL's
+    // position: a batch whose every record was rejected moves the position without a WAL
+    // batch). Otherwise a crash came between a WAL commit and the position update, and the
+    // WAL, which carries the position each batch reached, is the authority.
+    let newest = wal.next_id().0.saturating_sub(1);
+    let recorded = store
+        .get(&position_key)
+        .map_err(state_err)?
+        .map(|item| decode_position(&position_key, &item.value))
+        .transpose()
+        .map_err(state_err)?;
+    let position: Option<Vec<u8>> = match recorded {
+        Some((batch, bytes)) if batch == newest => Some(bytes),
+        _ => match wal.last_position() {
+            Some(p) => {
+                put_position(&store, &position_key, newest, p, fence).map_err(state_err)?;
+                Some(p.to_vec())
+            }
+            None => None,
+        },
     };
-    // The WAL is the authority: bring the recorded position up to it (a crash may have come
-    // between the WAL commit and the position update).
-    if let (Some(last), Some(p)) = (wal.batches().last(), &position) {
-        let recorded_batch = recorded.as_ref().and_then(|i| i.value.get(..8)).map(|b| {
-            let mut id = [0u8; 8];
-            id.copy_from_slice(b);
-            u64::from_le_bytes(id)
-        });
-        if recorded_batch != Some(last.id.0) {
-            put_position(&store, &position_key, last.id.0, p, fence).map_err(state_err)?;
-        }
-    }
     observer.event(&Event::SyncStart {
         pipeline: name.clone(),
         source: pipeline.source.name.clone(),
@@ -277,14 +280,19 @@ pub fn sync_pass(
                     batch,
                 });
             }
-            // Commit, then record the position.
+            // Commit, then record the position. A batch whose every record was rejected has
+            // nothing to commit: only the position moves (past the rejected records).
             failpoint(failpoint::BEFORE_WAL_COMMIT).map_err(wal_err)?;
-            let meta = wal.append(&checkpoint, &parts).map_err(wal_err)?;
+            let batch_id = if parts.is_empty() {
+                wal.next_id().0.saturating_sub(1)
+            } else {
+                let meta = wal.append(&checkpoint, &parts).map_err(wal_err)?;
+                report.batches += 1;
+                meta.id.0
+            };
             failpoint(failpoint::AFTER_WAL_COMMIT).map_err(wal_err)?;
-            put_position(&store, &position_key, meta.id.0, &checkpoint, fence)
-                .map_err(state_err)?;
+            put_position(&store, &position_key, batch_id, &checkpoint, fence).map_err(state_err)?;
             failpoint(failpoint::AFTER_POSITION).map_err(wal_err)?;
-            report.batches += 1;
             if last_status.elapsed() >= options.progress_interval {
                 last_status = Instant::now();
                 observer.event(&Event::SyncStatus {
@@ -357,6 +365,21 @@ fn put_position(
     value.extend_from_slice(&batch.to_le_bytes());
     value.extend_from_slice(checkpoint);
     store.put(key, &value, Condition::Any, fence)
+}
+
+/// The position item: the newest WAL batch id it follows (u64 LE), then the source checkpoint.
+fn decode_position(
+    key: &StateKey,
+    value: &[u8],
+) -> Result<(u64, Vec<u8>), crate::state::StateError> {
+    let (id, checkpoint) =
+        value
+            .split_first_chunk::<8>()
+            .ok_or_else(|| crate::state::StateError::Corrupt {
+                key: key.to_string(),
+                message: format!("{} bytes is shorter than the 8-byte batch id", value.len()),
+            })?;
+    Ok((u64::from_le_bytes(*id), checkpoint.to_vec()))
 }
 
 fn log_deadletter(pipeline: &str, dl: &Deadletter, logged: &mut u64) {
