@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Write a deterministic JSON-lines file of bike-hire-like events of about SIZE bytes.
 
-usage: gen_events.py OUT SIZE_BYTES
+usage: gen_events.py OUT SIZE_BYTES        (about that many bytes)
+       gen_events.py OUT --rows N          (exactly N records)
 
 Records are nested (station struct, tags list), with two namespaces (event_type), unix
 timestamps, dates, and 1% of prices sent as text, so inference does real work.
@@ -10,7 +11,11 @@ import json
 import random
 import sys
 
-out_path, target = sys.argv[1], int(sys.argv[2])
+out_path = sys.argv[1]
+if sys.argv[2] == "--rows":
+    target, target_rows = float("inf"), int(sys.argv[3])
+else:
+    target, target_rows = int(sys.argv[2]), float("inf")
 rng = random.Random(7)
 names = ["Hyde Park Corner", "Waterloo Station", "King's Cross", "Canary Wharf", "Soho Square"]
 tags = ["commute", "leisure", "tourist", "member", "casual"]
@@ -18,9 +23,9 @@ written = 0
 i = 0
 t = 1_767_225_600
 with open(out_path, "w", buffering=8 << 20) as f:
-    while written < target:
+    while written < target and i < target_rows:
         chunk = []
-        for _ in range(10_000):
+        for _ in range(int(min(10_000, target_rows - i))):
             i += 1
             t += rng.randint(1, 20)
             if rng.random() < 0.7:
