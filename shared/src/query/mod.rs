@@ -23,6 +23,7 @@ mod tests;
 use std::sync::Arc;
 
 use datafusion::catalog::{MemorySchemaProvider, SchemaProvider};
+use datafusion::error::DataFusionError;
 use datafusion::execution::context::SQLOptions;
 use datafusion::prelude::{SessionConfig, SessionContext};
 
@@ -41,6 +42,9 @@ pub struct QueryEngine {
     runtime: tokio::runtime::Runtime,
     ctx: SessionContext,
     pipelines: Vec<PipelineWal>,
+    /// The registered namespace tables: (pipeline, namespace).
+    registered: Vec<(String, String)>,
+    /// The same, as `pipeline.namespace`, sorted.
     tables: Vec<String>,
 }
 
@@ -104,6 +108,7 @@ impl QueryEngine {
             runtime,
             ctx: SessionContext::new_with_config(session),
             pipelines: wals,
+            registered: Vec::new(),
             tables: Vec::new(),
         };
         engine.register()?;
@@ -131,7 +136,7 @@ impl QueryEngine {
             let frame = self.ctx.sql_with_options(sql, options).await?;
             let schema = Arc::new(frame.schema().as_arrow().clone());
             let batches = frame.collect().await?;
-            Ok::<_, datafusion::error::DataFusionError>(QueryOutput { schema, batches })
+            Ok::<_, DataFusionError>(QueryOutput { schema, batches })
         });
         result.map_err(|error| QueryError::from_datafusion(error, &self.tables))
     }
@@ -150,40 +155,79 @@ impl QueryEngine {
                 pipeline: pipeline.name.clone(),
                 source,
             })?;
-            refreshed.push(Arc::new(wal));
+            refreshed.push(PipelineWal {
+                name: pipeline.name.clone(),
+                wal: Arc::new(wal),
+            });
         }
-        for (pipeline, wal) in self.pipelines.iter_mut().zip(refreshed) {
-            pipeline.wal = wal;
+        let previous = std::mem::replace(&mut self.pipelines, refreshed);
+        let result = self.register();
+        if result.is_err() {
+            self.pipelines = previous;
         }
-        self.register()
+        result
     }
 
-    /// (Re)register one DataFusion schema per pipeline with one table per namespace.
+    /// (Re)register one DataFusion schema per pipeline with one table per namespace. An
+    /// existing schema is kept, so views created in it survive; its namespace tables are
+    /// replaced.
     fn register(&mut self) -> Result<(), QueryError> {
+        let built = build_tables(&self.pipelines)?;
         let catalog = self.ctx.catalog(CATALOG).ok_or_else(|| {
-            QueryError::Sql(datafusion::error::DataFusionError::Internal(format!(
+            QueryError::Sql(DataFusionError::Internal(format!(
                 "the default catalog `{CATALOG}` is missing"
             )))
         })?;
-        let mut names = Vec::new();
-        let mut schemas = Vec::with_capacity(self.pipelines.len());
-        for pipeline in &self.pipelines {
-            let provider = MemorySchemaProvider::new();
-            for table in table::namespace_tables(&pipeline.name, &pipeline.wal)? {
-                names.push(format!("{}.{}", pipeline.name, table.namespace));
-                provider
-                    .register_table(table.namespace, Arc::new(table.table))
-                    .map_err(|error| QueryError::from_datafusion(error, &[]))?;
+        let internal = |error| QueryError::from_datafusion(error, &[]);
+        for (pipeline, tables) in built {
+            let schema = match catalog.schema(&pipeline) {
+                Some(schema) => schema,
+                None => {
+                    let schema: Arc<dyn SchemaProvider> = Arc::new(MemorySchemaProvider::new());
+                    catalog
+                        .register_schema(&pipeline, Arc::clone(&schema))
+                        .map_err(internal)?;
+                    schema
+                }
+            };
+            for (old_pipeline, namespace) in &self.registered {
+                if *old_pipeline == pipeline {
+                    schema.deregister_table(namespace).map_err(internal)?;
+                }
             }
-            schemas.push((pipeline.name.clone(), provider));
+            self.registered
+                .retain(|(old_pipeline, _)| *old_pipeline != pipeline);
+            for table in tables {
+                schema
+                    .deregister_table(&table.namespace)
+                    .map_err(internal)?;
+                schema
+                    .register_table(table.namespace.clone(), Arc::new(table.table))
+                    .map_err(internal)?;
+                self.registered.push((pipeline.clone(), table.namespace));
+            }
         }
-        for (name, provider) in schemas {
-            catalog
-                .register_schema(&name, Arc::new(provider))
-                .map_err(|error| QueryError::from_datafusion(error, &[]))?;
-        }
+        let mut names: Vec<String> = self
+            .registered
+            .iter()
+            .map(|(pipeline, namespace)| format!("{pipeline}.{namespace}"))
+            .collect();
         names.sort();
         self.tables = names;
         Ok(())
     }
+}
+
+/// Each pipeline's namespace tables, built before anything is registered so that a failure
+/// leaves the engine as it was.
+fn build_tables(
+    pipelines: &[PipelineWal],
+) -> Result<Vec<(String, Vec<table::NamespaceTable>)>, QueryError> {
+    pipelines
+        .iter()
+        .map(|pipeline| {
+            table::namespace_tables(&pipeline.name, &pipeline.wal)
+                .map(|tables| (pipeline.name.clone(), tables))
+        })
+        .collect()
 }

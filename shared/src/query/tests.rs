@@ -290,6 +290,10 @@ fn nested_struct_and_list_columns_can_be_queried() {
         rows(&engine, "select sum(s['a']) from p.n where s.b is not null"),
         serde_json::json!([[1]])
     );
+    assert_eq!(
+        rows(&engine, "select l[1] from p.n"),
+        serde_json::json!([[1], [null], [null]])
+    );
 }
 
 #[test]
@@ -383,6 +387,9 @@ fn refresh_sees_batches_committed_since_open() {
     engine
         .sql("set datafusion.execution.batch_size = 1024")
         .unwrap();
+    engine
+        .sql("create view cheap as select * from rides where price < 25")
+        .unwrap();
     write(
         &wal_dir(&config, "p"),
         vec![vec![part("new_ns", 1, docks(&[1, 2, 3]))]],
@@ -390,6 +397,12 @@ fn refresh_sees_batches_committed_since_open() {
     assert_eq!(engine.tables(), vec!["p.docks", "p.rides"]);
     engine.refresh().unwrap();
     assert_eq!(engine.tables(), vec!["p.docks", "p.new_ns", "p.rides"]);
+    // Views and settings made before the refresh are still there.
+    engine.refresh().unwrap();
+    assert_eq!(
+        rows(&engine, "select count(*) from cheap"),
+        serde_json::json!([[2]])
+    );
     assert_eq!(
         rows(&engine, "select count(*) from p.new_ns"),
         serde_json::json!([[3]])
