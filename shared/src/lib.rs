@@ -11,10 +11,12 @@
 //! - [`state`]: the state store (positions, acknowledgements, lease) and its implementations.
 //! - [`wal`]: the write-ahead log: durable, checksummed batches on disk.
 //! - [`pipeline`]: the commands' core logic (`discover`), reporting progress through events.
+//! - [`query`]: SQL (DataFusion) over the batches committed in pipelines' WALs.
 
 pub mod config;
 pub mod deadletter;
 pub mod pipeline;
+pub mod query;
 pub mod schema;
 pub mod sources;
 pub mod state;

@@ -283,46 +283,7 @@ impl DiskWal {
             .batches
             .binary_search_by_key(&id, |batch| batch.id)
             .map_err(|_| WalError::NotFound { batch: id })?;
-        let meta = &self.batches[index];
-        let path = segment_path(&self.dir, meta.segment);
-        let mut file = File::open(&path).map_err(|e| WalError::io("read", &path, e))?;
-        file.seek(SeekFrom::Start(meta.offset))
-            .map_err(|e| WalError::io("read", &path, e))?;
-        let mut header = [0u8; RECORD_HEADER_LEN];
-        file.read_exact(&mut header)
-            .map_err(|e| WalError::io("read", &path, e))?;
-        let header = RecordHeader::decode(&header)
-            .map_err(|reason| WalError::corrupt(&path, meta.offset, reason))?;
-        if header.kind != RecordKind::Data || header.batch_id != id.0 {
-            return Err(WalError::corrupt(
-                &path,
-                meta.offset,
-                format!("expected the data record of batch {id}"),
-            ));
-        }
-        if u64::from(header.payload_len) + RECORD_HEADER_LEN as u64 + COMMIT_RECORD_LEN
-            != meta.bytes
-        {
-            return Err(WalError::corrupt(
-                &path,
-                meta.offset,
-                format!("the data record of batch {id} changed length since recovery"),
-            ));
-        }
-        let mut payload = vec![0u8; header.payload_len as usize];
-        file.read_exact(&mut payload)
-            .map_err(|e| WalError::io("read", &path, e))?;
-        if let Err(computed) = header.verify(&payload) {
-            return Err(WalError::corrupt(
-                &path,
-                meta.offset,
-                format!(
-                    "record checksum mismatch (stored {:#010x}, computed {computed:#010x})",
-                    header.crc
-                ),
-            ));
-        }
-        format::decode_parts(id, &payload, &path, meta.offset)
+        read_batch(&self.dir, &self.batches[index])
     }
 
     /// Reclaim every batch up to and including `id`: they are acknowledged by the destination.
@@ -487,6 +448,58 @@ pub(super) fn segment_path(dir: &Path, first_id: u64) -> PathBuf {
     dir.join(format!("wal-{first_id:020}.seg"))
 }
 
+/// Read the committed batch `meta` back from its segment in `dir`, verifying its checksum again.
+pub(super) fn read_batch(dir: &Path, meta: &BatchMeta) -> Result<Vec<BatchPart>, WalError> {
+    let (path, payload) = read_verified_payload(dir, meta)?;
+    format::decode_parts(meta.id, &payload, &path, meta.offset)
+}
+
+/// Read the data record of the committed batch `meta` and verify its checksum again. Returns
+/// the segment's path and the record's payload.
+pub(super) fn read_verified_payload(
+    dir: &Path,
+    meta: &BatchMeta,
+) -> Result<(PathBuf, Vec<u8>), WalError> {
+    let id = meta.id;
+    let path = segment_path(dir, meta.segment);
+    let mut file = File::open(&path).map_err(|e| WalError::io("read", &path, e))?;
+    file.seek(SeekFrom::Start(meta.offset))
+        .map_err(|e| WalError::io("read", &path, e))?;
+    let mut header = [0u8; RECORD_HEADER_LEN];
+    file.read_exact(&mut header)
+        .map_err(|e| WalError::io("read", &path, e))?;
+    let header = RecordHeader::decode(&header)
+        .map_err(|reason| WalError::corrupt(&path, meta.offset, reason))?;
+    if header.kind != RecordKind::Data || header.batch_id != id.0 {
+        return Err(WalError::corrupt(
+            &path,
+            meta.offset,
+            format!("expected the data record of batch {id}"),
+        ));
+    }
+    if u64::from(header.payload_len) + RECORD_HEADER_LEN as u64 + COMMIT_RECORD_LEN != meta.bytes {
+        return Err(WalError::corrupt(
+            &path,
+            meta.offset,
+            format!("the data record of batch {id} changed length since recovery"),
+        ));
+    }
+    let mut payload = vec![0u8; header.payload_len as usize];
+    file.read_exact(&mut payload)
+        .map_err(|e| WalError::io("read", &path, e))?;
+    if let Err(computed) = header.verify(&payload) {
+        return Err(WalError::corrupt(
+            &path,
+            meta.offset,
+            format!(
+                "record checksum mismatch (stored {:#010x}, computed {computed:#010x})",
+                header.crc
+            ),
+        ));
+    }
+    Ok((path, payload))
+}
+
 /// The first batch ids of the segments in `dir`, ascending. Deletes leftover `.seg.tmp` files
 /// of interrupted segment creation and notes files it ignores.
 fn list_segments(
@@ -538,7 +551,7 @@ fn list_segments(
 }
 
 /// The first batch id in a segment file name `wal-{id:020}.seg`.
-fn parse_segment_name(name: &str) -> Option<u64> {
+pub(super) fn parse_segment_name(name: &str) -> Option<u64> {
     let digits = name.strip_prefix("wal-")?.strip_suffix(".seg")?;
     if digits.len() != 20 || !digits.bytes().all(|b| b.is_ascii_digit()) {
         return None;

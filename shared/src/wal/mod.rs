@@ -57,11 +57,16 @@
 //! reported in [`Recovery`]; damage followed by any later valid record, or anywhere in an
 //! earlier segment, is [`WalError::Corrupt`]; segments whose ids do not follow on from each
 //! other are [`WalError::SegmentGap`]; an empty or missing directory is a fresh WAL.
+//!
+//! [`DiskWal::open_read_only`] lists and reads the committed batches without writing anything
+//! ([`ReadOnlyWal`]): a torn tail is not cut but simply not visible, so it is safe while a
+//! writer appends. `skipprd query` uses it.
 
 mod disk;
 mod error;
 pub mod failpoint;
 mod format;
+mod read_only;
 #[cfg(test)]
 mod tests;
 
@@ -75,6 +80,7 @@ pub use error::WalError;
 pub use format::{
     FORMAT_VERSION, MAX_NAMESPACE_BYTES, MAX_PARTS, MAX_PAYLOAD_BYTES, MAX_POSITION_BYTES,
 };
+pub use read_only::ReadOnlyWal;
 
 /// A batch's id: stable, assigned by the WAL in order from 1, never reused for a committed
 /// batch (not after a restart, and not after its segment is reclaimed). Displays as `b{n}`.

@@ -1,0 +1,390 @@
+//! `skipprd query`: run SQL over the pipelines' committed WAL batches, once (`--sql`), again and
+//! again (`--watch N`), or at an interactive `sql>` prompt.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use rustyline::DefaultEditor;
+use rustyline::error::ReadlineError;
+use skipprd::query::{QueryEngine, QueryError, QueryOutput};
+
+/// Run `skipprd query`. With `sql`, run that one statement (every `watch` seconds, reading the
+/// WALs again first, until `stop` is set); without it, read statements at an interactive
+/// prompt. Results go to standard output (an aligned table, or with `plain` one JSON line per
+/// result), errors to standard error. Returns whether any statement failed.
+///
+/// # Errors
+///
+/// `--watch` without `--sql`, or a prompt that cannot be started.
+pub fn run(
+    engine: &mut QueryEngine,
+    sql: Option<&str>,
+    plain: bool,
+    watch: Option<u64>,
+    stop: &AtomicBool,
+) -> anyhow::Result<bool> {
+    let mut out = std::io::stdout();
+    let mut err = std::io::stderr();
+    match (sql, watch) {
+        (Some(sql), None) => Ok(run_once(engine, sql, plain, &mut out, &mut err)),
+        (Some(sql), Some(every)) => Ok(run_watch(
+            engine,
+            sql,
+            plain,
+            Duration::from_secs(every.max(1)),
+            stop,
+            &mut out,
+            &mut err,
+        )),
+        (None, Some(_)) => anyhow::bail!("--watch needs a statement to run: give it with --sql"),
+        (None, None) => prompt(engine, plain, stop),
+    }
+}
+
+/// Run `sql` and print its result; on failure print the error. Returns whether it failed.
+fn run_once(
+    engine: &QueryEngine,
+    sql: &str,
+    plain: bool,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> bool {
+    match engine.sql(sql) {
+        Ok(output) => {
+            print_output(&output, plain, out);
+            false
+        }
+        Err(error) => {
+            print_error(&error, err);
+            true
+        }
+    }
+}
+
+/// Re-run `sql` every `every` until `stop` is set. A statement that can never succeed (bad SQL,
+/// an unknown table) stops the loop; a retryable failure (a segment reclaimed mid-read) does not.
+fn run_watch(
+    engine: &mut QueryEngine,
+    sql: &str,
+    plain: bool,
+    every: Duration,
+    stop: &AtomicBool,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> bool {
+    let mut failed = false;
+    let mut first = true;
+    while !stop.load(Ordering::Relaxed) {
+        let started = Instant::now();
+        let result = if first { Ok(()) } else { engine.refresh() };
+        first = false;
+        let result = result.and_then(|()| engine.sql(sql));
+        match result {
+            Ok(output) => {
+                if !plain {
+                    let _ = writeln!(
+                        out,
+                        "-- {} (every {}s) --",
+                        chrono::Local::now().format("%Y-%m-%d %H:%M:%S"),
+                        every.as_secs()
+                    );
+                }
+                print_output(&output, plain, out);
+            }
+            Err(error) => {
+                print_error(&error, err);
+                failed = true;
+                if !error.is_retryable() {
+                    return true;
+                }
+            }
+        }
+        while !stop.load(Ordering::Relaxed) && started.elapsed() < every {
+            std::thread::sleep(Duration::from_millis(50).min(every - started.elapsed().min(every)));
+        }
+    }
+    failed
+}
+
+fn print_output(output: &QueryOutput, plain: bool, out: &mut dyn Write) {
+    // A closed pipe (`| head`) is not an error.
+    let _ = if plain {
+        writeln!(out, "{}", output.to_plain_json())
+    } else {
+        let rows = output.rows();
+        writeln!(
+            out,
+            "{}\n({rows} row{})",
+            output.to_table(),
+            if rows == 1 { "" } else { "s" }
+        )
+    };
+    let _ = out.flush();
+}
+
+fn print_error(error: &QueryError, err: &mut dyn Write) {
+    let _ = writeln!(err, "error: {error}");
+}
+
+/// What the prompt does with one line of input.
+#[derive(Debug, PartialEq, Eq)]
+enum Step {
+    /// Keep reading: the statement is not finished.
+    More,
+    /// Run this statement.
+    Run(String),
+    /// List the tables.
+    Tables,
+    /// Leave.
+    Exit,
+    /// Nothing to do (an empty line with nothing buffered).
+    Nothing,
+}
+
+/// Statements typed at the prompt, possibly over several lines. A statement ends with `;` at the
+/// end of a line, or with an empty line.
+#[derive(Debug, Default)]
+struct Buffer {
+    text: String,
+}
+
+impl Buffer {
+    fn push(&mut self, line: &str) -> Step {
+        let trimmed = line.trim();
+        if self.text.is_empty() {
+            let command = trimmed.trim_end_matches(';').trim();
+            match command.to_ascii_lowercase().as_str() {
+                "" => return Step::Nothing,
+                "exit" | "quit" | "\\q" => return Step::Exit,
+                "\\d" | "tables" => return Step::Tables,
+                _ => {}
+            }
+        }
+        if trimmed.is_empty() {
+            return Step::Run(std::mem::take(&mut self.text));
+        }
+        if !self.text.is_empty() {
+            self.text.push('\n');
+        }
+        self.text.push_str(line);
+        if trimmed.ends_with(';') {
+            let statement = std::mem::take(&mut self.text);
+            let statement = statement
+                .trim_end()
+                .trim_end_matches(';')
+                .trim_end()
+                .to_owned();
+            if statement.trim().is_empty() {
+                return Step::Nothing;
+            }
+            return Step::Run(statement);
+        }
+        Step::More
+    }
+
+    fn clear(&mut self) {
+        self.text.clear();
+    }
+
+    fn is_empty(&self) -> bool {
+        self.text.is_empty()
+    }
+}
+
+/// The interactive prompt. Before each statement the WALs are read again, so it sees batches a
+/// running `sync` commits.
+fn prompt(engine: &mut QueryEngine, plain: bool, stop: &AtomicBool) -> anyhow::Result<bool> {
+    let mut editor = DefaultEditor::new()?;
+    let history = history_file();
+    if let Some(path) = &history {
+        // No history yet is fine.
+        let _ = editor.load_history(path);
+    }
+    let mut out = std::io::stdout();
+    let mut err = std::io::stderr();
+    let tables = engine.tables();
+    let _ = writeln!(
+        err,
+        "{} table{}: {}\nEnd a statement with ; or an empty line. \\d lists the tables; exit, quit or Ctrl-D leaves.",
+        tables.len(),
+        if tables.len() == 1 { "" } else { "s" },
+        if tables.is_empty() {
+            "(none yet: no committed batches)".to_owned()
+        } else {
+            tables.join(", ")
+        }
+    );
+    let mut buffer = Buffer::default();
+    let mut failed = false;
+    while !stop.load(Ordering::Relaxed) {
+        let prompt = if buffer.is_empty() { "sql> " } else { "  -> " };
+        let line = match editor.readline(prompt) {
+            Ok(line) => line,
+            // Ctrl-C drops the statement being typed.
+            Err(ReadlineError::Interrupted) => {
+                buffer.clear();
+                continue;
+            }
+            Err(ReadlineError::Eof) => break,
+            Err(error) => return Err(error.into()),
+        };
+        match buffer.push(&line) {
+            Step::More | Step::Nothing => {}
+            Step::Exit => break,
+            Step::Tables => {
+                refresh(engine, &mut err);
+                for table in engine.tables() {
+                    let _ = writeln!(out, "{table}");
+                }
+            }
+            Step::Run(statement) => {
+                let _ = editor.add_history_entry(statement.as_str());
+                refresh(engine, &mut err);
+                failed |= run_once(engine, &statement, plain, &mut out, &mut err);
+            }
+        }
+    }
+    if let Some(path) = &history {
+        if let Some(dir) = path.parent() {
+            let _ = std::fs::create_dir_all(dir);
+        }
+        if let Err(error) = editor.save_history(path) {
+            tracing::debug!(path = %path.display(), %error, "Could not save the query history.");
+        }
+    }
+    Ok(failed)
+}
+
+/// Read the WALs again; on failure say so and keep the tables as they were.
+fn refresh(engine: &mut QueryEngine, err: &mut dyn Write) {
+    if let Err(error) = engine.refresh() {
+        let _ = writeln!(
+            err,
+            "warning: could not re-read the WAL, showing the data read before: {error}"
+        );
+    }
+}
+
+/// `~/.skippr/history`, when there is a home directory.
+fn history_file() -> Option<PathBuf> {
+    std::env::var_os("HOME")
+        .filter(|home| !home.is_empty())
+        .map(|home| PathBuf::from(home).join(".skippr").join("history"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_statement_runs_at_a_semicolon_or_an_empty_line_and_exit_leaves() {
+        let mut buffer = Buffer::default();
+        assert_eq!(buffer.push("select 1;"), Step::Run("select 1".to_owned()));
+        assert_eq!(buffer.push("select"), Step::More);
+        assert_eq!(buffer.push("  2 ;  "), Step::Run("select\n  2".to_owned()));
+        assert_eq!(buffer.push("select 3"), Step::More);
+        assert_eq!(buffer.push(""), Step::Run("select 3".to_owned()));
+        assert_eq!(buffer.push(""), Step::Nothing);
+        assert_eq!(buffer.push(";"), Step::Nothing);
+        assert_eq!(buffer.push("\\d"), Step::Tables);
+        assert_eq!(buffer.push("QUIT;"), Step::Exit);
+        assert_eq!(buffer.push("exit"), Step::Exit);
+        // Inside a statement, `exit` is just text.
+        assert_eq!(buffer.push("select"), Step::More);
+        assert_eq!(buffer.push("exit"), Step::More);
+    }
+
+    fn engine_over_empty_project() -> (tempfile::TempDir, QueryEngine) {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("events.jsonl"), "").unwrap();
+        std::fs::write(
+            dir.path().join("skippr.yml"),
+            "pipelines:\n  p:\n    data_source: data_sources.s\n\
+             data_sources:\n  s:\n    File:\n      path: events.jsonl\n",
+        )
+        .unwrap();
+        let loaded = skipprd::config::load_file(
+            &dir.path().join("skippr.yml"),
+            std::collections::BTreeMap::new(),
+        )
+        .unwrap();
+        let mut config = skipprd::config::validate(&loaded, None).unwrap();
+        for pipeline in config.pipelines.values_mut() {
+            pipeline.data_dir = dir.path().join("data");
+        }
+        let pipeline = config.pipeline(None).unwrap();
+        let engine = QueryEngine::open(&config, &[pipeline]).unwrap();
+        (dir, engine)
+    }
+
+    #[test]
+    fn one_statement_prints_a_table_or_json_and_bad_sql_prints_datafusions_error() {
+        let (_dir, engine) = engine_over_empty_project();
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        assert!(!run_once(
+            &engine,
+            "select 1 as one",
+            false,
+            &mut out,
+            &mut err
+        ));
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "+-----+\n| one |\n+-----+\n| 1   |\n+-----+\n(1 row)\n"
+        );
+        let mut out = Vec::new();
+        assert!(!run_once(
+            &engine,
+            "select 1 as one",
+            true,
+            &mut out,
+            &mut err
+        ));
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "{\"header\":[\"one\"],\"rows\":[[1]]}\n"
+        );
+        assert!(err.is_empty());
+        let mut out = Vec::new();
+        assert!(run_once(&engine, "selec 1", false, &mut out, &mut err));
+        assert!(out.is_empty());
+        let err = String::from_utf8(err).unwrap();
+        assert!(err.starts_with("error: SQL error: "), "{err}");
+    }
+
+    #[test]
+    fn watch_reruns_until_stopped_and_stops_at_once_on_bad_sql() {
+        let (_dir, mut engine) = engine_over_empty_project();
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        let stop = AtomicBool::new(false);
+        assert!(run_watch(
+            &mut engine,
+            "select * from p.nope",
+            true,
+            Duration::from_secs(1),
+            &stop,
+            &mut out,
+            &mut err
+        ));
+        assert!(
+            String::from_utf8(err)
+                .unwrap()
+                .contains("table 'p.nope' not found")
+        );
+
+        let stop = AtomicBool::new(true);
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        assert!(!run_watch(
+            &mut engine,
+            "select 1",
+            true,
+            Duration::from_secs(1),
+            &stop,
+            &mut out,
+            &mut err
+        ));
+        assert!(out.is_empty());
+    }
+}

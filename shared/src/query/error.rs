@@ -1,0 +1,128 @@
+//! [`QueryError`]: why a query could not run.
+
+use datafusion::error::DataFusionError;
+
+use crate::wal::WalError;
+
+/// Why [`QueryEngine`](super::QueryEngine) could not open a WAL or run a statement. Every
+/// message is one line, except DataFusion's own, which is shown as DataFusion wrote it.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum QueryError {
+    /// A pipeline's WAL could not be read.
+    #[error("pipeline `{pipeline}`: {source}")]
+    Wal {
+        /// The pipeline.
+        pipeline: String,
+        /// What went wrong.
+        #[source]
+        source: WalError,
+    },
+    /// A WAL batch could not be read while a statement scanned it.
+    #[error("pipeline `{pipeline}`: {message}")]
+    Scan {
+        /// The pipeline.
+        pipeline: String,
+        /// The WAL's error message.
+        message: String,
+        /// Whether the WAL error was retryable, or the batch's segment was deleted by a reclaim
+        /// since the WAL was read (refresh, then run the statement again).
+        retryable: bool,
+    },
+    /// The statement names a table that does not exist.
+    #[error("table '{table}' not found; {}", known_tables(.known))]
+    TableNotFound {
+        /// The table as the statement named it (without the default catalog).
+        table: String,
+        /// The tables that do exist, `pipeline.namespace`, sorted.
+        known: Vec<String>,
+    },
+    /// The statement is not valid SQL, names an unknown column or function, or failed while it
+    /// ran. The message is DataFusion's.
+    #[error("{0}")]
+    Sql(DataFusionError),
+    /// A pipeline keeps its WAL somewhere this engine cannot read.
+    #[error("pipeline `{pipeline}`: {reason}")]
+    Unsupported {
+        /// The pipeline.
+        pipeline: String,
+        /// Why.
+        reason: String,
+    },
+    /// The runtime that runs queries could not be started.
+    #[error("could not start the query runtime: {0}")]
+    Runtime(#[source] std::io::Error),
+}
+
+impl QueryError {
+    /// Whether running the same statement again may succeed: the WAL was busy or changed under
+    /// the query (a segment reclaimed while it was read: refresh, then retry).
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            QueryError::Wal { source, .. } => source.is_retryable(),
+            QueryError::Scan { retryable, .. } => *retryable,
+            _ => false,
+        }
+    }
+
+    /// Classify an error from DataFusion: a WAL read failing inside a scan becomes
+    /// [`QueryError::Wal`], an unknown table [`QueryError::TableNotFound`].
+    pub(super) fn from_datafusion(error: DataFusionError, known: &[String]) -> QueryError {
+        if let Some(wal) = find_wal_error(&error) {
+            return wal;
+        }
+        if let DataFusionError::Plan(message) = error.find_root()
+            && let Some(table) = message
+                .strip_prefix("table '")
+                .and_then(|rest| rest.strip_suffix("' not found"))
+        {
+            let table = table.strip_prefix("datafusion.").unwrap_or(table);
+            return QueryError::TableNotFound {
+                table: table.to_owned(),
+                known: known.to_vec(),
+            };
+        }
+        QueryError::Sql(error)
+    }
+}
+
+/// A WAL read error wrapped by a scan, if `error` carries one anywhere in its chain.
+fn find_wal_error(error: &DataFusionError) -> Option<QueryError> {
+    let mut current: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(error) = current {
+        if let Some(scan) = error.downcast_ref::<ScanError>() {
+            return Some(QueryError::Scan {
+                pipeline: scan.pipeline.clone(),
+                message: scan.source.to_string(),
+                retryable: scan.retryable(),
+            });
+        }
+        current = error.source();
+    }
+    None
+}
+
+fn known_tables(known: &[String]) -> String {
+    if known.is_empty() {
+        "there are no tables (no committed batches in the WALs queried)".to_owned()
+    } else {
+        format!("known tables: {}", known.join(", "))
+    }
+}
+
+/// A WAL read that failed inside a table scan, carried through DataFusion as an external error.
+#[derive(Debug, thiserror::Error)]
+#[error("pipeline `{pipeline}`: {source}")]
+pub(super) struct ScanError {
+    pub(super) pipeline: String,
+    #[source]
+    pub(super) source: WalError,
+}
+
+impl ScanError {
+    /// Retryable WAL errors, and a segment deleted by a reclaim since the WAL was read.
+    fn retryable(&self) -> bool {
+        self.source.is_retryable()
+            || matches!(&self.source, WalError::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound)
+    }
+}

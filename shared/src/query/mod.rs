@@ -1,0 +1,233 @@
+//! SQL over the batches committed in pipelines' write-ahead logs, with DataFusion.
+//!
+//! [`QueryEngine::open`] reads each given pipeline's WAL (`<state dir>/wal`) without writing to
+//! it, so it is safe while a `sync` runs, and registers one table per namespace:
+//! `<pipeline>.<namespace>` (a DataFusion schema per pipeline). With a single pipeline its
+//! tables can also be named by namespace alone.
+//!
+//! A namespace's batches may have been written under several schema versions. They are read as
+//! the newest one, widened by columns only older versions have: see `docs/query.md`. Tables are
+//! scanned batch by batch as the query asks for rows, so memory stays bounded by one WAL batch
+//! plus what the query itself keeps (sorts, aggregates, the result).
+//!
+//! Statements that would change data (`INSERT`, `COPY`) are refused; `CREATE VIEW`, `SET`,
+//! `SHOW TABLES` and `EXPLAIN` work.
+
+mod error;
+mod output;
+mod schema;
+mod table;
+#[cfg(test)]
+mod tests;
+
+use std::sync::Arc;
+
+use datafusion::catalog::{MemorySchemaProvider, SchemaProvider};
+use datafusion::error::DataFusionError;
+use datafusion::execution::context::SQLOptions;
+use datafusion::prelude::{SessionConfig, SessionContext};
+
+pub use error::QueryError;
+pub use output::QueryOutput;
+
+use crate::config::validate::WalStorage;
+use crate::config::{ValidatedConfig, ValidatedPipeline};
+use crate::wal::{DiskWal, ReadOnlyWal};
+
+/// The DataFusion catalog the pipelines' schemas are registered in.
+const CATALOG: &str = "datafusion";
+
+/// Runs SQL over the committed WAL batches of some pipelines.
+pub struct QueryEngine {
+    runtime: tokio::runtime::Runtime,
+    ctx: SessionContext,
+    pipelines: Vec<PipelineWal>,
+    /// The registered namespace tables: (pipeline, namespace).
+    registered: Vec<(String, String)>,
+    /// The same, as `pipeline.namespace`, sorted.
+    tables: Vec<String>,
+}
+
+/// One pipeline's WAL snapshot.
+struct PipelineWal {
+    name: String,
+    wal: Arc<ReadOnlyWal>,
+}
+
+impl std::fmt::Debug for QueryEngine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("QueryEngine")
+            .field("tables", &self.tables)
+            .finish_non_exhaustive()
+    }
+}
+
+impl QueryEngine {
+    /// Register `<pipeline>.<namespace>` for every namespace in the committed WAL of each given
+    /// pipeline. A pipeline that never ran has no tables.
+    ///
+    /// # Errors
+    ///
+    /// [`QueryError::Wal`] when a WAL cannot be read (corrupt, unreadable),
+    /// [`QueryError::Unsupported`] for a WAL kept in S3, [`QueryError::Runtime`].
+    pub fn open(
+        config: &ValidatedConfig,
+        pipelines: &[&ValidatedPipeline],
+    ) -> Result<QueryEngine, QueryError> {
+        let mut wals = Vec::with_capacity(pipelines.len());
+        for pipeline in pipelines {
+            if config.settings.wal_storage != WalStorage::Disk {
+                return Err(QueryError::Unsupported {
+                    pipeline: pipeline.name.clone(),
+                    reason:
+                        "its WAL is kept in S3 (WAL_STORAGE=s3); only a disk WAL can be queried"
+                            .to_owned(),
+                });
+            }
+            let dir = pipeline.state_dir(&config.settings).join("wal");
+            let wal = DiskWal::open_read_only(&dir).map_err(|source| QueryError::Wal {
+                pipeline: pipeline.name.clone(),
+                source,
+            })?;
+            wals.push(PipelineWal {
+                name: pipeline.name.clone(),
+                wal: Arc::new(wal),
+            });
+        }
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .map_err(QueryError::Runtime)?;
+        // One partition: the runtime has one thread, so splitting the work gains nothing.
+        let mut session = SessionConfig::new()
+            .with_information_schema(true)
+            .with_target_partitions(1);
+        if let [only] = wals.as_slice() {
+            session = session.with_default_catalog_and_schema(CATALOG, &only.name);
+        }
+        let mut engine = QueryEngine {
+            runtime,
+            ctx: SessionContext::new_with_config(session),
+            pipelines: wals,
+            registered: Vec::new(),
+            tables: Vec::new(),
+        };
+        engine.register()?;
+        Ok(engine)
+    }
+
+    /// The tables, `pipeline.namespace`, sorted.
+    pub fn tables(&self) -> Vec<String> {
+        self.tables.clone()
+    }
+
+    /// Run one SQL statement and collect its result.
+    ///
+    /// # Errors
+    ///
+    /// [`QueryError::Sql`] with DataFusion's message for a statement that is not valid, names
+    /// an unknown column or function, or fails while running; [`QueryError::TableNotFound`];
+    /// [`QueryError::Scan`] when a WAL batch cannot be read.
+    pub fn sql(&self, sql: &str) -> Result<QueryOutput, QueryError> {
+        let options = SQLOptions::new()
+            .with_allow_ddl(true)
+            .with_allow_dml(false)
+            .with_allow_statements(true);
+        let result = self.runtime.block_on(async {
+            let frame = self.ctx.sql_with_options(sql, options).await?;
+            let schema = Arc::new(frame.schema().as_arrow().clone());
+            let batches = frame.collect().await?;
+            Ok::<_, DataFusionError>(QueryOutput { schema, batches })
+        });
+        result.map_err(|error| QueryError::from_datafusion(error, &self.tables))
+    }
+
+    /// Read the WALs again, so batches committed (or reclaimed) since are seen, and new
+    /// namespaces become tables. Session settings and views are kept.
+    ///
+    /// # Errors
+    ///
+    /// [`QueryError::Wal`]; the tables stay as they were.
+    pub fn refresh(&mut self) -> Result<(), QueryError> {
+        let mut refreshed = Vec::with_capacity(self.pipelines.len());
+        for pipeline in &self.pipelines {
+            let mut wal = ReadOnlyWal::clone(&pipeline.wal);
+            wal.refresh().map_err(|source| QueryError::Wal {
+                pipeline: pipeline.name.clone(),
+                source,
+            })?;
+            refreshed.push(PipelineWal {
+                name: pipeline.name.clone(),
+                wal: Arc::new(wal),
+            });
+        }
+        let previous = std::mem::replace(&mut self.pipelines, refreshed);
+        let result = self.register();
+        if result.is_err() {
+            self.pipelines = previous;
+        }
+        result
+    }
+
+    /// (Re)register one DataFusion schema per pipeline with one table per namespace. An
+    /// existing schema is kept, so views created in it survive; its namespace tables are
+    /// replaced.
+    fn register(&mut self) -> Result<(), QueryError> {
+        let built = build_tables(&self.pipelines)?;
+        let catalog = self.ctx.catalog(CATALOG).ok_or_else(|| {
+            QueryError::Sql(DataFusionError::Internal(format!(
+                "the default catalog `{CATALOG}` is missing"
+            )))
+        })?;
+        let internal = |error| QueryError::from_datafusion(error, &[]);
+        for (pipeline, tables) in built {
+            let schema = match catalog.schema(&pipeline) {
+                Some(schema) => schema,
+                None => {
+                    let schema: Arc<dyn SchemaProvider> = Arc::new(MemorySchemaProvider::new());
+                    catalog
+                        .register_schema(&pipeline, Arc::clone(&schema))
+                        .map_err(internal)?;
+                    schema
+                }
+            };
+            for (old_pipeline, namespace) in &self.registered {
+                if *old_pipeline == pipeline {
+                    schema.deregister_table(namespace).map_err(internal)?;
+                }
+            }
+            self.registered
+                .retain(|(old_pipeline, _)| *old_pipeline != pipeline);
+            for table in tables {
+                schema
+                    .deregister_table(&table.namespace)
+                    .map_err(internal)?;
+                schema
+                    .register_table(table.namespace.clone(), Arc::new(table.table))
+                    .map_err(internal)?;
+                self.registered.push((pipeline.clone(), table.namespace));
+            }
+        }
+        let mut names: Vec<String> = self
+            .registered
+            .iter()
+            .map(|(pipeline, namespace)| format!("{pipeline}.{namespace}"))
+            .collect();
+        names.sort();
+        self.tables = names;
+        Ok(())
+    }
+}
+
+/// Each pipeline's namespace tables, built before anything is registered so that a failure
+/// leaves the engine as it was.
+fn build_tables(
+    pipelines: &[PipelineWal],
+) -> Result<Vec<(String, Vec<table::NamespaceTable>)>, QueryError> {
+    pipelines
+        .iter()
+        .map(|pipeline| {
+            table::namespace_tables(&pipeline.name, &pipeline.wal)
+                .map(|tables| (pipeline.name.clone(), tables))
+        })
+        .collect()
+}
