@@ -59,6 +59,30 @@ pub enum Command {
     /// (and, with a destination, write the batches there). Safe to kill at any moment: the
     /// next run continues exactly where the last committed batch ended.
     Sync(SyncArgs),
+    /// Run SQL over what the pipelines hold: one table `<pipeline>.<namespace>` per namespace
+    /// (with one pipeline, `<namespace>` alone works too). Without `--sql`, an interactive
+    /// `sql>` prompt with history.
+    Query(QueryArgs),
+}
+
+/// `query` flags.
+#[derive(Debug, Args)]
+pub struct QueryArgs {
+    /// Query only this pipeline's tables. Default: PIPELINE_NAME, else every pipeline.
+    #[arg(short = 'p', long, env = "PIPELINE_NAME", value_name = "NAME")]
+    pub pipeline: Option<String>,
+
+    /// The SQL statement to run. Without it, an interactive `sql>` prompt.
+    #[arg(short = 's', long, value_name = "SQL")]
+    pub sql: Option<String>,
+
+    /// Print JSON for scripts, `{"header":[...],"rows":[[...]]}`, instead of an aligned table.
+    #[arg(long)]
+    pub plain: bool,
+
+    /// Re-run the statement every N seconds (reading new batches each time) until interrupted.
+    #[arg(long, value_name = "N", requires = "sql")]
+    pub watch: Option<u64>,
 }
 
 /// Choosing a pipeline.

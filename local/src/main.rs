@@ -4,6 +4,7 @@
 
 mod cli;
 mod output;
+mod query_cmd;
 mod sync;
 
 use std::io::IsTerminal;
@@ -53,6 +54,7 @@ fn main() -> ExitCode {
                         message,
                         retryable,
                     },
+                    Command::Query(_) => Event::QueryError { message, retryable },
                     Command::Sync(args) => Event::SyncError {
                         pipeline: e
                             .pipeline()
@@ -112,6 +114,7 @@ fn run(cli: &Cli, mode: OutputMode) -> Result<(), PipelineError> {
             pipeline::discover(&config, pipeline, &options, observer.as_mut())?;
             Ok(())
         }
+        Command::Query(args) => query(&config, args),
         Command::Sync(args) => sync::run(&config, args, mode),
         Command::Schema(args) => {
             let pipeline = config.pipeline(args.pipeline.pipeline.as_deref())?;
@@ -127,5 +130,45 @@ fn run(cli: &Cli, mode: OutputMode) -> Result<(), PipelineError> {
             output::emit(text.trim_end());
             Ok(())
         }
+    }
+}
+
+/// `query`: open the engine on the chosen pipelines and run the statement, the watch loop or
+/// the prompt. Statement errors are printed where they happen; exit 1 if any failed.
+fn query(config: &ValidatedConfig, args: &cli::QueryArgs) -> Result<(), PipelineError> {
+    let pipelines: Vec<&skipprd::config::ValidatedPipeline> = match &args.pipeline {
+        Some(name) => vec![config.pipeline(Some(name))?],
+        None => config.pipelines.values().collect(),
+    };
+    if pipelines.is_empty() {
+        return Err(config::ConfigError::NoPipelines {
+            file: config.file.clone(),
+        }
+        .into());
+    }
+    let mut engine = skipprd::query::QueryEngine::open(config, &pipelines)?;
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    if args.watch.is_some() {
+        let stop = std::sync::Arc::clone(&stop);
+        if let Err(e) =
+            ctrlc::set_handler(move || stop.store(true, std::sync::atomic::Ordering::SeqCst))
+        {
+            tracing::warn!(error = %e, "Could not install the SIGINT handler.");
+        }
+    }
+    match query_cmd::run(
+        &mut engine,
+        args.sql.as_deref(),
+        args.plain,
+        args.watch,
+        &stop,
+    ) {
+        Ok(false) => Ok(()),
+        Ok(true) => Err(PipelineError::Reported(Box::new(PipelineError::Session {
+            message: "a statement failed".to_owned(),
+        }))),
+        Err(e) => Err(PipelineError::Session {
+            message: format!("{e:#}"),
+        }),
     }
 }

@@ -417,3 +417,66 @@ fn sync_moves_past_a_batch_of_only_rejected_records_once() {
     );
     assert_eq!(done(&second)["rows"], 1);
 }
+
+#[test]
+fn sync_then_query_shows_every_record_once_and_new_lines_after_the_next_pass() {
+    let dir = project(CONFIG, &[("input/a.jsonl", &(RECORDS.join("\n") + "\n"))]);
+    let sync = skipprd(dir.path(), &["sync", "--once"], &[]);
+    assert_eq!(sync.code, 0, "{}", sync.stderr);
+    let count = |table: &str| -> serde_json::Value {
+        let run = skipprd(
+            dir.path(),
+            &[
+                "query",
+                "--plain",
+                "-s",
+                &format!("select count(*) as n from {table}"),
+            ],
+            &[],
+        );
+        assert_eq!(run.code, 0, "{}", run.stderr);
+        serde_json::from_str(run.stdout.trim()).unwrap()
+    };
+    assert_eq!(
+        count("events.order"),
+        serde_json::json!({"header": ["n"], "rows": [[3]]})
+    );
+    assert_eq!(count("events.refund_issued")["rows"][0][0], 2);
+    // Appended lines are read by the next pass, and only they.
+    let mut text = std::fs::read_to_string(dir.path().join("input/a.jsonl")).unwrap();
+    text.push_str("{\"kind\":\"order\",\"id\":4,\"price\":1.5,\"coupon\":\"X\"}\n");
+    std::fs::write(dir.path().join("input/a.jsonl"), text).unwrap();
+    assert_eq!(skipprd(dir.path(), &["sync", "--once"], &[]).code, 0);
+    assert_eq!(count("events.order")["rows"][0][0], 4);
+    let run = skipprd(
+        dir.path(),
+        &[
+            "query",
+            "--plain",
+            "-s",
+            "select id, coupon from events.order order by id",
+        ],
+        &[],
+    );
+    let out: serde_json::Value = serde_json::from_str(run.stdout.trim()).unwrap();
+    assert_eq!(
+        out["rows"],
+        serde_json::json!([[1, null], [2, null], [4, "X"], [3147483648_i64, null]])
+    );
+}
+
+#[test]
+fn a_bad_statement_exits_1_with_datafusions_message() {
+    let dir = project(CONFIG, &[("input/a.jsonl", &(RECORDS.join("\n") + "\n"))]);
+    assert_eq!(skipprd(dir.path(), &["sync", "--once"], &[]).code, 0);
+    let run = skipprd(dir.path(), &["query", "-s", "selec 1"], &[]);
+    assert_eq!(run.code, 1);
+    assert!(run.stderr.contains("SQL error"), "{}", run.stderr);
+    let run = skipprd(
+        dir.path(),
+        &["query", "-s", "select * from events.nope"],
+        &[],
+    );
+    assert_eq!(run.code, 1);
+    assert!(run.stderr.contains("events.nope"), "{}", run.stderr);
+}

@@ -39,6 +39,15 @@ pub enum PipelineError {
     /// each failure as it happens); it only decides the exit code.
     #[error("{0}")]
     Reported(Box<PipelineError>),
+    /// A query could not be set up or run.
+    #[error(transparent)]
+    Query(#[from] crate::query::QueryError),
+    /// The interactive query session failed (terminal, history file).
+    #[error("query: {message}")]
+    Session {
+        /// What went wrong.
+        message: String,
+    },
     /// The state store or the writer lease failed.
     #[error("pipeline '{pipeline}': {source}")]
     State {
@@ -75,7 +84,9 @@ impl PipelineError {
     /// The pipeline the error is about, when known.
     pub fn pipeline(&self) -> Option<&str> {
         match self {
-            PipelineError::Config(_) => None,
+            PipelineError::Config(_) | PipelineError::Query(_) | PipelineError::Session { .. } => {
+                None
+            }
             PipelineError::Source { pipeline, .. }
             | PipelineError::Schema { pipeline, .. }
             | PipelineError::NothingRead { pipeline, .. }
@@ -96,6 +107,8 @@ impl PipelineError {
             PipelineError::State { source, .. } => source.is_retryable(),
             PipelineError::Wal { source, .. } => source.is_retryable(),
             PipelineError::Reported(inner) => inner.is_retryable(),
+            PipelineError::Query(e) => e.is_retryable(),
+            PipelineError::Session { .. } => false,
         }
     }
 

@@ -140,6 +140,13 @@ pub enum Event {
         /// Whether running again unchanged might succeed.
         retryable: bool,
     },
+    /// `query` failed.
+    QueryError {
+        /// The error, one line.
+        message: String,
+        /// Whether running again unchanged might succeed.
+        retryable: bool,
+    },
     /// `schema` failed.
     SchemaError {
         /// The pipeline, when known.
