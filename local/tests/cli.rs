@@ -480,3 +480,36 @@ fn a_bad_statement_exits_1_with_datafusions_message() {
     assert_eq!(run.code, 1);
     assert!(run.stderr.contains("events.nope"), "{}", run.stderr);
 }
+
+#[test]
+fn a_corrupted_wal_stops_sync_and_query_naming_the_file_and_offset() {
+    let dir = project(CONFIG, &[("input/a.jsonl", &(RECORDS.join("\n") + "\n"))]);
+    assert_eq!(skipprd(dir.path(), &["sync", "--once"], &[]).code, 0);
+    std::fs::write(dir.path().join("input/b.jsonl"), RECORDS.join("\n") + "\n").unwrap();
+    assert_eq!(skipprd(dir.path(), &["sync", "--once"], &[]).code, 0);
+    let wal = dir.path().join("data/default_events/wal");
+    let segment = std::fs::read_dir(&wal)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|e| e == "seg"))
+        .unwrap();
+    let mut bytes = std::fs::read(&segment).unwrap();
+    // Flip a byte inside the first batch's payload: committed data, followed by more batches.
+    let at = 200.min(bytes.len() / 4);
+    bytes[at] ^= 0xff;
+    std::fs::write(&segment, bytes).unwrap();
+    for args in [
+        &["sync", "--once"][..],
+        &["query", "-s", "select count(*) from events.order"][..],
+    ] {
+        let run = skipprd(dir.path(), args, &[]);
+        assert_eq!(run.code, 1, "{args:?}: {}", run.stderr);
+        assert!(
+            run.stderr.contains("wal-00000000000000000001.seg"),
+            "{args:?}: {}",
+            run.stderr
+        );
+        assert!(run.stderr.contains("offset"), "{args:?}: {}", run.stderr);
+        println!("{args:?}: {}", run.stderr.trim());
+    }
+}

@@ -10,7 +10,7 @@ use crate::wal::WalError;
 #[non_exhaustive]
 pub enum QueryError {
     /// A pipeline's WAL could not be read.
-    #[error("pipeline `{pipeline}`: {source}")]
+    #[error("pipeline '{pipeline}': {source}")]
     Wal {
         /// The pipeline.
         pipeline: String,
@@ -19,7 +19,7 @@ pub enum QueryError {
         source: WalError,
     },
     /// A WAL batch could not be read while a statement scanned it.
-    #[error("pipeline `{pipeline}`: {message}")]
+    #[error("pipeline '{pipeline}': {message}")]
     Scan {
         /// The pipeline.
         pipeline: String,
@@ -42,7 +42,7 @@ pub enum QueryError {
     #[error("{0}")]
     Sql(DataFusionError),
     /// A pipeline keeps its WAL somewhere this engine cannot read.
-    #[error("pipeline `{pipeline}`: {reason}")]
+    #[error("pipeline '{pipeline}': {reason}")]
     Unsupported {
         /// The pipeline.
         pipeline: String,
@@ -112,7 +112,7 @@ fn known_tables(known: &[String]) -> String {
 
 /// A WAL read that failed inside a table scan, carried through DataFusion as an external error.
 #[derive(Debug, thiserror::Error)]
-#[error("pipeline `{pipeline}`: {source}")]
+#[error("pipeline '{pipeline}': {source}")]
 pub(super) struct ScanError {
     pub(super) pipeline: String,
     #[source]
