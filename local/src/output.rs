@@ -205,6 +205,7 @@ fn describe(event: &Event) -> Option<String> {
             )
         }
         Event::SyncComplete {
+            files_failed,
             pipeline,
             rows,
             batches,
@@ -220,6 +221,9 @@ fn describe(event: &Event) -> Option<String> {
                 if *batches == 1 { "" } else { "es" },
                 human_bytes(*bytes)
             );
+            if *files_failed > 0 {
+                line.push_str(&format!("; {files_failed} file(s) could not be read (see the log; tried again next pass)"));
+            }
             if *pending > 0 {
                 line.push_str(&format!("; {pending} batches not yet delivered"));
             }

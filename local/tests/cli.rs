@@ -513,3 +513,76 @@ fn a_corrupted_wal_stops_sync_and_query_naming_the_file_and_offset() {
         println!("{args:?}: {}", run.stderr.trim());
     }
 }
+
+#[test]
+fn an_unreadable_file_does_not_block_the_others_and_is_tried_again() {
+    let dir = project(
+        &CONFIG.replace("input/*.jsonl", "input"),
+        &[("input/b.jsonl", "{\"kind\":\"order\",\"id\":1}\n")],
+    );
+    // A gzip file cut short: its stream is corrupt.
+    std::fs::write(
+        dir.path().join("input/a.jsonl.gz"),
+        [
+            0x1f, 0x8b, 0x08, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x03, 0xab,
+        ],
+    )
+    .unwrap();
+    let run = skipprd(dir.path(), &["sync", "--once", "--output", "json"], &[]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let done: serde_json::Value = serde_json::from_str(run.stdout.lines().last().unwrap()).unwrap();
+    assert_eq!(done["rows"], 1, "b.jsonl was read despite a.jsonl.gz");
+    assert_eq!(done["files_failed"], 1);
+    assert!(run.stderr.contains("a.jsonl.gz"), "{}", run.stderr);
+    let again = skipprd(dir.path(), &["sync", "--once", "--output", "json"], &[]);
+    let done: serde_json::Value =
+        serde_json::from_str(again.stdout.lines().last().unwrap()).unwrap();
+    assert_eq!(done["files_failed"], 1, "the bad file is tried again");
+    assert_eq!(done["rows"], 0);
+}
+
+#[test]
+fn a_record_that_breaks_an_inference_limit_is_rejected_and_the_rest_commit() {
+    let wide: String = (0..1001)
+        .map(|i| format!("\"k{i}\":{i}"))
+        .collect::<Vec<_>>()
+        .join(",");
+    let text = format!(
+        "{{\"kind\":\"order\",\"id\":1}}\n{{\"kind\":\"order\",{wide}}}\n{{\"kind\":\"order\",\"id\":3}}\n"
+    );
+    let dir = project(CONFIG, &[("input/a.jsonl", &text)]);
+    let run = skipprd(dir.path(), &["sync", "--once", "--output", "json"], &[]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let done: serde_json::Value = serde_json::from_str(run.stdout.lines().last().unwrap()).unwrap();
+    assert_eq!(done["rows"], 2);
+    assert_eq!(done["deadletters"], 1);
+    assert!(
+        run.stderr.contains("inference limit") && run.stderr.contains("input/a.jsonl"),
+        "{}",
+        run.stderr
+    );
+}
+
+#[test]
+fn a_second_writer_waits_for_the_lease_instead_of_failing_on_the_store() {
+    let dir = project(CONFIG, &[("input/a.jsonl", &(RECORDS.join("\n") + "\n"))]);
+    for _ in 0..5 {
+        let children: Vec<_> = (0..3)
+            .map(|_| {
+                let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_skipprd"));
+                cmd.current_dir(dir.path())
+                    .args(["sync", "--once"])
+                    .stdout(std::process::Stdio::null());
+                for var in SCRUBBED {
+                    cmd.env_remove(var);
+                }
+                cmd.stderr(std::process::Stdio::piped()).spawn().unwrap()
+            })
+            .collect();
+        for child in children {
+            let out = child.wait_with_output().unwrap();
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert!(out.status.success(), "{stderr}");
+        }
+    }
+}

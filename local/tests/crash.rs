@@ -69,14 +69,23 @@ fn append_records(path: &Path, first: u64, count: u64, rng: &mut Rng) {
         .unwrap();
     let mut text = String::new();
     for id in first..first + count {
-        let kind = if rng.below(3) == 0 { "refund" } else { "order" };
+        // Now and then a malformed line (a deadletter, no id) or a record without `kind`
+        // (routed to the pipeline's own namespace), so those paths are crashed too.
+        if rng.below(97) == 0 {
+            text.push_str("{\"id\": broken\n");
+        }
+        let kind = match rng.below(40) {
+            0 => "\"kind\":null,".to_owned(),
+            n if n % 3 == 0 => "\"kind\":\"refund\",".to_owned(),
+            _ => "\"kind\":\"order\",".to_owned(),
+        };
         let price = if rng.below(50) == 0 {
             "\"n/a\"".to_owned()
         } else {
             format!("{}.{}", rng.below(500), rng.below(100))
         };
         text.push_str(&format!(
-            "{{\"id\":{id},\"kind\":\"{kind}\",\"price\":{price},\"at\":{},\"tags\":[\"t{}\"],\"customer\":{{\"n\":\"c{}\"}}}}\n",
+            "{{\"id\":{id},{kind}\"price\":{price},\"at\":{},\"tags\":[\"t{}\"],\"customer\":{{\"n\":\"c{}\"}}}}\n",
             1_700_000_000 + id,
             rng.below(5),
             rng.below(1000)
@@ -261,6 +270,16 @@ fn a_crash_at_every_protocol_step_is_recovered_exactly_once() {
             !crashed.status.success(),
             "{name}: the failpoint did not fire"
         );
+        #[cfg(unix)]
+        {
+            use std::os::unix::process::ExitStatusExt;
+            let stderr = String::from_utf8_lossy(&crashed.stderr);
+            assert_eq!(
+                crashed.status.signal(),
+                Some(6),
+                "{name}: not an abort: {stderr}"
+            );
+        }
         let out = skipprd(&project).output().unwrap();
         assert!(
             out.status.success(),

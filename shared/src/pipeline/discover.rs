@@ -124,10 +124,19 @@ pub fn discover_into(
     };
     read_ahead(source, 2, |batches| -> Result<(), PipelineError> {
         for step in batches {
-            let (batch, progress, _checkpoint) = step.map_err(|source| PipelineError::Source {
-                pipeline: name.clone(),
-                source,
-            })?;
+            let (batch, progress, _checkpoint) = match step {
+                Ok(step) => step,
+                Err(e) if e.affects_one_file() => {
+                    tracing::error!(pipeline = %name, error = %e, "Skipped a file that could not be read.");
+                    continue;
+                }
+                Err(source) => {
+                    return Err(PipelineError::Source {
+                        pipeline: name.clone(),
+                        source,
+                    });
+                }
+            };
             bytes += batch.bytes_read;
             for dl in &batch.deadletters {
                 deadletters += 1;

@@ -128,6 +128,8 @@ pub enum Event {
         delivered: u64,
         /// Committed batches not yet delivered.
         pending: u64,
+        /// Files skipped because they could not be read (tried again next pass).
+        files_failed: u64,
         /// Wall time.
         seconds: f64,
     },

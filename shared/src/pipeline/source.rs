@@ -93,7 +93,9 @@ pub fn read_ahead<R>(
                     Ok(None) => return,
                     Err(e) => Err(e),
                 };
-                let stop = step.is_err();
+                // An error about one file lets reading go on with the next file (the source
+                // moves on when called again); any other error ends reading.
+                let stop = step.as_ref().is_err_and(|e| !e.affects_one_file());
                 if tx.send(step).is_err() || stop {
                     return;
                 }

@@ -83,6 +83,8 @@ pub struct SyncReport {
     pub pending: u64,
     /// Whether the pass stopped early on request.
     pub stopped: bool,
+    /// Files skipped because they could not be read (tried again next pass).
+    pub files_failed: u64,
 }
 
 /// The sort key of the source position item.
@@ -214,19 +216,44 @@ pub fn sync_pass(
     let disk_dir = state_dir.clone();
     read_ahead(source, 2, |steps| -> Result<(), PipelineError> {
         for step in steps {
-            let (batch, progress, checkpoint) = step.map_err(|source| PipelineError::Source {
-                pipeline: name.clone(),
-                source,
-            })?;
+            let (batch, progress, checkpoint) = match step {
+                Ok(step) => step,
+                // One unreadable file must not block the others: it is reported, stays
+                // unfinished in the checkpoint (so the next pass tries it again), and reading
+                // goes on with the next file.
+                Err(e) if e.affects_one_file() => {
+                    tracing::error!(pipeline = %name, error = %e, "Skipped a file that could not be read; the next pass tries it again.");
+                    report.files_failed += 1;
+                    continue;
+                }
+                Err(source) => {
+                    return Err(PipelineError::Source {
+                        pipeline: name.clone(),
+                        source,
+                    });
+                }
+            };
             report.bytes += batch.bytes_read;
             for dl in &batch.deadletters {
                 report.deadletters += 1;
                 log_deadletter(&name, dl, &mut dl_logged);
             }
-            // Type: infer the batch, evolve the schema, build per-namespace Arrow batches.
-            let mut inferrer = SchemaInferrer::new(transform.clone());
-            for record in &batch.records {
-                inferrer.add(&record.value).map_err(schema_err)?;
+            // Type: infer the batch, evolve the schema, build per-namespace Arrow batches. A
+            // record that breaks an inference limit (too many fields or namespaces) becomes a
+            // deadletter instead of failing every pass from here on.
+            let mut rejected = vec![false; batch.records.len()];
+            let inferrer =
+                infer_batch(&batch.records, &transform, &mut rejected).map_err(schema_err)?;
+            for (record, _) in batch.records.iter().zip(&rejected).filter(|(_, r)| **r) {
+                report.deadletters += 1;
+                log_deadletter(
+                    &name,
+                    &untypeable(
+                        record,
+                        "breaks an inference limit (too many fields or namespaces)",
+                    ),
+                    &mut dl_logged,
+                );
             }
             let changes = evolve(&mut schema, &inferrer.finish(&name, &settings.workspace));
             if !changes.is_empty() {
@@ -248,9 +275,15 @@ pub fn sync_pass(
                 });
             }
             let mut builders: BTreeMap<String, RecordBatchBuilder> = BTreeMap::new();
-            for record in &batch.records {
+            for (record, _) in batch.records.iter().zip(&rejected).filter(|(_, r)| !**r) {
                 let ns = namespace_for(&record.value, &transform);
                 let Some(ns_schema) = schema.namespaces.get(&ns) else {
+                    report.deadletters += 1;
+                    log_deadletter(
+                        &name,
+                        &untypeable(record, &format!("namespace `{ns}` is not in the schema")),
+                        &mut dl_logged,
+                    );
                     continue;
                 };
                 let builder = builders.entry(ns.clone()).or_insert_with(|| {
@@ -312,6 +345,10 @@ pub fn sync_pass(
         }
         Ok(())
     })?;
+    // The store and the WAL go before the lease: a writer waiting for the lock must find them
+    // closed (redb admits one process at a time).
+    drop(wal);
+    drop(store);
     drop(lease);
     observer.event(&Event::SyncComplete {
         pipeline: name.clone(),
@@ -321,6 +358,7 @@ pub fn sync_pass(
         deadletters: report.deadletters,
         delivered: report.delivered,
         pending: report.pending,
+        files_failed: report.files_failed,
         seconds: (started.elapsed().as_secs_f64() * 1000.0).round() / 1000.0,
     });
     Ok(report)
@@ -365,6 +403,51 @@ fn put_position(
     value.extend_from_slice(&batch.to_le_bytes());
     value.extend_from_slice(checkpoint);
     store.put(key, &value, Condition::Any, fence)
+}
+
+/// Most re-inferences of one batch after records broke an inference limit.
+const MAX_INFERENCE_RETRIES: usize = 16;
+
+/// Infer the schema of a batch's records not yet `rejected`; a record that breaks an inference
+/// limit is marked rejected and the batch inferred again without it (a failed `add` may have
+/// left the inferrer half-updated).
+fn infer_batch(
+    records: &[crate::sources::SourceRecord],
+    transform: &crate::schema::TransformOptions,
+    rejected: &mut [bool],
+) -> Result<SchemaInferrer, SchemaError> {
+    let mut retries = 0;
+    'again: loop {
+        let mut inferrer = SchemaInferrer::new(transform.clone());
+        for (i, record) in records.iter().enumerate() {
+            if rejected[i] {
+                continue;
+            }
+            if let Err(e) = inferrer.add(&record.value) {
+                if retries == MAX_INFERENCE_RETRIES {
+                    return Err(e);
+                }
+                retries += 1;
+                rejected[i] = true;
+                continue 'again;
+            }
+        }
+        return Ok(inferrer);
+    }
+}
+
+/// A deadletter for a record that could not be typed.
+fn untypeable(record: &crate::sources::SourceRecord, error: &str) -> Deadletter {
+    let raw = serde_json::to_string(&record.value).unwrap_or_default();
+    Deadletter {
+        source_uri: record.position.uri.clone(),
+        line: record.position.record,
+        offset: record.position.offset,
+        raw: Deadletter::clip_raw(&raw),
+        error: error.to_owned(),
+        code: crate::deadletter::FailureCode::Untypeable,
+        namespace: None,
+    }
 }
 
 /// The position item: the newest WAL batch id it follows (u64 LE), then the source checkpoint.

@@ -120,6 +120,22 @@ pub enum SourceError {
 }
 
 impl SourceError {
+    /// Whether the error is about one file only, so that reading can go on with the next
+    /// file (which the File source does when called again after such an error).
+    pub fn affects_one_file(&self) -> bool {
+        matches!(
+            self,
+            SourceError::UnknownFormat { .. }
+                | SourceError::NotJson { .. }
+                | SourceError::UnsupportedCompression { .. }
+                | SourceError::Vanished { .. }
+                | SourceError::Io { .. }
+                | SourceError::CorruptGzip { .. }
+                | SourceError::Parquet { .. }
+                | SourceError::Csv { .. }
+        )
+    }
+
     /// Whether trying the same read again may succeed: true for interrupted or timed-out I/O,
     /// false for missing files, bad patterns, unknown formats and corrupt content.
     pub fn is_retryable(&self) -> bool {
