@@ -586,3 +586,47 @@ fn a_second_writer_waits_for_the_lease_instead_of_failing_on_the_store() {
         }
     }
 }
+
+#[test]
+fn a_line_caught_mid_write_is_read_whole_by_the_next_pass() {
+    let dir = project(
+        CONFIG,
+        &[(
+            "input/a.jsonl",
+            "{\"kind\":\"order\",\"id\":1}\n{\"kind\":\"order\",\"id\":2,\"no",
+        )],
+    );
+    let run = skipprd(dir.path(), &["sync", "--once", "--output", "json"], &[]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let done: serde_json::Value = serde_json::from_str(run.stdout.lines().last().unwrap()).unwrap();
+    assert_eq!(
+        (done["rows"].as_u64(), done["deadletters"].as_u64()),
+        (Some(1), Some(0))
+    );
+    // The writer finishes the line.
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .open(dir.path().join("input/a.jsonl"))
+        .unwrap();
+    std::io::Write::write_all(&mut f, b"te\":\"x\"}\n").unwrap();
+    let run = skipprd(dir.path(), &["sync", "--once", "--output", "json"], &[]);
+    let done: serde_json::Value = serde_json::from_str(run.stdout.lines().last().unwrap()).unwrap();
+    assert_eq!(
+        (done["rows"].as_u64(), done["deadletters"].as_u64()),
+        (Some(1), Some(0))
+    );
+    let q = skipprd(
+        dir.path(),
+        &[
+            "query",
+            "--plain",
+            "-s",
+            "select id, note from events.order order by id",
+        ],
+        &[],
+    );
+    assert_eq!(
+        q.stdout.trim(),
+        r#"{"header":["id","note"],"rows":[[1,null],[2,"x"]]}"#
+    );
+}

@@ -23,6 +23,9 @@ pub(crate) struct JsonLinesReader {
     /// The current line's bytes (or the kept prefix of a line that is too long).
     line: Vec<u8>,
     done: bool,
+    /// The last line was left unread because it is still being written (no `\n` yet, and
+    /// its JSON stops mid-value): the file is not finished.
+    held_back: bool,
 }
 
 impl JsonLinesReader {
@@ -36,12 +39,14 @@ impl JsonLinesReader {
             line_no: start.records,
             line: Vec::new(),
             done: false,
+            held_back: false,
         }
     }
 
-    /// Read the next line into `self.line`. Returns its full length without the `\n` and
-    /// whether it was cut for being too long, or `None` at the end of the stream.
-    fn read_line(&mut self) -> Result<Option<(u64, bool)>, SourceError> {
+    /// Read the next line into `self.line`. Returns its full length without the `\n`,
+    /// whether it was cut for being too long and whether it ended with a `\n`, or `None` at
+    /// the end of the stream.
+    fn read_line(&mut self) -> Result<Option<(u64, bool, bool)>, SourceError> {
         self.line.clear();
         if self.line.capacity() > LINE_CAPACITY_KEPT {
             self.line = Vec::new();
@@ -50,6 +55,7 @@ impl JsonLinesReader {
         let mut length: u64 = 0;
         let mut too_large = false;
         let mut any = false;
+        let mut newline = false;
         loop {
             let buf = match self.stream.reader.fill_buf() {
                 Ok(buf) => buf,
@@ -81,10 +87,11 @@ impl JsonLinesReader {
             self.stream.reader.consume(taken);
             self.offset += taken as u64;
             if ended {
+                newline = true;
                 break;
             }
         }
-        Ok(any.then_some((length, too_large)))
+        Ok(any.then_some((length, too_large, newline)))
     }
 }
 
@@ -92,7 +99,7 @@ impl RecordReader for JsonLinesReader {
     fn next_item(&mut self) -> Result<Option<Item>, SourceError> {
         while !self.done {
             let start = self.offset;
-            let Some((length, too_large)) = self.read_line()? else {
+            let Some((length, too_large, newline)) = self.read_line()? else {
                 self.done = true;
                 break;
             };
@@ -112,6 +119,18 @@ impl RecordReader for JsonLinesReader {
             text = text.strip_suffix(b"\r").unwrap_or(text);
             if text.iter().all(u8::is_ascii_whitespace) {
                 continue;
+            }
+            // A last line without its `\n` that stops in the middle of a JSON value is a
+            // record still being written: leave it for the next pass (the file stays
+            // unfinished at the offset before it) instead of rejecting half a record.
+            if !newline
+                && serde_json::from_slice::<serde_json::Value>(text).is_err_and(|e| e.is_eof())
+            {
+                self.offset = start;
+                self.line_no -= 1;
+                self.held_back = true;
+                self.done = true;
+                break;
             }
             return Ok(Some(self.ctx.parse_json(
                 text,
@@ -138,7 +157,7 @@ impl RecordReader for JsonLinesReader {
     }
 
     fn finished(&self) -> bool {
-        self.done
+        self.done && !self.held_back
     }
 }
 

@@ -164,9 +164,11 @@
 //! - a file in the checkpoint that is no longer listed is dropped from it (a debug message).
 //!
 //! Bytes are not compared beyond the first 1024: a file rewritten in place with the same
-//! size and the same first 1024 bytes counts as unchanged. A last line without its `\n` is
-//! consumed as it is: a writer caught mid-line makes a deadletter, and the rest of its line a
-//! second one. A file whose reading failed (an I/O error, a corrupt gzip stream) is left not
+//! size and the same first 1024 bytes counts as unchanged. A last JSON-lines line without its
+//! `\n` whose JSON stops mid-value is a record still being written: it is left for the next
+//! pass (the file stays unfinished before it), which reads it whole once the writer is done.
+//! A last line without `\n` that is complete, or malformed in any other way, is read (or
+//! rejected) as it is. A file whose reading failed (an I/O error, a corrupt gzip stream) is left not
 //! done at the last item returned, so the next pass tries it again; a file that vanished
 //! before it could be read is dropped.
 //!
