@@ -20,4 +20,5 @@ pub mod query;
 pub mod schema;
 pub mod sources;
 pub mod state;
+mod text;
 pub mod wal;
