@@ -630,3 +630,49 @@ fn a_line_caught_mid_write_is_read_whole_by_the_next_pass() {
         r#"{"header":["id","note"],"rows":[[1,null],[2,"x"]]}"#
     );
 }
+
+#[test]
+fn a_file_renamed_by_log_rotation_is_not_read_twice() {
+    let dir = project(
+        CONFIG,
+        &[(
+            "input/app.jsonl",
+            "{\"kind\":\"order\",\"id\":1}\n{\"kind\":\"order\",\"id\":2}\n",
+        )],
+    );
+    assert_eq!(skipprd(dir.path(), &["sync", "--once"], &[]).code, 0);
+    // Rotation: the file moves to a new name (and gets one more line first), a new file starts.
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .open(dir.path().join("input/app.jsonl"))
+        .unwrap();
+    std::io::Write::write_all(&mut f, b"{\"kind\":\"order\",\"id\":3}\n").unwrap();
+    drop(f);
+    std::fs::rename(
+        dir.path().join("input/app.jsonl"),
+        dir.path().join("input/app.1.jsonl"),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("input/app.jsonl"),
+        "{\"kind\":\"order\",\"id\":4}\n",
+    )
+    .unwrap();
+    assert_eq!(skipprd(dir.path(), &["sync", "--once"], &[]).code, 0);
+    let q = skipprd(
+        dir.path(),
+        &[
+            "query",
+            "--plain",
+            "-s",
+            "select id from events.order order by id",
+        ],
+        &[],
+    );
+    assert_eq!(
+        q.stdout.trim(),
+        r#"{"header":["id"],"rows":[[1],[2],[3],[4]]}"#,
+        "{}",
+        q.stderr
+    );
+}

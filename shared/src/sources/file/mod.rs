@@ -161,6 +161,10 @@
 //! - a file smaller than when it was read, or whose first bytes changed, is a different file
 //!   now (rotated by copy-truncate, or rewritten): a warning naming it, and read from the
 //!   start. So is a file whose decompressed stream turns out shorter than `offset`;
+//! - a path not in the checkpoint whose content starts with the first bytes of a checkpoint
+//!   file that is no longer at its own path (gone, or replaced by another file) is that file
+//!   renamed (log rotation by rename: `app.jsonl` -> `app.1.jsonl`, new `app.jsonl`): it keeps
+//!   its progress under the new name and is read on from there, not again;
 //! - a file in the checkpoint that is no longer listed is dropped from it (a debug message).
 //!
 //! Bytes are not compared beyond the first 1024: a file rewritten in place with the same
@@ -200,7 +204,7 @@ mod reader;
 mod resume_tests;
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
@@ -315,6 +319,25 @@ struct Current {
     credited: u64,
 }
 
+/// Whether the file `progress` describes is still at `path` (same first bytes, not smaller).
+fn still_there(path: &Path, progress: &FileProgress) -> bool {
+    use std::io::Read;
+    let Ok(file) = std::fs::File::open(path) else {
+        return false;
+    };
+    let Ok(size) = file.metadata().map(|m| m.len()) else {
+        return false;
+    };
+    let mut head = Vec::new();
+    if file.take(progress.head_len).read_to_end(&mut head).is_err() {
+        return false;
+    }
+    matches!(
+        progress.compare(size, &head),
+        Identity::Unchanged | Identity::Grown | Identity::Unfinished
+    )
+}
+
 /// Reads records from files; see the [module documentation](self).
 pub struct FileSource {
     options: FileSourceOptions,
@@ -366,11 +389,43 @@ impl FileSource {
             Some(bytes) => FileCheckpoint::from_bytes(bytes, &options.path)?,
             None => FileCheckpoint::new(),
         };
+        // A file is known by its path, or, when its path is new, by its content: a file of
+        // the checkpoint that is no longer at its path (gone, or replaced by another file)
+        // and whose first bytes match was renamed (log rotation by rename); it carries its
+        // progress to the new name instead of being read again.
+        let renamed: std::cell::RefCell<BTreeMap<String, String>> = Default::default();
         let listing = paths::list_files_since(&options, &|shown, size, head| {
-            old.files
-                .get(shown)
-                .map_or(Identity::New, |progress| progress.compare(size, head))
+            if let Some(progress) = old.files.get(shown) {
+                return progress.compare(size, head);
+            }
+            let mut renamed = renamed.borrow_mut();
+            let moved = old.files.iter().find(|(was, progress)| {
+                !renamed.values().any(|taken| taken == *was)
+                    && !still_there(&options.base_dir.join(was.as_str()), progress)
+                    && matches!(
+                        progress.compare(size, head),
+                        Identity::Unchanged | Identity::Grown | Identity::Unfinished
+                    )
+            });
+            match moved {
+                Some((was, progress)) => {
+                    tracing::info!(
+                        file = shown,
+                        was = was.as_str(),
+                        "`{shown}` is `{was}` renamed: reading on where it was left"
+                    );
+                    let identity = progress.compare(size, head);
+                    renamed.insert(shown.to_owned(), was.clone());
+                    identity
+                }
+                None => Identity::New,
+            }
         })?;
+        for (now, was) in renamed.into_inner() {
+            if let Some(progress) = old.files.remove(&was) {
+                old.files.insert(now, progress);
+            }
+        }
         let mut read = BTreeMap::new();
         for shown in listing.unchanged {
             if let Some(progress) = old.files.remove(&shown) {
