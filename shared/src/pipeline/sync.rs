@@ -203,7 +203,12 @@ pub fn sync_pass(
     let mut schema_version = match store.get(&version_key).map_err(state_err)? {
         Some(item) => String::from_utf8_lossy(&item.value)
             .parse::<u32>()
-            .unwrap_or(1),
+            .map_err(|_| {
+                state_err(crate::state::StateError::Corrupt {
+                    key: version_key.to_string(),
+                    message: "the schema version is not a number".to_owned(),
+                })
+            })?,
         None => 1,
     };
 
@@ -465,18 +470,20 @@ fn decode_position(
     Ok((u64::from_le_bytes(*id), checkpoint.to_vec()))
 }
 
+/// Log a rejected record: every one with its source, line and error (never silently
+/// dropped); the first [`RAW_LOGGED`] also with the start of their text.
 fn log_deadletter(pipeline: &str, dl: &Deadletter, logged: &mut u64) {
     *logged += 1;
-    if *logged <= 20 {
+    if *logged <= RAW_LOGGED {
         let raw: String = dl.raw.chars().take(200).collect();
         tracing::warn!(pipeline, source = %dl.source_uri, line = dl.line, code = dl.code.as_str(), error = %dl.error, raw = %raw, "Rejected a record.");
-    } else if *logged == 21 {
-        tracing::warn!(
-            pipeline,
-            "More records were rejected; only the first 20 are logged one by one."
-        );
+    } else {
+        tracing::warn!(pipeline, source = %dl.source_uri, line = dl.line, code = dl.code.as_str(), error = %dl.error, "Rejected a record.");
     }
 }
+
+/// How many rejected records per pass are logged with their raw text.
+const RAW_LOGGED: u64 = 20;
 
 /// The disk guard: pause while the data dir's file system has under 5 GB free or is 90%
 /// full; resume at 80%.
