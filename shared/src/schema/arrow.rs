@@ -505,9 +505,15 @@ impl StructColumn {
     /// Append one row from an object: decide where each value lands, then push every column.
     fn push_fields<L: Lookup>(&mut self, object: &L) -> Result<(), RowError> {
         self.route.fill(NO_ROUTE);
-        for source in 0..self.slots.len() {
+        // Each key is looked up once per row (a lookup hashes the key).
+        let values: Vec<Option<&Value>> = self
+            .slots
+            .iter()
+            .map(|slot| own(object, &slot.name))
+            .collect();
+        for (source, value) in values.iter().enumerate() {
             let slot = &self.slots[source];
-            let Some(value) = own(object, &slot.name) else {
+            let Some(value) = *value else {
                 continue;
             };
             if slot.column.fits(value) {
@@ -529,7 +535,7 @@ impl StructColumn {
         for target in 0..self.slots.len() {
             let value = match self.route[target] {
                 NO_ROUTE => None,
-                source => own(object, &self.slots[source].name),
+                source => values[source],
             };
             let slot = &mut self.slots[target];
             slot.column
