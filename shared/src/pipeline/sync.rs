@@ -342,11 +342,11 @@ pub fn sync_pass(
                     deadletters: report.deadletters,
                 });
             }
+            wait_for_disk(&disk_dir, &name, &options.stop);
             if options.stop.load(Ordering::SeqCst) {
                 report.stopped = true;
                 return Ok(());
             }
-            wait_for_disk(&disk_dir, &name, &options.stop);
         }
         Ok(())
     })?;
