@@ -243,67 +243,78 @@ pub fn sync_pass(
                 report.deadletters += 1;
                 log_deadletter(&name, dl, &mut dl_logged);
             }
-            // Type: infer the batch, evolve the schema, build per-namespace Arrow batches. A
-            // record that breaks an inference limit (too many fields or namespaces) becomes a
-            // deadletter instead of failing every pass from here on.
-            let mut rejected = vec![false; batch.records.len()];
-            let inferrer =
-                infer_batch(&batch.records, &transform, &mut rejected).map_err(schema_err)?;
-            for (record, _) in batch.records.iter().zip(&rejected).filter(|(_, r)| **r) {
-                report.deadletters += 1;
-                log_deadletter(
-                    &name,
-                    &untypeable(
-                        record,
-                        "breaks an inference limit (too many fields or namespaces)",
-                    ),
-                    &mut dl_logged,
-                );
-            }
-            let changes = evolve(&mut schema, &inferrer.finish(&name, &settings.workspace));
-            if !changes.is_empty() {
-                schemas.save(&schema).map_err(schema_err)?;
-                failpoint(failpoint::AFTER_SCHEMA_SAVE).map_err(wal_err)?;
-                schema_version += 1;
-                store
-                    .put(
-                        &version_key,
-                        schema_version.to_string().as_bytes(),
-                        Condition::Any,
-                        fence,
-                    )
-                    .map_err(state_err)?;
-                observer.event(&Event::SchemaEvolved {
-                    pipeline: name.clone(),
-                    version: schema_version,
-                    changes: changes.iter().map(ToString::to_string).collect(),
-                });
-            }
-            let mut builders: BTreeMap<String, RecordBatchBuilder> = BTreeMap::new();
-            for (record, _) in batch.records.iter().zip(&rejected).filter(|(_, r)| !**r) {
-                let ns = namespace_for(&record.value, &transform);
-                let Some(ns_schema) = schema.namespaces.get(&ns) else {
-                    report.deadletters += 1;
-                    log_deadletter(
-                        &name,
-                        &untypeable(record, &format!("namespace `{ns}` is not in the schema")),
-                        &mut dl_logged,
-                    );
-                    continue;
-                };
-                let builder = builders.entry(ns.clone()).or_insert_with(|| {
-                    RecordBatchBuilder::new(ns_schema)
-                        .with_flatten_events(transform.flatten_events)
-                        .with_namespace(ns.clone())
-                });
-                let position = &record.position;
-                if let Err(dl) = builder.append(&record.value, || {
-                    (position.uri.clone(), position.record, position.offset)
-                }) {
-                    report.deadletters += 1;
-                    log_deadletter(&name, &dl, &mut dl_logged);
+            // Type. Fast path: the batch fits the schema as it is (no new key or namespace, no
+            // value that needs a new column), so it is typed without inference. Otherwise:
+            // infer the batch, evolve the schema, build per-namespace Arrow batches.
+            let builders = match type_as_is(&batch.records, &schema, &transform) {
+                Some(builders) => builders,
+                None => {
+                    // A record that breaks an inference limit (too many fields or namespaces)
+                    // becomes a deadletter instead of failing every pass from here on.
+                    let mut rejected = vec![false; batch.records.len()];
+                    let inferrer = infer_batch(&batch.records, &transform, &mut rejected)
+                        .map_err(schema_err)?;
+                    for (record, _) in batch.records.iter().zip(&rejected).filter(|(_, r)| **r) {
+                        report.deadletters += 1;
+                        log_deadletter(
+                            &name,
+                            &untypeable(
+                                record,
+                                "breaks an inference limit (too many fields or namespaces)",
+                            ),
+                            &mut dl_logged,
+                        );
+                    }
+                    let changes = evolve(&mut schema, &inferrer.finish(&name, &settings.workspace));
+                    if !changes.is_empty() {
+                        schemas.save(&schema).map_err(schema_err)?;
+                        failpoint(failpoint::AFTER_SCHEMA_SAVE).map_err(wal_err)?;
+                        schema_version += 1;
+                        store
+                            .put(
+                                &version_key,
+                                schema_version.to_string().as_bytes(),
+                                Condition::Any,
+                                fence,
+                            )
+                            .map_err(state_err)?;
+                        observer.event(&Event::SchemaEvolved {
+                            pipeline: name.clone(),
+                            version: schema_version,
+                            changes: changes.iter().map(ToString::to_string).collect(),
+                        });
+                    }
+                    let mut builders: BTreeMap<String, RecordBatchBuilder> = BTreeMap::new();
+                    for (record, _) in batch.records.iter().zip(&rejected).filter(|(_, r)| !**r) {
+                        let ns = namespace_for(&record.value, &transform);
+                        let Some(ns_schema) = schema.namespaces.get(&ns) else {
+                            report.deadletters += 1;
+                            log_deadletter(
+                                &name,
+                                &untypeable(
+                                    record,
+                                    &format!("namespace `{ns}` is not in the schema"),
+                                ),
+                                &mut dl_logged,
+                            );
+                            continue;
+                        };
+                        let builder = builders.entry(ns.clone()).or_insert_with(|| {
+                            RecordBatchBuilder::new(ns_schema)
+                                .with_flatten_events(transform.flatten_events)
+                                .with_namespace(ns.clone())
+                        });
+                        let position = &record.position;
+                        if let Err(dl) = builder.append(&record.value, || {
+                            (position.uri.clone(), position.record, position.offset)
+                        }) {
+                            report.deadletters += 1;
+                            log_deadletter(&name, &dl, &mut dl_logged);
+                        }
+                    }
+                    builders
                 }
-            }
+            };
             let mut parts = Vec::with_capacity(builders.len());
             for (namespace, mut builder) in builders {
                 if builder.is_empty() {
@@ -408,6 +419,37 @@ fn put_position(
     value.extend_from_slice(&batch.to_le_bytes());
     value.extend_from_slice(checkpoint);
     store.put(key, &value, Condition::Any, fence)
+}
+
+/// Type `records` with the schema as it is, or `None` when one of them needs more: a
+/// namespace or key the schema lacks, or a value that fits no column yet.
+fn type_as_is(
+    records: &[crate::sources::SourceRecord],
+    schema: &PipelineSchema,
+    transform: &crate::schema::TransformOptions,
+) -> Option<BTreeMap<String, RecordBatchBuilder>> {
+    let mut builders: BTreeMap<String, RecordBatchBuilder> = BTreeMap::new();
+    for record in records {
+        let ns = namespace_for(&record.value, transform);
+        let builder = match builders.get_mut(&ns) {
+            Some(builder) => builder,
+            None => {
+                let ns_schema = schema.namespaces.get(&ns)?;
+                builders.entry(ns.clone()).or_insert(
+                    RecordBatchBuilder::new(ns_schema)
+                        .with_flatten_events(transform.flatten_events)
+                        .with_namespace(ns),
+                )
+            }
+        };
+        builder
+            .append(&record.value, || (String::new(), 0, 0))
+            .ok()?;
+        if builder.saw_unknown_keys() {
+            return None;
+        }
+    }
+    Some(builders)
 }
 
 /// Most re-inferences of one batch after records broke an inference limit.

@@ -140,11 +140,17 @@ fn mismatch(label: &str, value: &Value) -> RowError {
 /// Key lookup over a JSON object or a flattened record.
 trait Lookup {
     fn lookup(&self, key: &str) -> Option<&Value>;
+    /// How many keys the object has.
+    fn key_count(&self) -> usize;
 }
 
 impl Lookup for Map<String, Value> {
     fn lookup(&self, key: &str) -> Option<&Value> {
         self.get(key)
+    }
+
+    fn key_count(&self) -> usize {
+        self.len()
     }
 }
 
@@ -152,6 +158,16 @@ impl Lookup for BTreeMap<String, &Value> {
     fn lookup(&self, key: &str) -> Option<&Value> {
         self.get(key).copied()
     }
+
+    fn key_count(&self) -> usize {
+        self.len()
+    }
+}
+
+thread_local! {
+    /// Set while typing a record when an object (at any depth) has a key its struct has no
+    /// column for; read and cleared by [`RecordBatchBuilder::append`].
+    static UNKNOWN_KEYS: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
 /// A key's value unless it is missing or null.
@@ -506,10 +522,17 @@ impl StructColumn {
     fn push_fields<L: Lookup>(&mut self, object: &L) -> Result<(), RowError> {
         self.route.fill(NO_ROUTE);
         // Each key is looked up once per row (a lookup hashes the key).
-        let values: Vec<Option<&Value>> = self
+        let present: Vec<Option<&Value>> = self
             .slots
             .iter()
-            .map(|slot| own(object, &slot.name))
+            .map(|slot| object.lookup(&slot.name))
+            .collect();
+        if present.iter().filter(|v| v.is_some()).count() < object.key_count() {
+            UNKNOWN_KEYS.with(|unknown| unknown.set(true));
+        }
+        let values: Vec<Option<&Value>> = present
+            .into_iter()
+            .map(|v| v.filter(|value| !value.is_null()))
             .collect();
         for (source, value) in values.iter().enumerate() {
             let slot = &self.slots[source];
@@ -599,6 +622,9 @@ pub struct RecordBatchBuilder {
     rows: usize,
     flatten_events: bool,
     namespace: Option<String>,
+    /// Whether an appended record had a key the schema has no column for (its value was
+    /// not stored).
+    unknown_keys: bool,
 }
 
 impl RecordBatchBuilder {
@@ -610,6 +636,7 @@ impl RecordBatchBuilder {
             rows: 0,
             flatten_events: false,
             namespace: None,
+            unknown_keys: false,
         }
     }
 
@@ -641,11 +668,13 @@ impl RecordBatchBuilder {
         record: &Map<String, Value>,
         locate: impl FnOnce() -> (String, u64, u64),
     ) -> Result<(), Deadletter> {
+        UNKNOWN_KEYS.with(|unknown| unknown.set(false));
         let pushed = if self.flatten_events {
             self.root.push_fields(&flatten(record))
         } else {
             self.root.push_fields(record)
         };
+        self.unknown_keys |= UNKNOWN_KEYS.with(|unknown| unknown.replace(false));
         match pushed {
             Ok(()) => {
                 self.rows += 1;
@@ -666,6 +695,12 @@ impl RecordBatchBuilder {
                 })
             }
         }
+    }
+
+    /// Whether any record appended so far had a key (at any depth) that the schema has no
+    /// column for. Such a value is not stored: the caller should evolve the schema first.
+    pub fn saw_unknown_keys(&self) -> bool {
+        self.unknown_keys
     }
 
     /// Rows appended since the last [`finish`](Self::finish).
@@ -1223,5 +1258,43 @@ mod tests {
             let batch = builder.finish().unwrap();
             prop_assert_eq!(batch.num_rows(), records.len());
         }
+    }
+
+    #[test]
+    fn keys_the_schema_has_no_column_for_are_noticed_at_any_depth() {
+        let ns = NamespaceSchema {
+            fields: vec![
+                Field::new("a", FieldType::Long),
+                Field::new(
+                    "s",
+                    FieldType::Struct(vec![Field::new("x", FieldType::Long)]),
+                ),
+            ],
+            records: 1,
+        };
+        let here = || (String::new(), 0, 0);
+        let mut builder = RecordBatchBuilder::new(&ns);
+        builder
+            .append(
+                &object(serde_json::json!({"a": 1, "s": {"x": 2}, "n": null})),
+                here,
+            )
+            .unwrap();
+        assert!(
+            builder.saw_unknown_keys(),
+            "a top-level key that is only null still counts"
+        );
+        let mut builder = RecordBatchBuilder::new(&ns);
+        builder
+            .append(&object(serde_json::json!({"a": 1, "s": {"x": 2}})), here)
+            .unwrap();
+        builder
+            .append(&object(serde_json::json!({"a": null})), here)
+            .unwrap();
+        assert!(!builder.saw_unknown_keys());
+        builder
+            .append(&object(serde_json::json!({"s": {"x": 2, "y": 3}})), here)
+            .unwrap();
+        assert!(builder.saw_unknown_keys(), "a nested key counts too");
     }
 }
