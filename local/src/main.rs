@@ -109,6 +109,7 @@ fn run(cli: &Cli, mode: OutputMode) -> Result<(), PipelineError> {
             let options = DiscoverOptions {
                 limit: args.limit,
                 progress_interval: Duration::from_millis(250),
+                lease_wait: skipprd::state::DEFAULT_LEASE_WAIT,
             };
             let mut observer = output::observer(mode);
             pipeline::discover(&config, pipeline, &options, observer.as_mut())?;

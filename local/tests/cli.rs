@@ -676,3 +676,29 @@ fn a_file_renamed_by_log_rotation_is_not_read_twice() {
         q.stderr
     );
 }
+
+#[test]
+fn discover_waits_for_a_running_sync_instead_of_overwriting_its_schema() {
+    let dir = project(CONFIG, &[("input/a.jsonl", &(RECORDS.join("\n") + "\n"))]);
+    let state = dir.path().join("data/default_events");
+    std::fs::create_dir_all(&state).unwrap();
+    // Hold the pipeline's writer lock, as a running sync does.
+    let lock = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(state.join("writer.lock"))
+        .unwrap();
+    lock.try_lock().unwrap();
+    let run = skipprd(dir.path(), &["discover"], &[]);
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    assert!(
+        run.stderr
+            .contains("pipeline writer lease unavailable: pipeline 'events'"),
+        "{}",
+        run.stderr
+    );
+    assert!(!state.join("schema.json").exists());
+    drop(lock);
+    assert_eq!(skipprd(dir.path(), &["discover"], &[]).code, 0);
+}

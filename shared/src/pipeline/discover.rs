@@ -28,6 +28,8 @@ pub struct DiscoverOptions {
     pub limit: Option<u64>,
     /// Minimum time between two `DiscoverProgress` events.
     pub progress_interval: Duration,
+    /// How long to wait for the pipeline's writer lease (held by a running `sync`).
+    pub lease_wait: Duration,
 }
 
 /// What `discover` did.
@@ -86,7 +88,33 @@ pub fn discover(
     observer: &mut dyn Observer,
 ) -> Result<DiscoverReport, PipelineError> {
     let store = schema_store(&config.settings, pipeline)?;
-    discover_into(config, pipeline, options, &store, observer)
+    // The schema file is the pipeline's state too: take the writer lease, so that discover
+    // never overwrites it under a running `sync`.
+    let settings = &config.settings;
+    let state_dir = pipeline.state_dir(settings);
+    std::fs::create_dir_all(&state_dir).map_err(|e| PipelineError::Io {
+        pipeline: pipeline.name.clone(),
+        path: state_dir.clone(),
+        message: e.to_string(),
+    })?;
+    let partition =
+        crate::state::partition_key(&settings.tenant, &settings.workspace, &pipeline.name);
+    let store_path = state_dir.join("state.redb");
+    let (lease, state) = crate::state::LocalLease::acquire(
+        &state_dir,
+        &pipeline.name,
+        &partition,
+        options.lease_wait,
+        || crate::state::EmbeddedStore::open(&store_path),
+    )
+    .map_err(|source| PipelineError::State {
+        pipeline: pipeline.name.clone(),
+        source,
+    })?;
+    let report = discover_into(config, pipeline, options, &store, observer);
+    drop(state);
+    drop(lease);
+    report
 }
 
 /// [`discover`] with the schema store given.

@@ -59,7 +59,7 @@ impl Default for SyncOptions {
     fn default() -> Self {
         SyncOptions {
             stop: Arc::new(AtomicBool::new(false)),
-            lease_wait: Duration::from_secs(5),
+            lease_wait: crate::state::DEFAULT_LEASE_WAIT,
             progress_interval: Duration::from_millis(500),
             wal: WalOptions::default(),
         }

@@ -19,6 +19,9 @@ use super::{Condition, Fence, StateError, StateKey, StateStore};
 /// The sort key of a partition's lease item.
 pub const LEASE_SORT_KEY: &str = "lease";
 
+/// How long a second writer waits for the lease before giving up.
+pub const DEFAULT_LEASE_WAIT: Duration = Duration::from_secs(5);
+
 /// How often a waiting writer retries the lock.
 const POLL: Duration = Duration::from_millis(50);
 

@@ -24,7 +24,7 @@ pub mod memory;
 
 pub use embedded::EmbeddedStore;
 pub use error::StateError;
-pub use lease::{LEASE_SORT_KEY, LocalLease};
+pub use lease::{DEFAULT_LEASE_WAIT, LEASE_SORT_KEY, LocalLease};
 pub use memory::MemoryStore;
 
 /// The address of an item.
