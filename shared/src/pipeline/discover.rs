@@ -12,14 +12,14 @@ use std::time::{Duration, Instant};
 
 use crate::config::validate::{Settings, ValidatedConfig, ValidatedPipeline};
 use crate::config::{ConfigError, StorageMode};
-use crate::deadletter::Deadletter;
 use crate::schema::{
     LocalSchemaStore, PipelineSchema, SchemaInferrer, SchemaStore, TransformOptions,
 };
 
-use super::PipelineError;
 use super::events::{Event, Observer};
+use super::held::Held;
 use super::source::{open_source, read_ahead};
+use super::{DeadletterLog, PipelineError};
 
 /// Options of one `discover` run.
 #[derive(Debug, Clone, Default)]
@@ -48,9 +48,6 @@ pub struct DiscoverReport {
     /// Wall time.
     pub elapsed: Duration,
 }
-
-/// How many deadletters are logged one by one before only the count goes on.
-const DEADLETTERS_LOGGED: u64 = 20;
 
 /// The schema store of a pipeline, per the storage mode.
 pub fn schema_store(
@@ -90,30 +87,9 @@ pub fn discover(
     let store = schema_store(&config.settings, pipeline)?;
     // The schema file is the pipeline's state too: take the writer lease, so that discover
     // never overwrites it under a running `sync`.
-    let settings = &config.settings;
-    let state_dir = pipeline.state_dir(settings);
-    std::fs::create_dir_all(&state_dir).map_err(|e| PipelineError::Io {
-        pipeline: pipeline.name.clone(),
-        path: state_dir.clone(),
-        message: e.to_string(),
-    })?;
-    let partition =
-        crate::state::partition_key(&settings.tenant, &settings.workspace, &pipeline.name);
-    let store_path = state_dir.join("state.redb");
-    let (lease, state) = crate::state::LocalLease::acquire(
-        &state_dir,
-        &pipeline.name,
-        &partition,
-        options.lease_wait,
-        || crate::state::EmbeddedStore::open(&store_path),
-    )
-    .map_err(|source| PipelineError::State {
-        pipeline: pipeline.name.clone(),
-        source,
-    })?;
+    let held = Held::take(&config.settings, pipeline, options.lease_wait)?;
     let report = discover_into(config, pipeline, options, &store, observer);
-    drop(state);
-    drop(lease);
+    drop(held);
     report
 }
 
@@ -144,7 +120,8 @@ pub fn discover_into(
         "Discover started."
     );
     let mut inferrer = SchemaInferrer::new(transform_options(pipeline));
-    let (mut records, mut deadletters, mut bytes) = (0u64, 0u64, 0u64);
+    let (mut records, mut bytes) = (0u64, 0u64);
+    let mut dl_log = DeadletterLog::new(&name);
     let mut last_progress = Instant::now();
     let schema_err = |source| PipelineError::Schema {
         pipeline: name.clone(),
@@ -167,8 +144,7 @@ pub fn discover_into(
             };
             bytes += batch.bytes_read;
             for dl in &batch.deadletters {
-                deadletters += 1;
-                log_deadletter(&name, dl, deadletters);
+                dl_log.log(dl);
             }
             for record in &batch.records {
                 if options.limit.is_some_and(|limit| records >= limit) {
@@ -182,7 +158,7 @@ pub fn discover_into(
                 observer.event(&Event::DiscoverProgress {
                     pipeline: name.clone(),
                     records,
-                    deadletters,
+                    deadletters: dl_log.count(),
                     bytes,
                     bytes_total: progress.bytes_total,
                     files_done: progress.files_done,
@@ -191,9 +167,7 @@ pub fn discover_into(
         }
         Ok(())
     })?;
-    if deadletters > DEADLETTERS_LOGGED {
-        tracing::warn!(pipeline = %name, deadletters, "Rejected records: only the first {DEADLETTERS_LOGGED} were logged one by one.");
-    }
+    let deadletters = dl_log.count();
 
     if records == 0 {
         return Err(PipelineError::NothingRead {
@@ -260,22 +234,6 @@ pub fn field_paths(fields: &[crate::schema::Field]) -> Vec<String> {
     let mut out = Vec::new();
     walk(fields, "", &mut out);
     out
-}
-
-fn log_deadletter(pipeline: &str, dl: &Deadletter, count: u64) {
-    if count <= DEADLETTERS_LOGGED {
-        let raw: String = dl.raw.chars().take(200).collect();
-        tracing::warn!(
-            pipeline,
-            source = %dl.source_uri,
-            line = dl.line,
-            offset = dl.offset,
-            code = dl.code.as_str(),
-            error = %dl.error,
-            raw = %raw,
-            "Rejected a record."
-        );
-    }
 }
 
 #[cfg(test)]

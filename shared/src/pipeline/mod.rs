@@ -7,9 +7,48 @@
 pub mod discover;
 pub mod error;
 pub mod events;
+mod held;
 pub mod source;
 pub mod sync;
 
 pub use discover::{DiscoverOptions, DiscoverReport, discover};
 pub use error::PipelineError;
 pub use events::{Event, Observer};
+
+/// Logs rejected records: every one with its source, line and error (never silently
+/// dropped), the first [`DeadletterLog::RAW_LOGGED`] of a run also with the start of their text.
+#[derive(Debug)]
+pub(crate) struct DeadletterLog {
+    pipeline: String,
+    count: u64,
+}
+
+impl DeadletterLog {
+    /// How many rejected records per run are logged with their raw text.
+    pub(crate) const RAW_LOGGED: u64 = 20;
+
+    /// A log for `pipeline`.
+    pub(crate) fn new(pipeline: &str) -> Self {
+        DeadletterLog {
+            pipeline: pipeline.to_owned(),
+            count: 0,
+        }
+    }
+
+    /// Log one rejected record.
+    pub(crate) fn log(&mut self, dl: &crate::deadletter::Deadletter) {
+        self.count += 1;
+        let pipeline = self.pipeline.as_str();
+        if self.count <= Self::RAW_LOGGED {
+            let raw: String = dl.raw.chars().take(200).collect();
+            tracing::warn!(pipeline, source = %dl.source_uri, line = dl.line, offset = dl.offset, code = dl.code.as_str(), error = %dl.error, raw = %raw, "Rejected a record.");
+        } else {
+            tracing::warn!(pipeline, source = %dl.source_uri, line = dl.line, offset = dl.offset, code = dl.code.as_str(), error = %dl.error, "Rejected a record.");
+        }
+    }
+
+    /// Records logged so far.
+    pub(crate) fn count(&self) -> u64 {
+        self.count
+    }
+}

@@ -22,7 +22,6 @@
 //! being committed is finished, nothing is half-written.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -34,13 +33,14 @@ use crate::schema::{
     PipelineSchema, RecordBatchBuilder, SchemaError, SchemaInferrer, SchemaStore, evolve,
     namespace_for,
 };
-use crate::state::{Condition, EmbeddedStore, LocalLease, StateKey, StateStore, partition_key};
+use crate::state::{Condition, StateKey, StateStore};
 use crate::wal::{BatchPart, DiskWal, WalOptions};
 
-use super::PipelineError;
 use super::discover::{schema_store, transform_options};
 use super::events::{Event, Observer};
+use super::held::Held;
 use super::source::{open_source_at, read_ahead};
+use super::{DeadletterLog, PipelineError};
 
 /// Options of one pass.
 #[derive(Debug, Clone)]
@@ -123,15 +123,6 @@ pub fn sync_pass(
         }
         .into());
     }
-    let state_dir = pipeline.state_dir(settings);
-    let io = |path: PathBuf| {
-        move |e: std::io::Error| PipelineError::Io {
-            pipeline: pipeline.name.clone(),
-            path,
-            message: e.to_string(),
-        }
-    };
-    std::fs::create_dir_all(&state_dir).map_err(io(state_dir.clone()))?;
     let state_err = |source| PipelineError::State {
         pipeline: name.clone(),
         source,
@@ -145,16 +136,10 @@ pub fn sync_pass(
         source,
     };
 
-    // 1. Lease.
-    // The embedded store admits one process at a time: open it only under the lock.
-    let partition = partition_key(&settings.tenant, &settings.workspace, &name);
-    let store_path = state_dir.join("state.redb");
-    let (lease, store) =
-        LocalLease::acquire(&state_dir, &name, &partition, options.lease_wait, || {
-            EmbeddedStore::open(&store_path)
-        })
-        .map_err(state_err)?;
-    let fence = Some(lease.fence());
+    // 1. Lease (the store is opened under it).
+    let held = Held::take(settings, pipeline, options.lease_wait)?;
+    let (store, partition, state_dir) = (&held.store, &held.partition, &held.state_dir);
+    let fence = Some(held.fence());
 
     // 2. Recover.
     let (mut wal, recovery) =
@@ -162,7 +147,7 @@ pub fn sync_pass(
     for warning in &recovery.warnings {
         tracing::warn!(pipeline = %name, "{warning}");
     }
-    let position_key = StateKey::new(&partition, POSITION_SORT_KEY);
+    let position_key = StateKey::new(partition.as_str(), POSITION_SORT_KEY);
     // The recorded position names the newest WAL batch it follows. When that is the WAL's
     // newest committed batch, the record is current (it may even be newer than the WAL's
     // position: a batch whose every record was rejected moves the position without a WAL
@@ -179,7 +164,7 @@ pub fn sync_pass(
         Some((batch, bytes)) if batch == newest => Some(bytes),
         _ => match wal.last_position() {
             Some(p) => {
-                put_position(&store, &position_key, newest, p, fence).map_err(state_err)?;
+                put_position(store, &position_key, newest, p, fence).map_err(state_err)?;
                 Some(p.to_vec())
             }
             None => None,
@@ -199,7 +184,7 @@ pub fn sync_pass(
         Err(SchemaError::NotFound { .. }) => PipelineSchema::empty(&name, &settings.workspace),
         Err(e) => return Err(schema_err(e)),
     };
-    let version_key = StateKey::new(&partition, SCHEMA_VERSION_SORT_KEY);
+    let version_key = StateKey::new(partition.as_str(), SCHEMA_VERSION_SORT_KEY);
     let mut schema_version = match store.get(&version_key).map_err(state_err)? {
         Some(item) => String::from_utf8_lossy(&item.value)
             .parse::<u32>()
@@ -217,7 +202,7 @@ pub fn sync_pass(
     let transform = transform_options(pipeline);
     let mut report = SyncReport::default();
     let mut last_status = Instant::now();
-    let mut dl_logged = 0u64;
+    let mut dl_log = DeadletterLog::new(&name);
     let disk_dir = state_dir.clone();
     read_ahead(source, 2, |steps| -> Result<(), PipelineError> {
         for step in steps {
@@ -241,7 +226,7 @@ pub fn sync_pass(
             report.bytes += batch.bytes_read;
             for dl in &batch.deadletters {
                 report.deadletters += 1;
-                log_deadletter(&name, dl, &mut dl_logged);
+                dl_log.log(dl);
             }
             // Type. Fast path: the batch fits the schema as it is (no new key or namespace, no
             // value that needs a new column), so it is typed without inference. Otherwise:
@@ -256,14 +241,10 @@ pub fn sync_pass(
                         .map_err(schema_err)?;
                     for (record, _) in batch.records.iter().zip(&rejected).filter(|(_, r)| **r) {
                         report.deadletters += 1;
-                        log_deadletter(
-                            &name,
-                            &untypeable(
-                                record,
-                                "breaks an inference limit (too many fields or namespaces)",
-                            ),
-                            &mut dl_logged,
-                        );
+                        dl_log.log(&untypeable(
+                            record,
+                            "breaks an inference limit (too many fields or namespaces)",
+                        ));
                     }
                     let changes = evolve(&mut schema, &inferrer.finish(&name, &settings.workspace));
                     if !changes.is_empty() {
@@ -289,14 +270,10 @@ pub fn sync_pass(
                         let ns = namespace_for(&record.value, &transform);
                         let Some(ns_schema) = schema.namespaces.get(&ns) else {
                             report.deadletters += 1;
-                            log_deadletter(
-                                &name,
-                                &untypeable(
-                                    record,
-                                    &format!("namespace `{ns}` is not in the schema"),
-                                ),
-                                &mut dl_logged,
-                            );
+                            dl_log.log(&untypeable(
+                                record,
+                                &format!("namespace `{ns}` is not in the schema"),
+                            ));
                             continue;
                         };
                         let builder = builders.entry(ns.clone()).or_insert_with(|| {
@@ -309,7 +286,7 @@ pub fn sync_pass(
                             (position.uri.clone(), position.record, position.offset)
                         }) {
                             report.deadletters += 1;
-                            log_deadletter(&name, &dl, &mut dl_logged);
+                            dl_log.log(&dl);
                         }
                     }
                     builders
@@ -340,7 +317,7 @@ pub fn sync_pass(
                 meta.id.0
             };
             failpoint(failpoint::AFTER_WAL_COMMIT).map_err(wal_err)?;
-            put_position(&store, &position_key, batch_id, &checkpoint, fence).map_err(state_err)?;
+            put_position(store, &position_key, batch_id, &checkpoint, fence).map_err(state_err)?;
             failpoint(failpoint::AFTER_POSITION).map_err(wal_err)?;
             if last_status.elapsed() >= options.progress_interval {
                 last_status = Instant::now();
@@ -364,8 +341,7 @@ pub fn sync_pass(
     // The store and the WAL go before the lease: a writer waiting for the lock must find them
     // closed (redb admits one process at a time).
     drop(wal);
-    drop(store);
-    drop(lease);
+    drop(held);
     observer.event(&Event::SyncComplete {
         pipeline: name.clone(),
         rows: report.rows,
@@ -511,21 +487,6 @@ fn decode_position(
             })?;
     Ok((u64::from_le_bytes(*id), checkpoint.to_vec()))
 }
-
-/// Log a rejected record: every one with its source, line and error (never silently
-/// dropped); the first [`RAW_LOGGED`] also with the start of their text.
-fn log_deadletter(pipeline: &str, dl: &Deadletter, logged: &mut u64) {
-    *logged += 1;
-    if *logged <= RAW_LOGGED {
-        let raw: String = dl.raw.chars().take(200).collect();
-        tracing::warn!(pipeline, source = %dl.source_uri, line = dl.line, code = dl.code.as_str(), error = %dl.error, raw = %raw, "Rejected a record.");
-    } else {
-        tracing::warn!(pipeline, source = %dl.source_uri, line = dl.line, code = dl.code.as_str(), error = %dl.error, "Rejected a record.");
-    }
-}
-
-/// How many rejected records per pass are logged with their raw text.
-const RAW_LOGGED: u64 = 20;
 
 /// The disk guard: pause while the data dir's file system has under 5 GB free or is 90%
 /// full; resume at 80%.
