@@ -137,16 +137,7 @@ fn run(cli: &Cli, mode: OutputMode) -> Result<(), PipelineError> {
 /// `query`: open the engine on the chosen pipelines and run the statement, the watch loop or
 /// the prompt. Statement errors are printed where they happen; exit 1 if any failed.
 fn query(config: &ValidatedConfig, args: &cli::QueryArgs) -> Result<(), PipelineError> {
-    let pipelines: Vec<&skipprd::config::ValidatedPipeline> = match &args.pipeline {
-        Some(name) => vec![config.pipeline(Some(name))?],
-        None => config.pipelines.values().collect(),
-    };
-    if pipelines.is_empty() {
-        return Err(config::ConfigError::NoPipelines {
-            file: config.file.clone(),
-        }
-        .into());
-    }
+    let pipelines = config.pipelines_or_all(args.pipeline.as_deref())?;
     let mut engine = skipprd::query::QueryEngine::open(config, &pipelines)?;
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     if args.watch.is_some() {

@@ -4,8 +4,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use skipprd::config::ConfigError;
-use skipprd::config::validate::{ValidatedConfig, ValidatedPipeline};
+use skipprd::config::validate::ValidatedConfig;
 use skipprd::pipeline::sync::{SyncOptions, sync_pass};
 use skipprd::pipeline::{Event, PipelineError};
 
@@ -19,16 +18,7 @@ pub fn run(
     args: &SyncArgs,
     mode: OutputMode,
 ) -> Result<(), PipelineError> {
-    let pipelines: Vec<&ValidatedPipeline> = match &args.pipeline {
-        Some(name) => vec![config.pipeline(Some(name))?],
-        None => config.pipelines.values().collect(),
-    };
-    if pipelines.is_empty() {
-        return Err(ConfigError::NoPipelines {
-            file: config.file.clone(),
-        }
-        .into());
-    }
+    let pipelines = config.pipelines_or_all(args.pipeline.as_deref())?;
     let stop = Arc::new(AtomicBool::new(false));
     {
         let stop = Arc::clone(&stop);

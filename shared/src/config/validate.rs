@@ -145,6 +145,20 @@ pub struct ValidatedConfig {
 }
 
 impl ValidatedConfig {
+    /// The pipelines a command runs on: `name` if given, else every pipeline (at least one).
+    pub fn pipelines_or_all(
+        &self,
+        name: Option<&str>,
+    ) -> Result<Vec<&ValidatedPipeline>, ConfigError> {
+        match name {
+            Some(_) => Ok(vec![self.pipeline(name)?]),
+            None if self.pipelines.is_empty() => Err(ConfigError::NoPipelines {
+                file: self.file.clone(),
+            }),
+            None => Ok(self.pipelines.values().collect()),
+        }
+    }
+
     /// The pipeline a command runs on: `name` if given, else the only pipeline defined.
     pub fn pipeline(&self, name: Option<&str>) -> Result<&ValidatedPipeline, ConfigError> {
         match name {
