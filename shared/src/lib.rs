@@ -18,6 +18,7 @@ pub mod deadletter;
 pub mod pipeline;
 pub mod query;
 pub mod schema;
+pub mod sinks;
 pub mod sources;
 pub mod state;
 mod text;

@@ -375,7 +375,7 @@ connector_set! {
         /// Iceberg tables in S3 registered in AWS Glue, queryable by Athena. Exactly once.
         AthenaIceberg(AthenaIcebergSinkConfig) = false,
         /// Iceberg tables on a local `file://` warehouse, readable by DuckDB. Exactly once.
-        Duckdb(DuckdbSinkConfig) = false,
+        Duckdb(DuckdbSinkConfig) = true,
         /// PostgreSQL tables. Exactly once.
         Postgres(PostgresSinkConfig) = false,
         /// Parquet or JSON files in S3. Overwrite on retry.

@@ -750,7 +750,25 @@ impl Validator<'_> {
                     if !c.warehouse.starts_with("file://") {
                         return Err(self.bad_value(&at("warehouse"), "must be a file:// URI"));
                     }
-                    Some((c.warehouse.clone(), c.table_namespace.clone()))
+                    let named = Named {
+                        name: name.clone(),
+                        connector: entry.connector.clone(),
+                    };
+                    match crate::sinks::lake_location(&named, self.base_dir) {
+                        Ok(Some(l)) => Some((l.warehouse.display().to_string(), Some(l.namespace))),
+                        Ok(None) => None,
+                        Err(crate::sinks::SinkError::Config { message, .. }) => {
+                            let key = if message.contains("table_namespace") {
+                                "table_namespace"
+                            } else {
+                                "warehouse"
+                            };
+                            return Err(self.bad_value(&at(key), &message));
+                        }
+                        Err(other) => {
+                            return Err(self.bad_value(&at("warehouse"), &other.to_string()));
+                        }
+                    }
                 }
                 SinkConnector::SkipprLake(c) => {
                     if !(c.warehouse.starts_with("file://") || c.warehouse.starts_with("s3://")) {

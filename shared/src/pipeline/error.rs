@@ -27,6 +27,15 @@ pub enum PipelineError {
         /// What went wrong.
         source: SchemaError,
     },
+    /// Delivering committed batches to the destination failed (they stay in the WAL).
+    #[error("pipeline '{pipeline}': delivering to the destination: {source}")]
+    Sink {
+        /// The pipeline.
+        pipeline: String,
+        /// The cause.
+        #[source]
+        source: Box<crate::sinks::SinkError>,
+    },
     /// The write-ahead log failed.
     #[error("pipeline '{pipeline}': {source}")]
     Wal {
@@ -92,7 +101,8 @@ impl PipelineError {
             | PipelineError::NothingRead { pipeline, .. }
             | PipelineError::State { pipeline, .. }
             | PipelineError::Io { pipeline, .. }
-            | PipelineError::Wal { pipeline, .. } => Some(pipeline),
+            | PipelineError::Wal { pipeline, .. }
+            | PipelineError::Sink { pipeline, .. } => Some(pipeline),
             PipelineError::Reported(inner) => inner.pipeline(),
         }
     }
@@ -106,6 +116,7 @@ impl PipelineError {
             PipelineError::NothingRead { .. } | PipelineError::Io { .. } => false,
             PipelineError::State { source, .. } => source.is_retryable(),
             PipelineError::Wal { source, .. } => source.is_retryable(),
+            PipelineError::Sink { source, .. } => source.is_retryable(),
             PipelineError::Reported(inner) => inner.is_retryable(),
             PipelineError::Query(e) => e.is_retryable(),
             PipelineError::Session { .. } => false,

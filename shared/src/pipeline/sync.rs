@@ -92,6 +92,14 @@ pub const POSITION_SORT_KEY: &str = "position";
 /// The sort key of the schema version item.
 pub const SCHEMA_VERSION_SORT_KEY: &str = "schema#version";
 
+/// The sort key of the acknowledgement item: the last WAL batch id the destination holds.
+pub const ACK_SORT_KEY: &str = "ack";
+
+/// Deliver to the destination during a pass once the outstanding WAL batches take this many
+/// bytes (they are delivered at the end of the pass in any case). Many small source batches
+/// thus make one Iceberg commit and few, large data files.
+const DELIVER_BYTES: u64 = 128 << 20;
+
 /// Minimum free bytes on the data dir's file system before reading pauses.
 const DISK_MIN_FREE: u64 = 5_000_000_000;
 
@@ -177,7 +185,6 @@ pub fn sync_pass(
         recovered_truncated_bytes: recovery.truncated_bytes,
     });
 
-    // 3. Deliver: no destination in this build, so the WAL is the dataset.
     let schemas = schema_store(settings, pipeline)?;
     let mut schema = match schemas.load() {
         Ok(s) => s,
@@ -197,10 +204,25 @@ pub fn sync_pass(
         None => 1,
     };
 
+    // 3. Deliver outstanding batches (without a destination the WAL is the dataset).
+    let sink = crate::sinks::open(pipeline, settings, &config.base_dir).map_err(|source| {
+        PipelineError::Sink {
+            pipeline: name.clone(),
+            source: Box::new(source),
+        }
+    })?;
+    let mut delivery = match &sink {
+        Some(sink) => Some(Delivery::start(sink, store, partition, fence, &name)?),
+        None => None,
+    };
+    let mut report = SyncReport::default();
+    if let Some(d) = delivery.as_mut() {
+        d.deliver(&mut wal, &schema, &mut report)?;
+    }
+
     // 4-7. Read, type, commit, record.
     let source = open_source_at(pipeline, settings, &config.base_dir, position.as_deref())?;
     let transform = transform_options(pipeline);
-    let mut report = SyncReport::default();
     let mut last_status = Instant::now();
     let mut dl_log = DeadletterLog::new(&name);
     let disk_dir = state_dir.clone();
@@ -319,6 +341,12 @@ pub fn sync_pass(
             failpoint(failpoint::AFTER_WAL_COMMIT).map_err(wal_err)?;
             put_position(store, &position_key, batch_id, &checkpoint, fence).map_err(state_err)?;
             failpoint(failpoint::AFTER_POSITION).map_err(wal_err)?;
+            // 8. Write to the destination once enough is outstanding (and at the end).
+            if let Some(d) = delivery.as_mut()
+                && d.outstanding_bytes(&wal) >= DELIVER_BYTES
+            {
+                d.deliver(&mut wal, &schema, &mut report)?;
+            }
             if last_status.elapsed() >= options.progress_interval {
                 last_status = Instant::now();
                 observer.event(&Event::SyncStatus {
@@ -338,6 +366,12 @@ pub fn sync_pass(
         }
         Ok(())
     })?;
+    if let Some(d) = delivery.as_mut() {
+        d.deliver(&mut wal, &schema, &mut report)?;
+        report.pending = d.outstanding(&wal).len() as u64;
+    }
+    drop(delivery);
+    drop(sink);
     // The store and the WAL go before the lease: a writer waiting for the lock must find them
     // closed (redb admits one process at a time).
     drop(wal);
@@ -366,12 +400,21 @@ pub mod failpoint {
     pub const AFTER_POSITION: &str = "sync.after_position";
     /// After an evolved schema was saved, before the schema version is recorded.
     pub const AFTER_SCHEMA_SAVE: &str = "sync.after_schema_save";
+    /// After the destination committed a delivery, before the acknowledgement is stored.
+    pub const AFTER_DELIVER: &str = "sync.after_deliver";
+    /// After the acknowledgement was stored, before the WAL reclaims the batches.
+    pub const AFTER_ACK: &str = "sync.after_ack";
+    /// After the WAL reclaimed delivered batches.
+    pub const AFTER_RECLAIM: &str = "sync.after_reclaim";
     /// Every failpoint of the pass.
     pub const ALL: &[&str] = &[
         BEFORE_WAL_COMMIT,
         AFTER_WAL_COMMIT,
         AFTER_POSITION,
         AFTER_SCHEMA_SAVE,
+        AFTER_DELIVER,
+        AFTER_ACK,
+        AFTER_RECLAIM,
     ];
 }
 
@@ -510,4 +553,127 @@ fn wait_for_disk(dir: &std::path::Path, pipeline: &str, stop: &AtomicBool) {
         }
     }
     tracing::info!(pipeline, "Disk space recovered: reading resumes.");
+}
+
+/// Step 8 of the pass: deliver committed batches, acknowledge them, reclaim them.
+struct Delivery<'a> {
+    sink: &'a crate::sinks::iceberg::IcebergSink,
+    store: &'a dyn StateStore,
+    key: StateKey,
+    fence: Option<crate::state::Fence>,
+    /// The last batch id the destination acknowledged.
+    acked: u64,
+    pipeline: &'a str,
+}
+
+impl<'a> Delivery<'a> {
+    fn start(
+        sink: &'a crate::sinks::iceberg::IcebergSink,
+        store: &'a dyn StateStore,
+        partition: &str,
+        fence: Option<crate::state::Fence>,
+        pipeline: &'a str,
+    ) -> Result<Self, PipelineError> {
+        let key = StateKey::new(partition, ACK_SORT_KEY);
+        let acked = match store.get(&key).map_err(|source| PipelineError::State {
+            pipeline: pipeline.to_owned(),
+            source,
+        })? {
+            Some(item) => decode_ack(&key, &item.value).map_err(|source| PipelineError::State {
+                pipeline: pipeline.to_owned(),
+                source,
+            })?,
+            None => 0,
+        };
+        Ok(Delivery {
+            sink,
+            store,
+            key,
+            fence,
+            acked,
+            pipeline,
+        })
+    }
+
+    /// Committed batches the destination has not acknowledged.
+    fn outstanding(&self, wal: &DiskWal) -> Vec<crate::wal::BatchMeta> {
+        wal.batches()
+            .iter()
+            .filter(|b| b.id.0 > self.acked)
+            .cloned()
+            .collect()
+    }
+
+    fn outstanding_bytes(&self, wal: &DiskWal) -> u64 {
+        wal.batches()
+            .iter()
+            .filter(|b| b.id.0 > self.acked)
+            .map(|b| b.bytes)
+            .sum()
+    }
+
+    /// Write every outstanding batch (the destination skips those that already landed),
+    /// then store the acknowledgement, then reclaim. A crash between any two steps is
+    /// repaired by the next pass: see `docs/commit-protocol.md`.
+    fn deliver(
+        &mut self,
+        wal: &mut DiskWal,
+        schema: &PipelineSchema,
+        report: &mut SyncReport,
+    ) -> Result<(), PipelineError> {
+        let batches = self.outstanding(wal);
+        let Some(last) = batches.last().map(|b| b.id) else {
+            return Ok(());
+        };
+        let pipeline = self.pipeline.to_owned();
+        let wal_err = |source| PipelineError::Wal {
+            pipeline: pipeline.clone(),
+            source,
+        };
+        let started = Instant::now();
+        let delivered = {
+            let wal_ref: &DiskWal = wal;
+            self.sink
+                .deliver(&batches, &mut |id| wal_ref.read(id), schema)
+                .map_err(|source| PipelineError::Sink {
+                    pipeline: pipeline.clone(),
+                    source: Box::new(source),
+                })?
+        };
+        failpoint(failpoint::AFTER_DELIVER).map_err(wal_err)?;
+        self.store
+            .put(&self.key, &last.0.to_le_bytes(), Condition::Any, self.fence)
+            .map_err(|source| PipelineError::State {
+                pipeline: pipeline.clone(),
+                source,
+            })?;
+        self.acked = last.0;
+        failpoint(failpoint::AFTER_ACK).map_err(wal_err)?;
+        wal.reclaim_through(last).map_err(wal_err)?;
+        failpoint(failpoint::AFTER_RECLAIM).map_err(wal_err)?;
+        report.delivered += batches.len() as u64;
+        tracing::info!(
+            pipeline = %pipeline,
+            batches = batches.len(),
+            through = %last,
+            rows = delivered.rows,
+            files = delivered.files,
+            commits = delivered.commits,
+            skipped_parts = delivered.skipped_parts,
+            seconds = started.elapsed().as_secs_f64(),
+            "Delivered to the destination."
+        );
+        Ok(())
+    }
+}
+
+/// The acknowledged batch id: 8 bytes, little-endian.
+fn decode_ack(key: &StateKey, value: &[u8]) -> Result<u64, crate::state::StateError> {
+    let bytes: [u8; 8] = value
+        .try_into()
+        .map_err(|_| crate::state::StateError::Corrupt {
+            key: key.to_string(),
+            message: format!("the acknowledgement is {} bytes, not 8", value.len()),
+        })?;
+    Ok(u64::from_le_bytes(bytes))
 }

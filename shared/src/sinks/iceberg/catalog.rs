@@ -1,0 +1,419 @@
+//! Iceberg catalogs over a `file://` warehouse: tables at `{warehouse}/{namespace}/{table}`.
+//!
+//! iceberg-rust 0.10 has no catalog for the Hadoop layout (`metadata/vN.metadata.json` plus
+//! `metadata/version-hint.text`), which is what DuckDB's `iceberg_scan('<table dir>')` and
+//! PyIceberg's `StaticTable` open, so this module implements its `Catalog` trait. The one
+//! part that differs between layouts is where the current-metadata pointer lives, a
+//! [`Pointer`]:
+//!
+//! - [`HadoopPointer`] (the `Duckdb` sink): the pointer is the highest complete
+//!   `vN.metadata.json`. A commit creates `v{N+1}.metadata.json` exclusively: the file is
+//!   written and fsynced under a temporary name, then hard-linked to its final name, which
+//!   fails when the name exists. That link is the compare-and-swap, and it never exposes a
+//!   half-written file. The hint (the bare number, no newline: DuckDB 1.4 does not trim it)
+//!   is then replaced atomically (temporary file, fsync, rename, fsync of the directory).
+//!   Loading reads the hint and rolls forward while `v{N+1}` exists, so a crash between the
+//!   link and the hint never wedges later commits, and a missing or damaged hint falls
+//!   back to listing the directory.
+//!
+//! The catalog applies a commit itself (requirements checked against the current metadata,
+//! updates applied through `TableMetadataBuilder`), because iceberg-rust's
+//! `TableCommit::apply` only accepts its own `00001-<uuid>` metadata names.
+
+use std::collections::HashMap;
+use std::fmt::Debug;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use async_trait::async_trait;
+use iceberg::io::FileIO;
+use iceberg::spec::{TableMetadata, TableMetadataBuilder};
+use iceberg::table::Table;
+use iceberg::{
+    Catalog, Error, ErrorKind, Namespace, NamespaceIdent, Result, TableCommit, TableCreation,
+    TableIdent, TableRequirement, TableUpdate,
+};
+
+use super::storage::{create_dir_durable, local_path, sync_dir, write_atomic};
+
+/// Name of the version hint file in a table's `metadata/` directory.
+pub const VERSION_HINT: &str = "version-hint.text";
+
+/// Where a table's current metadata is recorded, and how a new version is published.
+pub trait Pointer: Debug + Send + Sync {
+    /// The current version of the table in `table_dir` and its metadata file location, or
+    /// `None` when the table does not exist.
+    fn current(&self, table_dir: &Path) -> Result<Option<(u64, String)>>;
+
+    /// Publish `metadata` as version `next` of the table in `table_dir` (the current version
+    /// being `next - 1`, or none when `next` is 1) and return its location. Fails with a
+    /// retryable [`ErrorKind::CatalogCommitConflicts`] when another writer published
+    /// `next` first.
+    fn publish(&self, table_dir: &Path, next: u64, metadata: &TableMetadata) -> Result<String>;
+}
+
+/// The Hadoop layout's pointer: `metadata/vN.metadata.json` and `metadata/version-hint.text`
+/// (see the module docs).
+#[derive(Debug, Clone, Default)]
+pub struct HadoopPointer;
+
+fn io_error(what: &str, path: &Path, error: std::io::Error) -> Error {
+    Error::new(
+        ErrorKind::Unexpected,
+        format!("{what} {}: {error}", path.display()),
+    )
+    .with_source(error)
+}
+
+fn version_file(table_dir: &Path, version: u64) -> PathBuf {
+    table_dir
+        .join("metadata")
+        .join(format!("v{version}.metadata.json"))
+}
+
+/// The number in a `v{N}.metadata.json` name.
+fn parse_version_name(name: &str) -> Option<u64> {
+    name.strip_prefix('v')?
+        .strip_suffix(".metadata.json")?
+        .parse()
+        .ok()
+}
+
+impl HadoopPointer {
+    /// The highest `vN.metadata.json` in the metadata directory.
+    fn highest_listed(metadata_dir: &Path) -> Result<Option<u64>> {
+        let entries = match fs::read_dir(metadata_dir) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(io_error("cannot list", metadata_dir, e)),
+        };
+        let mut highest = None;
+        for entry in entries {
+            let entry = entry.map_err(|e| io_error("cannot list", metadata_dir, e))?;
+            if let Some(v) = parse_version_name(&entry.file_name().to_string_lossy()) {
+                highest = highest.max(Some(v));
+            }
+        }
+        Ok(highest)
+    }
+}
+
+impl Pointer for HadoopPointer {
+    fn current(&self, table_dir: &Path) -> Result<Option<(u64, String)>> {
+        let metadata_dir = table_dir.join("metadata");
+        let hinted = fs::read_to_string(metadata_dir.join(VERSION_HINT))
+            .ok()
+            .and_then(|text| text.trim().parse::<u64>().ok())
+            .filter(|v| version_file(table_dir, *v).is_file());
+        let version = match hinted {
+            Some(mut v) => {
+                // Roll forward past a crash between a commit and its hint.
+                while version_file(table_dir, v + 1).is_file() {
+                    v += 1;
+                }
+                Some(v)
+            }
+            None => Self::highest_listed(&metadata_dir)?,
+        };
+        Ok(version.map(|v| {
+            (
+                v,
+                format!("file://{}", version_file(table_dir, v).display()),
+            )
+        }))
+    }
+
+    fn publish(&self, table_dir: &Path, next: u64, metadata: &TableMetadata) -> Result<String> {
+        let metadata_dir = table_dir.join("metadata");
+        create_dir_durable(&metadata_dir)
+            .map_err(|e| io_error("cannot create directory", &metadata_dir, e))?;
+        let bytes = serde_json::to_vec(metadata).map_err(|e| {
+            Error::new(ErrorKind::DataInvalid, "cannot serialize table metadata").with_source(e)
+        })?;
+        let target = version_file(table_dir, next);
+        let tmp = metadata_dir.join(format!(
+            ".v{next}.metadata.json.{}.tmp",
+            uuid::Uuid::new_v4().simple()
+        ));
+        let written = (|| {
+            use std::io::Write as _;
+            let mut file = fs::File::create(&tmp)?;
+            file.write_all(&bytes)?;
+            file.sync_all()
+        })();
+        if let Err(e) = written {
+            let _ = fs::remove_file(&tmp);
+            return Err(io_error("cannot write", &tmp, e));
+        }
+        let linked = fs::hard_link(&tmp, &target);
+        let _ = fs::remove_file(&tmp);
+        match linked {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                return Err(Error::new(
+                    ErrorKind::CatalogCommitConflicts,
+                    format!(
+                        "another writer committed version {next} of {} first",
+                        table_dir.display()
+                    ),
+                )
+                .with_retryable(true));
+            }
+            Err(e) => return Err(io_error("cannot create", &target, e)),
+        }
+        sync_dir(&metadata_dir).map_err(|e| io_error("cannot fsync", &metadata_dir, e))?;
+        // The commit is done. The hint only saves readers a listing: a failure to update it
+        // is logged, not returned (a retry would commit the same changes twice).
+        if let Err(e) = write_atomic(
+            &metadata_dir.join(VERSION_HINT),
+            next.to_string().as_bytes(),
+        ) {
+            tracing::warn!(table = %table_dir.display(), error = %e, "Could not update the Iceberg version hint; readers that use it see the previous version until the next commit.");
+        }
+        Ok(format!("file://{}", target.display()))
+    }
+}
+
+/// An Iceberg catalog over a local warehouse directory (see the module docs).
+#[derive(Debug)]
+pub struct FileCatalog<P: Pointer> {
+    warehouse: PathBuf,
+    file_io: FileIO,
+    pointer: P,
+}
+
+impl<P: Pointer> FileCatalog<P> {
+    /// A catalog of the tables under `warehouse` (an absolute directory).
+    pub fn new(warehouse: PathBuf, file_io: FileIO, pointer: P) -> Self {
+        FileCatalog {
+            warehouse,
+            file_io,
+            pointer,
+        }
+    }
+
+    /// The warehouse directory.
+    pub fn warehouse(&self) -> &Path {
+        &self.warehouse
+    }
+
+    /// The directory of a table: `{warehouse}/{namespace...}/{name}`.
+    pub fn table_dir(&self, ident: &TableIdent) -> PathBuf {
+        let mut dir = self.warehouse.clone();
+        for part in ident.namespace().iter() {
+            dir.push(part);
+        }
+        dir.push(ident.name());
+        dir
+    }
+
+    fn namespace_dir(&self, namespace: &NamespaceIdent) -> PathBuf {
+        let mut dir = self.warehouse.clone();
+        for part in namespace.iter() {
+            dir.push(part);
+        }
+        dir
+    }
+
+    fn read_table(&self, ident: &TableIdent, location: &str) -> Result<Table> {
+        let path = local_path(location);
+        let bytes = fs::read(&path).map_err(|e| io_error("cannot read", &path, e))?;
+        let metadata: TableMetadata = serde_json::from_slice(&bytes).map_err(|e| {
+            Error::new(
+                ErrorKind::DataInvalid,
+                format!("{} is not valid table metadata", path.display()),
+            )
+            .with_source(e)
+        })?;
+        Table::builder()
+            .metadata(metadata)
+            .metadata_location(location)
+            .identifier(ident.clone())
+            .file_io(self.file_io.clone())
+            .runtime(iceberg::Runtime::try_current()?)
+            .build()
+    }
+
+    fn not_found(ident: &TableIdent) -> Error {
+        Error::new(
+            ErrorKind::TableNotFound,
+            format!("table {} does not exist", ident.name()),
+        )
+    }
+
+    /// Apply `updates` to the table if `requirements` hold, publishing a new version.
+    pub fn commit_updates(
+        &self,
+        ident: &TableIdent,
+        requirements: Vec<TableRequirement>,
+        updates: Vec<TableUpdate>,
+    ) -> Result<Table> {
+        let dir = self.table_dir(ident);
+        let (version, location) = self
+            .pointer
+            .current(&dir)?
+            .ok_or_else(|| Self::not_found(ident))?;
+        let current = self.read_table(ident, &location)?;
+        for requirement in &requirements {
+            requirement.check(Some(current.metadata()))?;
+        }
+        let mut builder = current.metadata().clone().into_builder(Some(location));
+        for update in updates {
+            builder = update.apply(builder)?;
+        }
+        let metadata = builder.build()?.metadata;
+        let location = self.pointer.publish(&dir, version + 1, &metadata)?;
+        Table::builder()
+            .metadata(metadata)
+            .metadata_location(location)
+            .identifier(ident.clone())
+            .file_io(self.file_io.clone())
+            .runtime(iceberg::Runtime::try_current()?)
+            .build()
+    }
+
+    fn list_dirs(dir: &Path) -> Result<Vec<String>> {
+        let entries = match fs::read_dir(dir) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(io_error("cannot list", dir, e)),
+        };
+        let mut names = Vec::new();
+        for entry in entries {
+            let entry = entry.map_err(|e| io_error("cannot list", dir, e))?;
+            if entry.path().is_dir() {
+                names.push(entry.file_name().to_string_lossy().into_owned());
+            }
+        }
+        names.sort();
+        Ok(names)
+    }
+
+    fn unsupported(what: &str) -> Error {
+        Error::new(
+            ErrorKind::FeatureUnsupported,
+            format!("{what} is not supported by skipprd's file catalog"),
+        )
+    }
+}
+
+#[async_trait]
+impl<P: Pointer> Catalog for FileCatalog<P> {
+    async fn list_namespaces(
+        &self,
+        parent: Option<&NamespaceIdent>,
+    ) -> Result<Vec<NamespaceIdent>> {
+        if parent.is_some() {
+            return Ok(Vec::new());
+        }
+        Self::list_dirs(&self.warehouse)?
+            .into_iter()
+            .map(|name| NamespaceIdent::from_vec(vec![name]))
+            .collect()
+    }
+
+    async fn create_namespace(
+        &self,
+        namespace: &NamespaceIdent,
+        properties: HashMap<String, String>,
+    ) -> Result<Namespace> {
+        let dir = self.namespace_dir(namespace);
+        create_dir_durable(&dir).map_err(|e| io_error("cannot create directory", &dir, e))?;
+        Ok(Namespace::with_properties(namespace.clone(), properties))
+    }
+
+    async fn get_namespace(&self, namespace: &NamespaceIdent) -> Result<Namespace> {
+        if self.namespace_dir(namespace).is_dir() {
+            Ok(Namespace::new(namespace.clone()))
+        } else {
+            Err(Error::new(
+                ErrorKind::NamespaceNotFound,
+                format!("namespace {} does not exist", namespace.to_url_string()),
+            ))
+        }
+    }
+
+    async fn namespace_exists(&self, namespace: &NamespaceIdent) -> Result<bool> {
+        Ok(self.namespace_dir(namespace).is_dir())
+    }
+
+    async fn update_namespace(
+        &self,
+        _namespace: &NamespaceIdent,
+        _properties: HashMap<String, String>,
+    ) -> Result<()> {
+        Err(Self::unsupported("namespace properties"))
+    }
+
+    async fn drop_namespace(&self, _namespace: &NamespaceIdent) -> Result<()> {
+        Err(Self::unsupported("dropping a namespace"))
+    }
+
+    async fn list_tables(&self, namespace: &NamespaceIdent) -> Result<Vec<TableIdent>> {
+        let dir = self.namespace_dir(namespace);
+        let mut tables = Vec::new();
+        for name in Self::list_dirs(&dir)? {
+            if self.pointer.current(&dir.join(&name))?.is_some() {
+                tables.push(TableIdent::new(namespace.clone(), name));
+            }
+        }
+        Ok(tables)
+    }
+
+    async fn create_table(
+        &self,
+        namespace: &NamespaceIdent,
+        creation: TableCreation,
+    ) -> Result<Table> {
+        let ident = TableIdent::new(namespace.clone(), creation.name.clone());
+        let dir = self.table_dir(&ident);
+        if self.pointer.current(&dir)?.is_some() {
+            return Err(Error::new(
+                ErrorKind::TableAlreadyExists,
+                format!("table {} already exists", dir.display()),
+            ));
+        }
+        let mut creation = creation;
+        creation.location = Some(format!("file://{}", dir.display()));
+        let metadata = TableMetadataBuilder::from_table_creation(creation)?
+            .build()?
+            .metadata;
+        let location = self.pointer.publish(&dir, 1, &metadata)?;
+        self.read_table(&ident, &location)
+    }
+
+    async fn load_table(&self, ident: &TableIdent) -> Result<Table> {
+        let (_, location) = self
+            .pointer
+            .current(&self.table_dir(ident))?
+            .ok_or_else(|| Self::not_found(ident))?;
+        self.read_table(ident, &location)
+    }
+
+    async fn drop_table(&self, _table: &TableIdent) -> Result<()> {
+        Err(Self::unsupported("dropping a table"))
+    }
+
+    async fn purge_table(&self, _table: &TableIdent) -> Result<()> {
+        Err(Self::unsupported("purging a table"))
+    }
+
+    async fn table_exists(&self, ident: &TableIdent) -> Result<bool> {
+        Ok(self.pointer.current(&self.table_dir(ident))?.is_some())
+    }
+
+    async fn rename_table(&self, _src: &TableIdent, _dest: &TableIdent) -> Result<()> {
+        Err(Self::unsupported("renaming a table"))
+    }
+
+    async fn register_table(&self, _table: &TableIdent, _location: String) -> Result<Table> {
+        Err(Self::unsupported("registering a table"))
+    }
+
+    async fn update_table(&self, mut commit: TableCommit) -> Result<Table> {
+        let ident = commit.identifier().clone();
+        let requirements = commit.take_requirements();
+        let updates = commit.take_updates();
+        self.commit_updates(&ident, requirements, updates)
+    }
+}

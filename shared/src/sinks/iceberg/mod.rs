@@ -1,0 +1,424 @@
+//! Iceberg destinations: committed WAL batches -> Parquet data files -> Iceberg v2 snapshots.
+//!
+//! # Exactly once
+//!
+//! Every commit this sink makes to a table records, atomically with the data:
+//!
+//! - in the snapshot summary: `skippr.pipeline` (the pipeline's identity,
+//!   `{tenant}#{workspace}#{pipeline}`), `skippr.first-batch-id` and `skippr.last-batch-id`
+//!   (the range of WAL batch ids whose rows for this table the snapshot adds);
+//! - in the table properties: `skippr.landed.<identity>` = the last batch id. Properties
+//!   survive snapshot expiry, so the record outlives the snapshots that made it.
+//!
+//! Before writing, [`IcebergSink::deliver`] reads both for each table and skips every batch
+//! at or below the highest id found: a batch that landed before a crash (after the Iceberg
+//! commit, before the acknowledgement in the state store) is never written twice. Batches
+//! are delivered in id order and a commit covers a contiguous id range, so "at or below the
+//! highest landed id" is exactly "landed". One writer per pipeline (the writer lease) makes
+//! that check race-free; commits of other writers to the same table (another pipeline,
+//! a reader's maintenance) are compare-and-swap conflicts, retried on fresh metadata.
+//!
+//! # What is ours and what is iceberg-rust's
+//!
+//! iceberg-rust 0.10 gives the spec types, Parquet writing with column statistics,
+//! manifests, and the append transaction. Ours: the [`catalog`] (Hadoop layout with
+//! `version-hint.text`; iceberg-rust has none), [`storage`] (local files fsynced before the
+//! metadata that references them), and [`schema`] (our schema -> Iceberg with stable field
+//! ids; type promotion, which iceberg-rust's `UpdateSchemaAction` cannot do, is committed as
+//! a new schema through our catalog).
+
+pub mod catalog;
+pub mod schema;
+pub mod storage;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use arrow::datatypes::SchemaRef;
+use iceberg::arrow::schema_to_arrow_schema;
+use iceberg::spec::{DataFileFormat, Schema as IcebergSchema};
+use iceberg::table::Table;
+use iceberg::transaction::{ApplyTransactionAction, Transaction};
+use iceberg::writer::base_writer::data_file_writer::{DataFileWriter, DataFileWriterBuilder};
+use iceberg::writer::file_writer::ParquetWriterBuilder;
+use iceberg::writer::file_writer::location_generator::{
+    DefaultFileNameGenerator, DefaultLocationGenerator,
+};
+use iceberg::writer::file_writer::rolling_writer::RollingFileWriterBuilder;
+use iceberg::writer::{IcebergWriter, IcebergWriterBuilder};
+use iceberg::{Catalog, NamespaceIdent, TableCreation, TableIdent, TableRequirement, TableUpdate};
+use parquet::basic::{Compression, ZstdLevel};
+use parquet::file::properties::WriterProperties;
+
+use self::catalog::{FileCatalog, HadoopPointer};
+use super::SinkError;
+use crate::schema::PipelineSchema;
+use crate::wal::{BatchId, BatchMeta, BatchPart, WalError};
+
+/// Snapshot summary key: the identity of the pipeline that made the snapshot.
+pub const SUMMARY_PIPELINE: &str = "skippr.pipeline";
+/// Snapshot summary key: the first WAL batch id the snapshot covers.
+pub const SUMMARY_FIRST_BATCH: &str = "skippr.first-batch-id";
+/// Snapshot summary key: the last WAL batch id the snapshot covers.
+pub const SUMMARY_LAST_BATCH: &str = "skippr.last-batch-id";
+/// Table property prefix: `skippr.landed.<identity>` = last landed WAL batch id.
+pub const PROPERTY_LANDED_PREFIX: &str = "skippr.landed.";
+
+/// Names of the failpoints of a delivery (see [`crate::wal::failpoint`]).
+pub mod failpoint {
+    /// Data files written and fsynced, before the table commit.
+    pub const AFTER_DATA_FILES: &str = "sink.after_data_files";
+    /// After the Iceberg commit of one table (metadata and hint written).
+    pub const AFTER_TABLE_COMMIT: &str = "sink.after_table_commit";
+    /// Every failpoint of a delivery.
+    pub const ALL: &[&str] = &[AFTER_DATA_FILES, AFTER_TABLE_COMMIT];
+}
+
+fn failpoint(name: &'static str) -> Result<(), SinkError> {
+    if crate::wal::failpoint::check(name) {
+        return Err(SinkError::Failpoint { name });
+    }
+    Ok(())
+}
+
+/// What one delivery did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Delivered {
+    /// The highest batch id now landed in every table it has rows for.
+    pub through: Option<BatchId>,
+    /// Rows written (batches that had landed before are not counted).
+    pub rows: u64,
+    /// Data files written.
+    pub files: u64,
+    /// Table commits made.
+    pub commits: u64,
+    /// Batch parts skipped because they had already landed.
+    pub skipped_parts: u64,
+}
+
+type Writer =
+    DataFileWriter<ParquetWriterBuilder, DefaultLocationGenerator, DefaultFileNameGenerator>;
+
+/// A table being written in one delivery.
+struct Open {
+    table: Table,
+    landed: u64,
+    arrow: SchemaRef,
+    writer: Option<Writer>,
+    rows: u64,
+}
+
+/// Iceberg tables on a local warehouse in the Hadoop layout (the `Duckdb` sink).
+pub struct IcebergSink {
+    catalog: Arc<FileCatalog<HadoopPointer>>,
+    namespace: NamespaceIdent,
+    identity: String,
+    runtime: tokio::runtime::Runtime,
+}
+
+impl std::fmt::Debug for IcebergSink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IcebergSink")
+            .field("warehouse", &self.catalog.warehouse())
+            .field("namespace", &self.namespace)
+            .field("identity", &self.identity)
+            .finish()
+    }
+}
+
+impl IcebergSink {
+    /// A sink writing tables `{warehouse}/{namespace}/{table}` for the pipeline `identity`.
+    pub fn hadoop(
+        warehouse: PathBuf,
+        namespace: &str,
+        identity: String,
+    ) -> Result<Self, SinkError> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .map_err(|source| SinkError::Io {
+                path: warehouse.clone(),
+                source,
+            })?;
+        Ok(IcebergSink {
+            catalog: Arc::new(FileCatalog::new(
+                warehouse,
+                storage::durable_file_io(),
+                HadoopPointer,
+            )),
+            namespace: NamespaceIdent::new(namespace.to_owned()),
+            identity,
+            runtime,
+        })
+    }
+
+    /// The catalog (for queries and maintenance).
+    pub fn catalog(&self) -> Arc<FileCatalog<HadoopPointer>> {
+        Arc::clone(&self.catalog)
+    }
+
+    /// The Iceberg namespace the tables live in.
+    pub fn namespace(&self) -> &NamespaceIdent {
+        &self.namespace
+    }
+
+    /// The identifier of the table of one of the pipeline's namespaces.
+    pub fn table_ident(&self, namespace: &str) -> TableIdent {
+        TableIdent::new(self.namespace.clone(), namespace.to_owned())
+    }
+
+    fn landed_key(&self) -> String {
+        format!("{PROPERTY_LANDED_PREFIX}{}", self.identity)
+    }
+
+    /// The highest WAL batch id of this pipeline that has landed in `table` (0 for none).
+    pub fn landed_through(&self, table: &Table) -> u64 {
+        landed_through(table, &self.identity)
+    }
+
+    /// Run a future of this sink's on its runtime.
+    pub fn block_on<F: std::future::Future>(&self, future: F) -> F::Output {
+        self.runtime.block_on(future)
+    }
+
+    /// Write the committed `batches` (ascending ids) to their tables, exactly once: parts
+    /// that already landed are skipped (see the module docs). `read` reads a batch's parts
+    /// from the WAL. Returns once every table commit is durable.
+    pub fn deliver(
+        &self,
+        batches: &[BatchMeta],
+        read: &mut dyn FnMut(BatchId) -> Result<Vec<BatchPart>, WalError>,
+        schema: &PipelineSchema,
+    ) -> Result<Delivered, SinkError> {
+        let Some(last) = batches.last().map(|b| b.id) else {
+            return Ok(Delivered::default());
+        };
+        let first = batches.first().map_or(last, |b| b.id);
+        self.runtime.block_on(async {
+            let mut delivered = Delivered::default();
+            let namespaces: BTreeSet<&str> = batches
+                .iter()
+                .flat_map(|b| b.parts.iter())
+                .filter(|p| p.rows > 0)
+                .map(|p| p.namespace.as_str())
+                .collect();
+            let mut open: BTreeMap<String, Open> = BTreeMap::new();
+            for ns in namespaces {
+                let table = self.prepare_table(ns, schema).await?;
+                let landed = self.landed_through(&table);
+                let arrow = schema_to_arrow_schema(table.metadata().current_schema())
+                    .map_err(|e| self.iceberg_err(ns, e))?;
+                open.insert(
+                    ns.to_owned(),
+                    Open {
+                        table,
+                        landed,
+                        arrow: Arc::new(arrow),
+                        writer: None,
+                        rows: 0,
+                    },
+                );
+            }
+            for meta in batches {
+                let wanted = meta.parts.iter().any(|p| {
+                    p.rows > 0 && open.get(&p.namespace).is_some_and(|o| meta.id.0 > o.landed)
+                });
+                if !wanted {
+                    delivered.skipped_parts +=
+                        meta.parts.iter().filter(|p| p.rows > 0).count() as u64;
+                    continue;
+                }
+                let parts = read(meta.id).map_err(|source| SinkError::Wal {
+                    batch: meta.id,
+                    source,
+                })?;
+                for part in parts {
+                    if part.batch.num_rows() == 0 {
+                        continue;
+                    }
+                    let Some(o) = open.get_mut(&part.namespace) else {
+                        continue;
+                    };
+                    if meta.id.0 <= o.landed {
+                        delivered.skipped_parts += 1;
+                        continue;
+                    }
+                    let aligned = schema::align_batch(&part.batch, &o.arrow).map_err(|source| {
+                        SinkError::Align {
+                            table: format!("{}.{}", self.namespace.to_url_string(), part.namespace),
+                            batch: meta.id,
+                            source,
+                        }
+                    })?;
+                    if o.writer.is_none() {
+                        o.writer = Some(
+                            self.writer(&o.table, first, last)
+                                .await
+                                .map_err(|e| self.iceberg_err(&part.namespace, e))?,
+                        );
+                    }
+                    if let Some(writer) = o.writer.as_mut() {
+                        o.rows += aligned.num_rows() as u64;
+                        writer
+                            .write(aligned)
+                            .await
+                            .map_err(|e| self.iceberg_err(&part.namespace, e))?;
+                    }
+                }
+            }
+            for (ns, o) in open {
+                let Some(mut writer) = o.writer else {
+                    continue;
+                };
+                let files = writer.close().await.map_err(|e| self.iceberg_err(&ns, e))?;
+                failpoint(failpoint::AFTER_DATA_FILES)?;
+                delivered.files += files.len() as u64;
+                let summary = HashMap::from([
+                    (SUMMARY_PIPELINE.to_owned(), self.identity.clone()),
+                    (
+                        SUMMARY_FIRST_BATCH.to_owned(),
+                        (o.landed + 1).max(first.0).to_string(),
+                    ),
+                    (SUMMARY_LAST_BATCH.to_owned(), last.0.to_string()),
+                ]);
+                let tx = Transaction::new(&o.table);
+                let tx = tx
+                    .update_table_properties()
+                    .set(self.landed_key(), last.0.to_string())
+                    .apply(tx)
+                    .map_err(|e| self.iceberg_err(&ns, e))?;
+                let tx = tx
+                    .fast_append()
+                    .with_check_duplicate(false)
+                    .add_data_files(files)
+                    .set_snapshot_properties(summary)
+                    .apply(tx)
+                    .map_err(|e| self.iceberg_err(&ns, e))?;
+                tx.commit(self.catalog.as_ref())
+                    .await
+                    .map_err(|e| self.iceberg_err(&ns, e))?;
+                failpoint(failpoint::AFTER_TABLE_COMMIT)?;
+                delivered.commits += 1;
+                delivered.rows += o.rows;
+            }
+            delivered.through = Some(last);
+            Ok(delivered)
+        })
+    }
+
+    fn iceberg_err(&self, table: &str, source: iceberg::Error) -> SinkError {
+        SinkError::Iceberg {
+            table: format!("{}.{table}", self.namespace.to_url_string()),
+            source: Box::new(source),
+        }
+    }
+
+    /// Load the namespace's table (creating it when missing) and evolve its schema to hold
+    /// the namespace schema.
+    async fn prepare_table(&self, ns: &str, schema: &PipelineSchema) -> Result<Table, SinkError> {
+        let ident = self.table_ident(ns);
+        let fields = schema
+            .namespaces
+            .get(ns)
+            .map(|n| n.fields.as_slice())
+            .unwrap_or_default();
+        let catalog = self.catalog.as_ref();
+        let exists = catalog
+            .table_exists(&ident)
+            .await
+            .map_err(|e| self.iceberg_err(ns, e))?;
+        let table = if exists {
+            catalog.load_table(&ident).await
+        } else {
+            let initial = schema::initial_schema(fields).map_err(|e| self.iceberg_err(ns, e))?;
+            let creation = TableCreation::builder()
+                .name(ns.to_owned())
+                .schema(initial)
+                .properties(HashMap::from([(
+                    "write.parquet.compression-codec".to_owned(),
+                    "zstd".to_owned(),
+                )]))
+                .build();
+            catalog.create_table(&self.namespace, creation).await
+        }
+        .map_err(|e| self.iceberg_err(ns, e))?;
+        let current = table.metadata().current_schema();
+        let evolved =
+            schema::evolved_schema(current, fields).map_err(|i| SinkError::IncompatibleColumn {
+                table: format!("{}.{ns}", self.namespace.to_url_string()),
+                column: i.column,
+                table_type: i.table_type,
+                data_type: i.data_type,
+            })?;
+        let Some(evolved) = evolved else {
+            return Ok(table);
+        };
+        let new_schema = IcebergSchema::builder()
+            .with_fields(evolved)
+            .build()
+            .map_err(|e| self.iceberg_err(ns, e))?;
+        tracing::info!(table = %ident, "Evolving the Iceberg table schema.");
+        self.catalog
+            .commit_updates(
+                &ident,
+                vec![TableRequirement::CurrentSchemaIdMatch {
+                    current_schema_id: table.metadata().current_schema_id(),
+                }],
+                vec![
+                    TableUpdate::AddSchema { schema: new_schema },
+                    TableUpdate::SetCurrentSchema { schema_id: -1 },
+                ],
+            )
+            .map_err(|e| self.iceberg_err(ns, e))
+    }
+
+    async fn writer(
+        &self,
+        table: &Table,
+        first: BatchId,
+        last: BatchId,
+    ) -> iceberg::Result<Writer> {
+        let props = WriterProperties::builder()
+            .set_compression(Compression::ZSTD(ZstdLevel::try_new(1).map_err(|e| {
+                iceberg::Error::new(iceberg::ErrorKind::Unexpected, e.to_string())
+            })?))
+            .set_max_row_group_row_count(Some(1 << 20))
+            .build();
+        let parquet =
+            ParquetWriterBuilder::new(props, Arc::clone(table.metadata().current_schema()));
+        let rolling = RollingFileWriterBuilder::new_with_default_file_size(
+            parquet,
+            table.file_io().clone(),
+            DefaultLocationGenerator::new(table.metadata())?,
+            DefaultFileNameGenerator::new(
+                format!("b{}-b{}", first.0, last.0),
+                Some(uuid::Uuid::new_v4().simple().to_string()),
+                DataFileFormat::Parquet,
+            ),
+        );
+        DataFileWriterBuilder::new(rolling).build(None).await
+    }
+}
+
+/// The highest WAL batch id of the pipeline `identity` that has landed in `table`.
+pub fn landed_through(table: &Table, identity: &str) -> u64 {
+    let metadata = table.metadata();
+    let property = metadata
+        .properties()
+        .get(&format!("{PROPERTY_LANDED_PREFIX}{identity}"))
+        .and_then(|v| v.parse::<u64>().ok())
+        .unwrap_or(0);
+    let summaries = metadata
+        .snapshots()
+        .filter_map(|s| {
+            let props = &s.summary().additional_properties;
+            if props.get(SUMMARY_PIPELINE).map(String::as_str) != Some(identity) {
+                return None;
+            }
+            props.get(SUMMARY_LAST_BATCH)?.parse::<u64>().ok()
+        })
+        .max()
+        .unwrap_or(0);
+    property.max(summaries)
+}

@@ -1,0 +1,162 @@
+//! Destinations: where committed WAL batches are delivered.
+//!
+//! A destination receives committed batches in id order, each with its stable WAL batch id,
+//! and makes the delivery idempotent by that id: an exactly-once destination records which
+//! ids landed atomically with the data, and skips them when a crash makes the pipeline
+//! deliver them again (see `docs/commit-protocol.md`). The pipeline acknowledges delivered
+//! batches in the state store, and only then reclaims them from the WAL.
+//!
+//! This build delivers to the Iceberg destinations on a local warehouse ([`iceberg`]):
+//! `Duckdb` (Hadoop layout, read by DuckDB's `iceberg_scan` and PyIceberg).
+
+pub mod error;
+pub mod iceberg;
+
+use std::path::{Path, PathBuf};
+
+pub use error::SinkError;
+
+use crate::config::connectors::{ConnectorSet, SinkConnector};
+use crate::config::validate::{Named, Settings, ValidatedPipeline};
+
+/// Where an Iceberg sink's tables live.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LakeLocation {
+    /// The warehouse directory (absolute).
+    pub warehouse: PathBuf,
+    /// The Iceberg namespace (a directory under the warehouse).
+    pub namespace: String,
+}
+
+/// The default `table_namespace`.
+pub const DEFAULT_TABLE_NAMESPACE: &str = "default";
+
+/// The warehouse and namespace of a `file://` lake sink, relative paths resolved against
+/// `base_dir` (the config file's directory). Pure: no I/O.
+pub fn lake_location(
+    sink: &Named<SinkConnector>,
+    base_dir: &Path,
+) -> Result<Option<LakeLocation>, SinkError> {
+    let (warehouse, namespace) = match &sink.connector {
+        SinkConnector::Duckdb(c) => (&c.warehouse, &c.table_namespace),
+        _ => return Ok(None),
+    };
+    let config_err = |message: String| SinkError::Config {
+        sink: sink.name.clone(),
+        message,
+    };
+    let Some(rest) = warehouse.strip_prefix("file://") else {
+        return Err(config_err(format!(
+            "`warehouse` must be a `file://` URI (e.g. `file://./lake`), got `{warehouse}`"
+        )));
+    };
+    if rest.is_empty() {
+        return Err(config_err("`warehouse` names no directory".to_owned()));
+    }
+    let path = Path::new(rest);
+    let warehouse = if path.is_absolute() {
+        path.to_path_buf()
+    } else {
+        base_dir.join(path)
+    };
+    let warehouse = normalize(&warehouse);
+    let namespace = namespace
+        .clone()
+        .unwrap_or_else(|| DEFAULT_TABLE_NAMESPACE.to_owned());
+    if namespace.is_empty()
+        || namespace.starts_with('.')
+        || !namespace
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+    {
+        return Err(config_err(format!(
+            "`table_namespace` `{namespace}` must be letters, digits, `_` or `-` (it names a directory)"
+        )));
+    }
+    Ok(Some(LakeLocation {
+        warehouse,
+        namespace,
+    }))
+}
+
+/// `a/./b/../c` as `a/c`, without touching the file system.
+fn normalize(path: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for part in path.components() {
+        match part {
+            std::path::Component::CurDir => {}
+            std::path::Component::ParentDir => {
+                out.pop();
+            }
+            other => out.push(other),
+        }
+    }
+    out
+}
+
+/// The pipeline's destination, opened, or `None` when it has none (the WAL is the dataset).
+pub fn open(
+    pipeline: &ValidatedPipeline,
+    settings: &Settings,
+    base_dir: &Path,
+) -> Result<Option<iceberg::IcebergSink>, SinkError> {
+    let Some(sink) = &pipeline.sink else {
+        return Ok(None);
+    };
+    let Some(location) = lake_location(sink, base_dir)? else {
+        return Err(SinkError::Config {
+            sink: sink.name.clone(),
+            message: format!(
+                "connector `{}` cannot be delivered to by this build",
+                sink.connector.type_name()
+            ),
+        });
+    };
+    let identity =
+        crate::state::partition_key(&settings.tenant, &settings.workspace, &pipeline.name);
+    iceberg::IcebergSink::hadoop(location.warehouse, &location.namespace, identity).map(Some)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::connectors::DuckdbSinkConfig;
+
+    fn duckdb(warehouse: &str, ns: Option<&str>) -> Named<SinkConnector> {
+        Named {
+            name: "lake".into(),
+            connector: SinkConnector::Duckdb(DuckdbSinkConfig {
+                version: None,
+                warehouse: warehouse.into(),
+                table_namespace: ns.map(str::to_owned),
+            }),
+        }
+    }
+
+    #[test]
+    fn relative_warehouses_resolve_against_the_config_dir() -> Result<(), SinkError> {
+        let loc = lake_location(&duckdb("file://./lake/../wh", None), Path::new("/p"))?;
+        assert_eq!(
+            loc,
+            Some(LakeLocation {
+                warehouse: PathBuf::from("/p/wh"),
+                namespace: "default".into()
+            })
+        );
+        let loc = lake_location(&duckdb("file:///abs/wh", Some("ns_1")), Path::new("/p"))?;
+        assert_eq!(loc.map(|l| l.warehouse), Some(PathBuf::from("/abs/wh")));
+        Ok(())
+    }
+
+    #[test]
+    fn bad_warehouses_and_namespaces_are_named() {
+        let err = lake_location(&duckdb("s3://b/x", None), Path::new("/p")).map(|_| ());
+        assert!(
+            matches!(err, Err(SinkError::Config { ref message, .. }) if message.contains("file://"))
+        );
+        let err = lake_location(&duckdb("file://./x", Some("a/b")), Path::new("/p")).map(|_| ());
+        assert!(
+            matches!(err, Err(SinkError::Config { ref message, .. }) if message.contains("a/b"))
+        );
+    }
+}
