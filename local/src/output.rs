@@ -212,8 +212,8 @@ fn describe(event: &Event) -> Option<String> {
             bytes,
             deadletters,
             pending,
+            delivered,
             seconds,
-            ..
         } => {
             let mut line = format!(
                 "Synced '{pipeline}': {rows} row{} in {batches} batch{}, {deadletters} rejected, {} read in {seconds:.2} s",
@@ -223,6 +223,12 @@ fn describe(event: &Event) -> Option<String> {
             );
             if *files_failed > 0 {
                 line.push_str(&format!("; {files_failed} file(s) could not be read (see the log; tried again next pass)"));
+            }
+            if *delivered > 0 {
+                line.push_str(&format!(
+                    "; {delivered} batch{} delivered to the destination",
+                    if *delivered == 1 { "" } else { "es" }
+                ));
             }
             if *pending > 0 {
                 line.push_str(&format!("; {pending} batches not yet delivered"));

@@ -49,6 +49,15 @@ pub enum QueryError {
         /// Why.
         reason: String,
     },
+    /// A landed Iceberg table of a pipeline could not be listed or loaded.
+    #[error("pipeline '{pipeline}': reading its Iceberg tables: {source}")]
+    Lake {
+        /// The pipeline.
+        pipeline: String,
+        /// The cause.
+        #[source]
+        source: Box<iceberg::Error>,
+    },
     /// The runtime that runs queries could not be started.
     #[error("could not start the query runtime: {0}")]
     Runtime(#[source] std::io::Error),

@@ -14,13 +14,17 @@
 //! `SHOW TABLES` and `EXPLAIN` work.
 
 mod error;
+mod lake;
 mod output;
-mod schema;
 mod table;
 #[cfg(test)]
 mod tests;
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
+
+use futures::TryStreamExt as _;
+use iceberg::Catalog as _;
 
 use datafusion::catalog::{MemorySchemaProvider, SchemaProvider};
 use datafusion::error::DataFusionError;
@@ -32,6 +36,8 @@ pub use output::QueryOutput;
 
 use crate::config::validate::WalStorage;
 use crate::config::{ValidatedConfig, ValidatedPipeline};
+use crate::sinks::iceberg::catalog::{FileCatalog, HadoopPointer};
+use crate::sinks::iceberg::storage::durable_file_io;
 use crate::wal::{DiskWal, ReadOnlyWal};
 
 /// The DataFusion catalog the pipelines' schemas are registered in.
@@ -48,10 +54,18 @@ pub struct QueryEngine {
     tables: Vec<String>,
 }
 
-/// One pipeline's WAL snapshot.
+/// One pipeline's WAL snapshot, and its Iceberg destination if it has one.
 struct PipelineWal {
     name: String,
     wal: Arc<ReadOnlyWal>,
+    lake: Option<Arc<LakeSource>>,
+}
+
+/// Where a pipeline's landed tables are.
+struct LakeSource {
+    catalog: Arc<FileCatalog<HadoopPointer>>,
+    namespace: iceberg::NamespaceIdent,
+    identity: String,
 }
 
 impl std::fmt::Debug for QueryEngine {
@@ -89,9 +103,11 @@ impl QueryEngine {
                 pipeline: pipeline.name.clone(),
                 source,
             })?;
+            let lake = lake_source(config, pipeline)?;
             wals.push(PipelineWal {
                 name: pipeline.name.clone(),
                 wal: Arc::new(wal),
+                lake,
             });
         }
         let runtime = tokio::runtime::Builder::new_current_thread()
@@ -158,6 +174,7 @@ impl QueryEngine {
             refreshed.push(PipelineWal {
                 name: pipeline.name.clone(),
                 wal: Arc::new(wal),
+                lake: pipeline.lake.clone(),
             });
         }
         let previous = std::mem::replace(&mut self.pipelines, refreshed);
@@ -172,7 +189,7 @@ impl QueryEngine {
     /// existing schema is kept, so views created in it survive; its namespace tables are
     /// replaced.
     fn register(&mut self) -> Result<(), QueryError> {
-        let built = build_tables(&self.pipelines)?;
+        let built = build_tables(&self.runtime, &self.pipelines)?;
         let catalog = self.ctx.catalog(CATALOG).ok_or_else(|| {
             QueryError::Sql(DataFusionError::Internal(format!(
                 "the default catalog `{CATALOG}` is missing"
@@ -202,7 +219,7 @@ impl QueryEngine {
                     .deregister_table(&table.namespace)
                     .map_err(internal)?;
                 schema
-                    .register_table(table.namespace.clone(), Arc::new(table.table))
+                    .register_table(table.namespace.clone(), table.table)
                     .map_err(internal)?;
                 self.registered.push((pipeline.clone(), table.namespace));
             }
@@ -219,15 +236,101 @@ impl QueryEngine {
 }
 
 /// Each pipeline's namespace tables, built before anything is registered so that a failure
-/// leaves the engine as it was.
+/// leaves the engine as it was. The WALs were listed before this loads the landed tables, so
+/// no table is older than the WAL listing it is combined with.
 fn build_tables(
+    runtime: &tokio::runtime::Runtime,
     pipelines: &[PipelineWal],
 ) -> Result<Vec<(String, Vec<table::NamespaceTable>)>, QueryError> {
     pipelines
         .iter()
         .map(|pipeline| {
-            table::namespace_tables(&pipeline.name, &pipeline.wal)
+            let lakes = match &pipeline.lake {
+                Some(lake) => runtime.block_on(load_lake(&pipeline.name, lake))?,
+                None => BTreeMap::new(),
+            };
+            table::namespace_tables(&pipeline.name, &pipeline.wal, lakes)
                 .map(|tables| (pipeline.name.clone(), tables))
         })
         .collect()
+}
+
+/// The pipeline's Iceberg destination, if it has one this build can read.
+fn lake_source(
+    config: &ValidatedConfig,
+    pipeline: &ValidatedPipeline,
+) -> Result<Option<Arc<LakeSource>>, QueryError> {
+    let Some(sink) = &pipeline.sink else {
+        return Ok(None);
+    };
+    let location = crate::sinks::lake_location(sink, &config.base_dir).map_err(|e| {
+        QueryError::Unsupported {
+            pipeline: pipeline.name.clone(),
+            reason: e.to_string(),
+        }
+    })?;
+    Ok(location.map(|location| {
+        Arc::new(LakeSource {
+            catalog: Arc::new(FileCatalog::new(
+                location.warehouse,
+                durable_file_io(),
+                HadoopPointer,
+            )),
+            namespace: iceberg::NamespaceIdent::new(location.namespace),
+            identity: crate::state::partition_key(
+                &config.settings.tenant,
+                &config.settings.workspace,
+                &pipeline.name,
+            ),
+        })
+    }))
+}
+
+/// The landed tables of a pipeline: every table of the sink's namespace that holds batches of
+/// this pipeline, by namespace name.
+async fn load_lake(
+    pipeline: &str,
+    lake: &LakeSource,
+) -> Result<BTreeMap<String, lake::LakePart>, QueryError> {
+    let lake_error = |source: iceberg::Error| QueryError::Lake {
+        pipeline: pipeline.to_owned(),
+        source: Box::new(source),
+    };
+    let catalog = lake.catalog.as_ref();
+    let mut parts = BTreeMap::new();
+    for ident in catalog
+        .list_tables(&lake.namespace)
+        .await
+        .map_err(lake_error)?
+    {
+        let table = catalog.load_table(&ident).await.map_err(lake_error)?;
+        let landed = crate::sinks::iceberg::landed_through(&table, &lake.identity);
+        if landed == 0 {
+            continue;
+        }
+        let schema = iceberg::arrow::schema_to_arrow_schema(table.metadata().current_schema())
+            .map_err(lake_error)?;
+        let mut files = Vec::new();
+        if table.metadata().current_snapshot().is_some() {
+            let mut tasks = table
+                .scan()
+                .build()
+                .map_err(lake_error)?
+                .plan_files()
+                .await
+                .map_err(lake_error)?;
+            while let Some(task) = tasks.try_next().await.map_err(lake_error)? {
+                files.push(task.data_file_path().to_owned());
+            }
+        }
+        parts.insert(
+            ident.name().to_owned(),
+            lake::LakePart {
+                landed,
+                schema: Arc::new(schema),
+                files,
+            },
+        );
+    }
+    Ok(parts)
 }

@@ -12,8 +12,12 @@ use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::streaming::PartitionStream;
 
+use arrow::datatypes::Schema;
+use datafusion::catalog::TableProvider;
+
 use super::error::{QueryError, ScanError};
-use super::schema::{adapt_batch, merge_schemas};
+use super::lake::{LakePart, LakeTable};
+use crate::schema::adapt::{adapt_batch, merge_schemas, normalize};
 use crate::wal::{BatchId, ReadOnlyWal, WalError};
 
 /// One namespace of one pipeline's WAL.
@@ -21,14 +25,17 @@ pub(super) struct NamespaceTable {
     /// The namespace.
     pub(super) namespace: String,
     /// The table, ready to register.
-    pub(super) table: StreamingTable,
+    pub(super) table: Arc<dyn TableProvider>,
 }
 
-/// The tables of `wal`, one per namespace that appears in a committed batch, sorted by name.
-/// Reads the schemas of the newest batch of each schema version (no rows are decoded).
+/// The tables of `wal`, one per namespace that appears in a committed batch or in `lakes`
+/// (the landed tables of a pipeline with an Iceberg destination), sorted by name. A namespace
+/// with a landed table reads it plus the WAL batches after the last one it holds. Reads the
+/// schemas of the newest batch of each schema version (no rows are decoded).
 pub(super) fn namespace_tables(
     pipeline: &str,
     wal: &Arc<ReadOnlyWal>,
+    mut lakes: BTreeMap<String, LakePart>,
 ) -> Result<Vec<NamespaceTable>, QueryError> {
     /// Per namespace: the batches holding rows of it, and the newest batch of each version.
     #[derive(Default)]
@@ -37,8 +44,16 @@ pub(super) fn namespace_tables(
         newest_of_version: BTreeMap<u32, BatchId>,
     }
     let mut listings: BTreeMap<&str, Listing> = BTreeMap::new();
+    let lake_names: Vec<String> = lakes.keys().cloned().collect();
+    for name in &lake_names {
+        listings.entry(name.as_str()).or_default();
+    }
     for batch in wal.batches() {
         for part in &batch.parts {
+            let landed = lakes.get(&part.namespace).map_or(0, |l| l.landed);
+            if batch.id.0 <= landed {
+                continue;
+            }
             let listing = listings.entry(part.namespace.as_str()).or_default();
             if part.rows > 0 && listing.batches.last() != Some(&batch.id) {
                 listing.batches.push(batch.id);
@@ -75,6 +90,19 @@ pub(super) fn namespace_tables(
                     .map(|(_, _, schema)| schema.clone()),
             );
         }
+        let lake = lakes.remove(namespace);
+        if let Some(lake) = &lake {
+            schemas.insert(
+                0,
+                Arc::new(Schema::new(
+                    lake.schema
+                        .fields()
+                        .iter()
+                        .map(|f| normalize(f))
+                        .collect::<Vec<_>>(),
+                )),
+            );
+        }
         let schema = merge_schemas(&schemas);
         let partition = WalPartition {
             pipeline: pipeline.to_owned(),
@@ -83,8 +111,20 @@ pub(super) fn namespace_tables(
             batches: Arc::from(listing.batches),
             schema: schema.clone(),
         };
-        let table = StreamingTable::try_new(schema, vec![Arc::new(partition)])
-            .map_err(|error| QueryError::from_datafusion(error, &[]))?;
+        let wal_table: Arc<dyn TableProvider> = Arc::new(
+            StreamingTable::try_new(schema.clone(), vec![Arc::new(partition)])
+                .map_err(|error| QueryError::from_datafusion(error, &[]))?,
+        );
+        let table = match lake {
+            Some(lake) => Arc::new(LakeTable {
+                lake: lake
+                    .provider(schema.clone())
+                    .map_err(|error| QueryError::from_datafusion(error, &[]))?,
+                schema,
+                wal: wal_table,
+            }),
+            None => wal_table,
+        };
         tables.push(NamespaceTable {
             namespace: namespace.to_owned(),
             table,

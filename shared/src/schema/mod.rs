@@ -227,6 +227,7 @@
 //! Unknown keys are refused too, so a typo in a hand-edited file is reported rather than
 //! silently ignored.
 
+pub mod adapt;
 mod arrow;
 mod error;
 pub mod evolve;

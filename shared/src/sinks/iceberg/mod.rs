@@ -244,13 +244,12 @@ impl IcebergSink {
                         delivered.skipped_parts += 1;
                         continue;
                     }
-                    let aligned = schema::align_batch(&part.batch, &o.arrow).map_err(|source| {
-                        SinkError::Align {
+                    let aligned = crate::schema::adapt::adapt_batch(&part.batch, &o.arrow)
+                        .map_err(|source| SinkError::Align {
                             table: format!("{}.{}", self.namespace.to_url_string(), part.namespace),
                             batch: meta.id,
                             source,
-                        }
-                    })?;
+                        })?;
                     if o.writer.is_none() {
                         o.writer = Some(
                             self.writer(&o.table, first, last)
@@ -422,3 +421,6 @@ pub fn landed_through(table: &Table, identity: &str) -> u64 {
         .unwrap_or(0);
     property.max(summaries)
 }
+
+#[cfg(test)]
+mod tests;

@@ -13,8 +13,6 @@
 
 use std::sync::Arc;
 
-use arrow::array::{Array, ArrayRef, ListArray, RecordBatch, StructArray, new_null_array};
-use arrow::datatypes::{DataType, SchemaRef};
 use iceberg::spec::{
     ListType, NestedField, NestedFieldRef, PrimitiveType, Schema as IcebergSchema, StructType, Type,
 };
@@ -194,78 +192,5 @@ pub fn evolved_schema(
         Ok(None)
     } else {
         Ok(Some(evolved))
-    }
-}
-
-/// `batch` (typed under any version of the namespace schema) as a batch of `target`: columns
-/// matched by name at every depth, missing ones null, types cast (int to long, ms to µs
-/// timestamps), columns the target lacks dropped.
-pub fn align_batch(
-    batch: &RecordBatch,
-    target: &SchemaRef,
-) -> Result<RecordBatch, arrow::error::ArrowError> {
-    let rows = batch.num_rows();
-    let columns = target
-        .fields()
-        .iter()
-        .map(|field| {
-            let source = batch
-                .schema()
-                .index_of(field.name())
-                .ok()
-                .map(|i| batch.column(i));
-            align_array(source, field.data_type(), rows)
-        })
-        .collect::<Result<Vec<_>, _>>()?;
-    RecordBatch::try_new_with_options(
-        Arc::clone(target),
-        columns,
-        &arrow::array::RecordBatchOptions::new().with_row_count(Some(rows)),
-    )
-}
-
-fn align_array(
-    source: Option<&ArrayRef>,
-    target: &DataType,
-    rows: usize,
-) -> Result<ArrayRef, arrow::error::ArrowError> {
-    let Some(source) = source else {
-        return Ok(new_null_array(target, rows));
-    };
-    if source.data_type() == target {
-        return Ok(Arc::clone(source));
-    }
-    match target {
-        DataType::Struct(fields) => {
-            let Some(array) = source.as_any().downcast_ref::<StructArray>() else {
-                return Ok(new_null_array(target, rows));
-            };
-            let children = fields
-                .iter()
-                .map(|f| align_array(array.column_by_name(f.name()), f.data_type(), array.len()))
-                .collect::<Result<Vec<_>, _>>()?;
-            Ok(Arc::new(StructArray::try_new(
-                fields.clone(),
-                children,
-                array.nulls().cloned(),
-            )?))
-        }
-        DataType::List(element) => {
-            let Some(array) = source.as_any().downcast_ref::<ListArray>() else {
-                return Ok(new_null_array(target, rows));
-            };
-            let values = align_array(
-                Some(array.values()),
-                element.data_type(),
-                array.values().len(),
-            )?;
-            Ok(Arc::new(ListArray::try_new(
-                Arc::clone(element),
-                array.offsets().clone(),
-                values,
-                array.nulls().cloned(),
-            )?))
-        }
-        _ => arrow::compute::cast(source, target),
     }
 }

@@ -1,5 +1,8 @@
-//! One table schema per namespace from the schemas its WAL batches were written with, and the
-//! conversion of each batch to it.
+//! Reading batches typed under different schema versions as one schema.
+//!
+//! Used by `query` (one table schema per namespace from the schemas its WAL batches were
+//! written with, plus the landed Iceberg table's) and by the Iceberg sink (WAL batches of any
+//! schema version written as the table's current schema).
 //!
 //! The table schema is the newest batch's schema, widened by every column (and struct child)
 //! that only older schemas have, appended after the newest ones. Every field is nullable, since
@@ -17,7 +20,7 @@ use arrow::datatypes::{DataType, Field, FieldRef, Fields, Schema, SchemaRef};
 use arrow::error::ArrowError;
 
 /// The table schema for `schemas`, given newest first.
-pub(super) fn merge_schemas(schemas: &[SchemaRef]) -> SchemaRef {
+pub fn merge_schemas(schemas: &[SchemaRef]) -> SchemaRef {
     let mut fields: Vec<FieldRef> = Vec::new();
     for schema in schemas {
         merge_fields(&mut fields, schema.fields());
@@ -65,12 +68,18 @@ fn merge_types(newer: &DataType, older: &DataType) -> Option<DataType> {
                 newer.as_ref().clone().with_data_type(item),
             )))
         }
+        // Widenings: a column that is wider in one input is read as the wider type.
+        (DataType::Int32, DataType::Int64) => Some(DataType::Int64),
+        (DataType::Float32, DataType::Float64) => Some(DataType::Float64),
+        (DataType::Timestamp(a, tz), DataType::Timestamp(b, _)) if a != b => Some(
+            DataType::Timestamp(arrow::datatypes::TimeUnit::Microsecond, tz.clone()),
+        ),
         _ => None,
     }
 }
 
 /// `field` without metadata, nullable, and the same for its struct and list children.
-pub(super) fn normalize(field: &Field) -> Field {
+pub fn normalize(field: &Field) -> Field {
     Field::new(field.name(), normalize_type(field.data_type()), true)
 }
 
@@ -91,10 +100,7 @@ fn normalize_type(data_type: &DataType) -> DataType {
 
 /// `batch` as a batch of `schema`: columns matched by name, missing ones null, types converted
 /// (struct children by name, integers widened).
-pub(super) fn adapt_batch(
-    batch: &RecordBatch,
-    schema: &SchemaRef,
-) -> Result<RecordBatch, ArrowError> {
+pub fn adapt_batch(batch: &RecordBatch, schema: &SchemaRef) -> Result<RecordBatch, ArrowError> {
     let rows = batch.num_rows();
     let columns = schema
         .fields()
