@@ -702,3 +702,64 @@ fn discover_waits_for_a_running_sync_instead_of_overwriting_its_schema() {
     drop(lock);
     assert_eq!(skipprd(dir.path(), &["discover"], &[]).code, 0);
 }
+
+/// Regression: with `--config sub/skippr.yml` the config's directory is a relative path, and
+/// the lake's table locations were written relative to `/` ("cannot read /sub/lake/...").
+#[test]
+fn a_lake_sink_works_with_a_relative_config_path_and_query_reads_the_landed_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let sub = dir.path().join("sub");
+    std::fs::create_dir_all(sub.join("in")).unwrap();
+    std::fs::write(
+        sub.join("skippr.yml"),
+        "pipelines:\n  p:\n    data_source: data_sources.f\n    data_sink: data_sinks.lake\n\
+         data_sources:\n  f:\n    File:\n      path: in\n\
+         data_sinks:\n  lake:\n    Duckdb:\n      warehouse: file://./lake\n      table_namespace: ns\n",
+    )
+    .unwrap();
+    std::fs::write(
+        sub.join("in/a.jsonl"),
+        "{\"id\":1}\n{\"id\":2}\n{\"id\":3}\n",
+    )
+    .unwrap();
+    let run = skipprd(
+        dir.path(),
+        &[
+            "--config",
+            "sub/skippr.yml",
+            "sync",
+            "--once",
+            "--output",
+            "text",
+        ],
+        &[],
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(run.stdout.contains("1 batch delivered"), "{}", run.stdout);
+    let hint = sub.join("lake/ns/p/metadata/version-hint.text");
+    assert_eq!(std::fs::read_to_string(&hint).unwrap(), "2");
+    let metadata =
+        std::fs::read_to_string(sub.join("lake/ns/p/metadata/v2.metadata.json")).unwrap();
+    let location = format!(
+        "file://{}",
+        std::fs::canonicalize(sub.join("lake/ns/p"))
+            .unwrap()
+            .display()
+    );
+    assert!(metadata.contains(&location), "{metadata}");
+    // The WAL reclaimed what landed; query reads it from the table.
+    let run = skipprd(
+        dir.path(),
+        &[
+            "--config",
+            "sub/skippr.yml",
+            "query",
+            "--plain",
+            "-s",
+            "select count(*) as n, sum(id) as s from p",
+        ],
+        &[],
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(run.stdout.trim(), r#"{"header":["n","s"],"rows":[[3,6]]}"#);
+}

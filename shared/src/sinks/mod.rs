@@ -32,7 +32,7 @@ pub struct LakeLocation {
 pub const DEFAULT_TABLE_NAMESPACE: &str = "default";
 
 /// The warehouse and namespace of a `file://` lake sink, relative paths resolved against
-/// `base_dir` (the config file's directory). Pure: no I/O.
+/// `base_dir` (the config file's directory) and then the working directory. Reads no files.
 pub fn lake_location(
     sink: &Named<SinkConnector>,
     base_dir: &Path,
@@ -59,6 +59,9 @@ pub fn lake_location(
     } else {
         base_dir.join(path)
     };
+    // Absolute, so that table locations written into Iceberg metadata are too (a relative
+    // `--config` path makes `base_dir` relative).
+    let warehouse = std::path::absolute(&warehouse).unwrap_or(warehouse);
     let warehouse = normalize(&warehouse);
     let namespace = namespace
         .clone()
