@@ -117,7 +117,9 @@ pub fn open(
     };
     let identity =
         crate::state::partition_key(&settings.tenant, &settings.workspace, &pipeline.name);
-    iceberg::IcebergSink::hadoop(location.warehouse, &location.namespace, identity).map(Some)
+    let layout = iceberg::layout::Layout::from_transform(&pipeline.transform);
+    iceberg::IcebergSink::hadoop(location.warehouse, &location.namespace, identity)
+        .map(|sink| Some(sink.with_layout(layout)))
 }
 
 #[cfg(test)]

@@ -28,6 +28,7 @@
 //! a new schema through our catalog).
 
 pub mod catalog;
+pub mod layout;
 pub mod schema;
 pub mod storage;
 
@@ -35,7 +36,9 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
+use iceberg::arrow::RecordBatchPartitionSplitter;
 use iceberg::arrow::schema_to_arrow_schema;
 use iceberg::spec::{DataFileFormat, Schema as IcebergSchema};
 use iceberg::table::Table;
@@ -46,6 +49,8 @@ use iceberg::writer::file_writer::location_generator::{
     DefaultFileNameGenerator, DefaultLocationGenerator,
 };
 use iceberg::writer::file_writer::rolling_writer::RollingFileWriterBuilder;
+use iceberg::writer::partitioning::PartitioningWriter;
+use iceberg::writer::partitioning::fanout_writer::FanoutWriter;
 use iceberg::writer::{IcebergWriter, IcebergWriterBuilder};
 use iceberg::{Catalog, NamespaceIdent, TableCreation, TableIdent, TableRequirement, TableUpdate};
 use parquet::basic::{Compression, ZstdLevel};
@@ -97,15 +102,47 @@ pub struct Delivered {
     pub skipped_parts: u64,
 }
 
+type Builder =
+    DataFileWriterBuilder<ParquetWriterBuilder, DefaultLocationGenerator, DefaultFileNameGenerator>;
 type Writer =
     DataFileWriter<ParquetWriterBuilder, DefaultLocationGenerator, DefaultFileNameGenerator>;
+
+/// The data files being written to one table: one writer, or one per partition.
+enum TableWriter {
+    Unpartitioned(Box<Writer>),
+    Partitioned(
+        Box<FanoutWriter<Builder>>,
+        Box<RecordBatchPartitionSplitter>,
+    ),
+}
+
+impl TableWriter {
+    async fn write(&mut self, batch: RecordBatch) -> iceberg::Result<()> {
+        match self {
+            TableWriter::Unpartitioned(w) => w.write(batch).await,
+            TableWriter::Partitioned(w, splitter) => {
+                for (key, rows) in splitter.split(&batch)? {
+                    w.write(key, rows).await?;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    async fn close(self) -> iceberg::Result<Vec<iceberg::spec::DataFile>> {
+        match self {
+            TableWriter::Unpartitioned(mut w) => w.close().await,
+            TableWriter::Partitioned(w, _) => w.close().await,
+        }
+    }
+}
 
 /// A table being written in one delivery.
 struct Open {
     table: Table,
     landed: u64,
     arrow: SchemaRef,
-    writer: Option<Writer>,
+    writer: Option<TableWriter>,
     rows: u64,
 }
 
@@ -114,6 +151,7 @@ pub struct IcebergSink {
     catalog: Arc<FileCatalog<HadoopPointer>>,
     namespace: NamespaceIdent,
     identity: String,
+    layout: layout::Layout,
     runtime: tokio::runtime::Runtime,
 }
 
@@ -149,8 +187,15 @@ impl IcebergSink {
             )),
             namespace: NamespaceIdent::new(namespace.to_owned()),
             identity,
+            layout: layout::Layout::default(),
             runtime,
         })
+    }
+
+    /// Partition and sort the tables as `layout` says.
+    pub fn with_layout(mut self, layout: layout::Layout) -> Self {
+        self.layout = layout;
+        self
     }
 
     /// The catalog (for queries and maintenance).
@@ -245,6 +290,7 @@ impl IcebergSink {
                         continue;
                     }
                     let aligned = crate::schema::adapt::adapt_batch(&part.batch, &o.arrow)
+                        .and_then(|b| self.layout.sort(&b))
                         .map_err(|source| SinkError::Align {
                             table: format!("{}.{}", self.namespace.to_url_string(), part.namespace),
                             batch: meta.id,
@@ -267,7 +313,7 @@ impl IcebergSink {
                 }
             }
             for (ns, o) in open {
-                let Some(mut writer) = o.writer else {
+                let Some(writer) = o.writer else {
                     continue;
                 };
                 let files = writer.close().await.map_err(|e| self.iceberg_err(&ns, e))?;
@@ -350,9 +396,21 @@ impl IcebergSink {
                 table_type: i.table_type,
                 data_type: i.data_type,
             })?;
-        let Some(evolved) = evolved else {
-            return Ok(table);
+        let table = match evolved {
+            None => table,
+            Some(evolved) => self.evolve_schema(ns, &ident, &table, evolved)?,
         };
+        self.evolve_spec(ns, &ident, table)
+    }
+
+    /// Commit `evolved` as the table's new current schema.
+    fn evolve_schema(
+        &self,
+        ns: &str,
+        ident: &TableIdent,
+        table: &Table,
+        evolved: Vec<iceberg::spec::NestedFieldRef>,
+    ) -> Result<Table, SinkError> {
         let new_schema = IcebergSchema::builder()
             .with_fields(evolved)
             .build()
@@ -360,7 +418,7 @@ impl IcebergSink {
         tracing::info!(table = %ident, "Evolving the Iceberg table schema.");
         self.catalog
             .commit_updates(
-                &ident,
+                ident,
                 vec![TableRequirement::CurrentSchemaIdMatch {
                     current_schema_id: table.metadata().current_schema_id(),
                 }],
@@ -372,12 +430,40 @@ impl IcebergSink {
             .map_err(|e| self.iceberg_err(ns, e))
     }
 
+    /// Give the table the partition spec the layout asks for, if it has another.
+    fn evolve_spec(&self, ns: &str, ident: &TableIdent, table: Table) -> Result<Table, SinkError> {
+        let metadata = table.metadata();
+        let (desired, warnings) = self
+            .layout
+            .partition_spec(metadata.current_schema())
+            .map_err(|e| self.iceberg_err(ns, e))?;
+        for warning in warnings {
+            tracing::warn!(table = %ident, "{warning}");
+        }
+        if layout::same_spec(metadata.default_partition_spec(), &desired) {
+            return Ok(table);
+        }
+        tracing::info!(table = %ident, "Changing the Iceberg table's partition spec.");
+        self.catalog
+            .commit_updates(
+                ident,
+                vec![TableRequirement::DefaultSpecIdMatch {
+                    default_spec_id: metadata.default_partition_spec_id(),
+                }],
+                vec![
+                    TableUpdate::AddSpec { spec: desired },
+                    TableUpdate::SetDefaultSpec { spec_id: -1 },
+                ],
+            )
+            .map_err(|e| self.iceberg_err(ns, e))
+    }
+
     async fn writer(
         &self,
         table: &Table,
         first: BatchId,
         last: BatchId,
-    ) -> iceberg::Result<Writer> {
+    ) -> iceberg::Result<TableWriter> {
         let props = WriterProperties::builder()
             .set_compression(Compression::ZSTD(ZstdLevel::try_new(1).map_err(|e| {
                 iceberg::Error::new(iceberg::ErrorKind::Unexpected, e.to_string())
@@ -396,7 +482,22 @@ impl IcebergSink {
                 DataFileFormat::Parquet,
             ),
         );
-        DataFileWriterBuilder::new(rolling).build(None).await
+        let builder = DataFileWriterBuilder::new(rolling);
+        let metadata = table.metadata();
+        let spec = metadata.default_partition_spec();
+        if spec.is_unpartitioned() {
+            return Ok(TableWriter::Unpartitioned(Box::new(
+                builder.build(None).await?,
+            )));
+        }
+        let splitter = RecordBatchPartitionSplitter::try_new_with_computed_values(
+            Arc::clone(metadata.current_schema()),
+            Arc::clone(spec),
+        )?;
+        Ok(TableWriter::Partitioned(
+            Box::new(FanoutWriter::new(builder)),
+            Box::new(splitter),
+        ))
     }
 }
 

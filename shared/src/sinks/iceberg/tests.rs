@@ -408,3 +408,89 @@ fn timestamps_in_milliseconds_land_as_microseconds() -> TestResult {
     assert_eq!(micros, 1_700_000_000_123_000);
     Ok(())
 }
+
+#[test]
+fn the_layout_partitions_by_value_and_time_and_sorts_rows() -> TestResult {
+    let mut f = fixture()?;
+    f.sink = IcebergSink::hadoop(f._dir.path().join("lake2"), "ns", "t#w#p".to_owned())?
+        .with_layout(layout::Layout {
+            partition_fields: vec!["city".into()],
+            time_fields: vec!["at".into()],
+            time_unit: Some(crate::config::TimeUnit::Day),
+            order_fields: vec!["n".into()],
+        });
+    let ts = DataType::Timestamp(arrow::datatypes::TimeUnit::Microsecond, Some("UTC".into()));
+    let day = 86_400_000_000_i64;
+    let batch = RecordBatch::try_new(
+        Arc::new(Schema::new(vec![
+            ArrowField::new("city", DataType::Utf8, true),
+            ArrowField::new("at", ts, true),
+            ArrowField::new("n", DataType::Int32, true),
+        ])),
+        vec![
+            Arc::new(StringArray::from(vec!["b", "a", "b", "a", "a"])),
+            Arc::new(
+                arrow::array::TimestampMicrosecondArray::from(vec![
+                    20_000 * day,
+                    20_000 * day,
+                    20_001 * day,
+                    20_000 * day + 5,
+                    20_000 * day + 9,
+                ])
+                .with_timezone("UTC"),
+            ),
+            Arc::new(Int32Array::from(vec![1, 9, 2, 3, 7])),
+        ],
+    )?;
+    f.wal.append(b"p1", &[part("a", batch)])?;
+    f.deliver_all(&pipeline_schema(&[(
+        "a",
+        vec![
+            Field::new("at", FieldType::Timestamp),
+            Field::new("city", FieldType::String),
+            Field::new("n", FieldType::Int),
+        ],
+    )]))?;
+    let table = f.table("a")?;
+    let spec = table.metadata().default_partition_spec();
+    let names: Vec<_> = spec.fields().iter().map(|p| p.name.clone()).collect();
+    assert_eq!(names, vec!["city".to_owned(), "at_day".to_owned()]);
+    // Three partitions: (a, day 20000), (b, day 20000), (b, day 20001).
+    let files: Vec<String> = f.sink.block_on(async {
+        table
+            .scan()
+            .build()?
+            .plan_files()
+            .await?
+            .map_ok(|t| t.data_file_path().to_owned())
+            .try_collect()
+            .await
+    })?;
+    assert_eq!(files.len(), 3, "{files:?}");
+    assert!(
+        files.iter().any(|p| p.contains("/city=a/at_day=")),
+        "{files:?}"
+    );
+    // Within the (a, 20000) file rows are sorted by n.
+    let a_file = files
+        .iter()
+        .find(|p| p.contains("/city=a/"))
+        .ok_or("no a file")?;
+    let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(
+        std::fs::File::open(storage::local_path(a_file))?,
+    )?
+    .build()?;
+    let mut ns = Vec::new();
+    for batch in reader {
+        let batch = batch?;
+        let col = batch.column_by_name("n").ok_or("n")?;
+        ns.extend(
+            col.as_primitive::<arrow::datatypes::Int32Type>()
+                .iter()
+                .flatten(),
+        );
+    }
+    assert_eq!(ns, vec![3, 7, 9]);
+    assert_eq!(f.count("a")?, 5);
+    Ok(())
+}
