@@ -3,7 +3,7 @@
 `StaticTable`, independently of skipprd's own code. The Rust tests in `local/tests/lake.rs`
 run it with the interpreter of the venv that `tests/run` builds (`SKIPPR_TEST_PYTHON`).
 
-    read_table.py [--key COLUMN] [--values] [--snapshots] TABLE_DIR...
+    read_table.py [--key COLUMN] [--values] [--snapshots] [--snapshot-rows] TABLE_DIR...
 
 Prints one JSON object: {"tables": {TABLE_DIR: {"duckdb": {...}, "pyiceberg": {...}}}}, each
 reader giving
@@ -13,8 +13,8 @@ reader giving
                    keys (the distinct key values, ascending);
   with --values:   values (every row, ordered by the key column when given, as JSON:
                    timestamps as integer microseconds since the epoch, dates as YYYY-MM-DD);
-  with --snapshots (PyIceberg; DuckDB: id and row count): snapshots, oldest first, each with
-                   its id, summary and the row count of a scan as of that snapshot.
+  with --snapshots: snapshots, oldest first, each with its id (PyIceberg: and its summary);
+  with --snapshot-rows: also the row count of a scan as of each snapshot (a scan per snapshot).
 DuckDB reads through the table directory (metadata/version-hint.text), PyIceberg likewise
 through `StaticTable.from_metadata(TABLE_DIR)`.
 """
@@ -114,21 +114,19 @@ def read_duckdb(con, table_dir, args):
         order = f" ORDER BY {quote(args.key)}" if args.key else ""
         table = con.execute(f"SELECT * FROM {scan}{order}", [table_dir]).fetch_arrow_table()
         out["values"] = arrow_rows(table, None)
-    if args.snapshots:
+    if args.snapshots or args.snapshot_rows:
         snapshots = con.execute(
             "SELECT snapshot_id, sequence_number FROM iceberg_snapshots(?) ORDER BY sequence_number",
             [table_dir],
         ).fetchall()
-        out["snapshots"] = [
-            {
-                "id": snapshot_id,
-                "rows": con.execute(
-                    f"SELECT count(*) FROM iceberg_scan(?, snapshot_from_id = {int(snapshot_id)})",
+        out["snapshots"] = [{"id": snapshot_id} for snapshot_id, _ in snapshots]
+        if args.snapshot_rows:
+            for snapshot in out["snapshots"]:
+                snapshot["rows"] = con.execute(
+                    "SELECT count(*) FROM iceberg_scan(?, snapshot_from_id = "
+                    f"{int(snapshot['id'])})",
                     [table_dir],
-                ).fetchone()[0],
-            }
-            for snapshot_id, _ in snapshots
-        ]
+                ).fetchone()[0]
     return out
 
 
@@ -145,7 +143,7 @@ def read_pyiceberg(table_dir, args):
         out.update(key_stats(data, args.key))
     if args.values:
         out["values"] = arrow_rows(data, args.key)
-    if args.snapshots:
+    if args.snapshots or args.snapshot_rows:
         snapshots = sorted(table.metadata.snapshots, key=lambda s: s.sequence_number)
         out["snapshots"] = [
             {
@@ -153,10 +151,13 @@ def read_pyiceberg(table_dir, args):
                 "summary": {k: str(v) for k, v in s.summary.model_dump().items()}
                 if s.summary is not None
                 else {},
-                "rows": table.scan(snapshot_id=s.snapshot_id).to_arrow().num_rows,
             }
             for s in snapshots
         ]
+        if args.snapshot_rows:
+            for snapshot in out["snapshots"]:
+                scan = table.scan(snapshot_id=snapshot["id"])
+                snapshot["rows"] = scan.to_arrow().num_rows
     return out
 
 
@@ -166,6 +167,9 @@ def main():
     parser.add_argument("--key", help="the key column: duplicate and key-set checks")
     parser.add_argument("--values", action="store_true", help="print every row")
     parser.add_argument("--snapshots", action="store_true", help="print the snapshots")
+    parser.add_argument(
+        "--snapshot-rows", action="store_true", help="count the rows as of each snapshot"
+    )
     args = parser.parse_args()
     con = duckdb_connection()
     result = {}
