@@ -622,13 +622,18 @@ impl<'a> Delivery<'a> {
         report: &mut SyncReport,
     ) -> Result<(), PipelineError> {
         let batches = self.outstanding(wal);
-        let Some(last) = batches.last().map(|b| b.id) else {
-            return Ok(());
-        };
         let pipeline = self.pipeline.to_owned();
         let wal_err = |source| PipelineError::Wal {
             pipeline: pipeline.clone(),
             source,
+        };
+        let Some(last) = batches.last().map(|b| b.id) else {
+            // A crash between the acknowledgement and the reclaim left acknowledged batches
+            // in the WAL, and no later delivery may come to reclaim them: reclaim them now.
+            if let Some(acked) = wal.batches().iter().rev().find(|b| b.id.0 <= self.acked) {
+                wal.reclaim_through(acked.id).map_err(wal_err)?;
+            }
+            return Ok(());
         };
         let started = Instant::now();
         let delivered = {
