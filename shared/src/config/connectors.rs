@@ -371,7 +371,7 @@ connector_set! {
     /// A `data_sinks` connector.
     SinkConnector, section = "data_sinks", schema_sink = true, {
         /// Iceberg tables whose catalog pointers live in the state store. Exactly once.
-        SkipprLake(SkipprLakeSinkConfig) = false,
+        SkipprLake(SkipprLakeSinkConfig) = true,
         /// Iceberg tables in S3 registered in AWS Glue, queryable by Athena. Exactly once.
         AthenaIceberg(AthenaIcebergSinkConfig) = false,
         /// Iceberg tables on a local `file://` warehouse, readable by DuckDB. Exactly once.

@@ -746,9 +746,18 @@ impl Validator<'_> {
         for (name, entry) in sinks {
             let at = |key: &str| format!("data_sinks.{name}.{}.{key}", entry.connector.type_name());
             let lake = match &entry.connector {
-                SinkConnector::Duckdb(c) => {
-                    if !c.warehouse.starts_with("file://") {
+                SinkConnector::Duckdb(_) | SinkConnector::SkipprLake(_) => {
+                    if let SinkConnector::Duckdb(c) = &entry.connector
+                        && !c.warehouse.starts_with("file://")
+                    {
                         return Err(self.bad_value(&at("warehouse"), "must be a file:// URI"));
+                    }
+                    if let SinkConnector::SkipprLake(c) = &entry.connector
+                        && !(c.warehouse.starts_with("file://") || c.warehouse.starts_with("s3://"))
+                    {
+                        return Err(
+                            self.bad_value(&at("warehouse"), "must be an s3:// or file:// URI")
+                        );
                     }
                     let named = Named {
                         name: name.clone(),
@@ -758,25 +767,16 @@ impl Validator<'_> {
                         Ok(Some(l)) => Some((l.warehouse.display().to_string(), Some(l.namespace))),
                         Ok(None) => None,
                         Err(crate::sinks::SinkError::Config { message, .. }) => {
-                            let key = if message.contains("table_namespace") {
-                                "table_namespace"
-                            } else {
-                                "warehouse"
-                            };
+                            let key = ["table_namespace", "catalog_table", "object_store"]
+                                .into_iter()
+                                .find(|k| message.contains(k))
+                                .unwrap_or("warehouse");
                             return Err(self.bad_value(&at(key), &message));
                         }
                         Err(other) => {
                             return Err(self.bad_value(&at("warehouse"), &other.to_string()));
                         }
                     }
-                }
-                SinkConnector::SkipprLake(c) => {
-                    if !(c.warehouse.starts_with("file://") || c.warehouse.starts_with("s3://")) {
-                        return Err(
-                            self.bad_value(&at("warehouse"), "must be an s3:// or file:// URI")
-                        );
-                    }
-                    Some((c.warehouse.clone(), c.table_namespace.clone()))
                 }
                 SinkConnector::AthenaIceberg(c) => {
                     if !c.warehouse.starts_with("s3://") {

@@ -36,7 +36,7 @@ pub use output::QueryOutput;
 
 use crate::config::validate::WalStorage;
 use crate::config::{ValidatedConfig, ValidatedPipeline};
-use crate::sinks::iceberg::catalog::{FileCatalog, HadoopPointer};
+use crate::sinks::iceberg::catalog::{FileCatalog, LakePointer};
 use crate::sinks::iceberg::storage::durable_file_io;
 use crate::wal::{DiskWal, ReadOnlyWal};
 
@@ -63,7 +63,7 @@ struct PipelineWal {
 
 /// Where a pipeline's landed tables are.
 struct LakeSource {
-    catalog: Arc<FileCatalog<HadoopPointer>>,
+    catalog: Arc<FileCatalog<LakePointer>>,
     namespace: iceberg::NamespaceIdent,
     identity: String,
 }
@@ -272,9 +272,9 @@ fn lake_source(
     Ok(location.map(|location| {
         Arc::new(LakeSource {
             catalog: Arc::new(FileCatalog::new(
-                location.warehouse,
+                location.warehouse.clone(),
                 durable_file_io(),
-                HadoopPointer,
+                location.pointer(),
             )),
             namespace: iceberg::NamespaceIdent::new(location.namespace),
             identity: crate::state::partition_key(

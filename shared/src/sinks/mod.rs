@@ -7,7 +7,8 @@
 //! batches in the state store, and only then reclaims them from the WAL.
 //!
 //! This build delivers to the Iceberg destinations on a local warehouse ([`iceberg`]):
-//! `Duckdb` (Hadoop layout, read by DuckDB's `iceberg_scan` and PyIceberg).
+//! `Duckdb` (Hadoop layout, read by DuckDB's `iceberg_scan` and PyIceberg) and `SkipprLake`
+//! (each table's current metadata recorded in a catalog store).
 
 pub mod error;
 pub mod iceberg;
@@ -26,6 +27,35 @@ pub struct LakeLocation {
     pub warehouse: PathBuf,
     /// The Iceberg namespace (a directory under the warehouse).
     pub namespace: String,
+    /// Where each table's current metadata is recorded.
+    pub catalog: LakeCatalog,
+}
+
+/// How a lake sink records each table's current metadata.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LakeCatalog {
+    /// `Duckdb`: `metadata/vN.metadata.json` + `version-hint.text` in each table.
+    Hadoop,
+    /// `SkipprLake`: an item in the embedded catalog store of this name, in
+    /// `{warehouse}/_skippr_catalog/{name}.redb`.
+    Store {
+        /// The store's name (`catalog_table`, default `catalog`).
+        name: String,
+    },
+}
+
+impl LakeLocation {
+    /// The catalog pointer of this location.
+    pub fn pointer(&self) -> iceberg::catalog::LakePointer {
+        match &self.catalog {
+            LakeCatalog::Hadoop => {
+                iceberg::catalog::LakePointer::Hadoop(iceberg::catalog::HadoopPointer)
+            }
+            LakeCatalog::Store { name } => iceberg::catalog::LakePointer::Store(
+                iceberg::catalog::StorePointer::embedded(self.warehouse.clone(), name),
+            ),
+        }
+    }
 }
 
 /// The default `table_namespace`.
@@ -37,13 +67,46 @@ pub fn lake_location(
     sink: &Named<SinkConnector>,
     base_dir: &Path,
 ) -> Result<Option<LakeLocation>, SinkError> {
-    let (warehouse, namespace) = match &sink.connector {
-        SinkConnector::Duckdb(c) => (&c.warehouse, &c.table_namespace),
-        _ => return Ok(None),
-    };
     let config_err = |message: String| SinkError::Config {
         sink: sink.name.clone(),
         message,
+    };
+    let (warehouse, namespace, catalog) = match &sink.connector {
+        SinkConnector::Duckdb(c) => (&c.warehouse, &c.table_namespace, LakeCatalog::Hadoop),
+        SinkConnector::SkipprLake(c) => {
+            if c.warehouse.starts_with("s3://") {
+                return Err(config_err(
+                    "an `s3://` warehouse comes with the AWS backends; this build writes `file://` warehouses".to_owned(),
+                ));
+            }
+            if matches!(
+                c.object_store,
+                Some(crate::config::connectors::ObjectStoreKind::S3)
+            ) {
+                return Err(config_err(
+                    "`object_store: s3` comes with the AWS backends; use `file`".to_owned(),
+                ));
+            }
+            let name = c
+                .catalog_table
+                .clone()
+                .unwrap_or_else(|| "catalog".to_owned());
+            if name.is_empty()
+                || !name
+                    .chars()
+                    .all(|ch| ch.is_ascii_alphanumeric() || ch == '_' || ch == '-')
+            {
+                return Err(config_err(format!(
+                    "`catalog_table` `{name}` must be letters, digits, `_` or `-` (it names a file)"
+                )));
+            }
+            (
+                &c.warehouse,
+                &c.table_namespace,
+                LakeCatalog::Store { name },
+            )
+        }
+        _ => return Ok(None),
     };
     let Some(rest) = warehouse.strip_prefix("file://") else {
         return Err(config_err(format!(
@@ -79,6 +142,7 @@ pub fn lake_location(
     Ok(Some(LakeLocation {
         warehouse,
         namespace,
+        catalog,
     }))
 }
 
@@ -118,7 +182,8 @@ pub fn open(
     let identity =
         crate::state::partition_key(&settings.tenant, &settings.workspace, &pipeline.name);
     let layout = iceberg::layout::Layout::from_transform(&pipeline.transform);
-    iceberg::IcebergSink::hadoop(location.warehouse, &location.namespace, identity)
+    let pointer = location.pointer();
+    iceberg::IcebergSink::new(location.warehouse, &location.namespace, identity, pointer)
         .map(|sink| Some(sink.with_layout(layout)))
 }
 
@@ -145,7 +210,8 @@ mod tests {
             loc,
             Some(LakeLocation {
                 warehouse: PathBuf::from("/p/wh"),
-                namespace: "default".into()
+                namespace: "default".into(),
+                catalog: LakeCatalog::Hadoop,
             })
         );
         let loc = lake_location(&duckdb("file:///abs/wh", Some("ns_1")), Path::new("/p"))?;

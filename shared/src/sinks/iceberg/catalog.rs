@@ -417,3 +417,195 @@ impl<P: Pointer> Catalog for FileCatalog<P> {
         self.commit_updates(&ident, requirements, updates)
     }
 }
+
+/// The `SkipprLake` pointer: the current metadata location of each table is an item in a
+/// state store, swapped by compare-and-swap.
+///
+/// - The item: partition `catalog`, sort key `table#{namespace}/{table}`, value
+///   `{"version":N,"location":"file:///.../metadata/0000N-<uuid>.metadata.json"}`.
+/// - A commit writes the new metadata file under a fresh name (atomically: temporary file,
+///   fsync, rename), then puts the item on condition that it is still at the version read (or
+///   absent, for a new table). A failed condition is a retryable conflict, and the unused
+///   metadata file is deleted.
+/// - With the embedded store, the items live in `{warehouse}/_skippr_catalog/{name}.redb`,
+///   shared by every pipeline that writes to the warehouse. The file is opened for each
+///   operation and closed after it (redb admits one process at a time), retrying for up to
+///   five seconds while another process has it open.
+#[derive(Debug, Clone)]
+pub struct StorePointer {
+    warehouse: PathBuf,
+    store_file: PathBuf,
+}
+
+/// The partition of the catalog items.
+pub const CATALOG_PARTITION: &str = "catalog";
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct PointerValue {
+    version: u64,
+    location: String,
+}
+
+impl StorePointer {
+    /// Pointers for the tables under `warehouse`, kept in the embedded store file
+    /// `{warehouse}/_skippr_catalog/{name}.redb`.
+    pub fn embedded(warehouse: PathBuf, name: &str) -> Self {
+        let store_file = warehouse
+            .join("_skippr_catalog")
+            .join(format!("{name}.redb"));
+        StorePointer {
+            warehouse,
+            store_file,
+        }
+    }
+
+    /// The store file.
+    pub fn store_file(&self) -> &Path {
+        &self.store_file
+    }
+
+    fn key(&self, table_dir: &Path) -> crate::state::StateKey {
+        let relative = table_dir
+            .strip_prefix(&self.warehouse)
+            .unwrap_or(table_dir)
+            .to_string_lossy()
+            .into_owned();
+        crate::state::StateKey::new(CATALOG_PARTITION, format!("table#{relative}"))
+    }
+
+    fn with_store<T>(&self, f: impl Fn(&crate::state::EmbeddedStore) -> Result<T>) -> Result<T> {
+        let dir = self.store_file.parent().unwrap_or(Path::new("/"));
+        create_dir_durable(dir).map_err(|e| io_error("cannot create directory", dir, e))?;
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        loop {
+            match crate::state::EmbeddedStore::open(&self.store_file) {
+                Ok(store) => return f(&store),
+                Err(e) if std::time::Instant::now() < deadline => {
+                    tracing::debug!(error = %e, "The catalog store is busy; retrying.");
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+                Err(e) => {
+                    return Err(Error::new(
+                        ErrorKind::Unexpected,
+                        format!("cannot open the catalog store: {e}"),
+                    )
+                    .with_retryable(true));
+                }
+            }
+        }
+    }
+
+    fn read(item: &crate::state::Item, key: &crate::state::StateKey) -> Result<PointerValue> {
+        serde_json::from_slice(&item.value).map_err(|e| {
+            Error::new(
+                ErrorKind::DataInvalid,
+                format!("catalog item {key} is not a metadata pointer"),
+            )
+            .with_source(e)
+        })
+    }
+}
+
+fn state_error(e: crate::state::StateError) -> Error {
+    let retryable = e.is_retryable();
+    Error::new(ErrorKind::Unexpected, e.to_string()).with_retryable(retryable)
+}
+
+impl Pointer for StorePointer {
+    fn current(&self, table_dir: &Path) -> Result<Option<(u64, String)>> {
+        let key = self.key(table_dir);
+        if !self.store_file.exists() {
+            return Ok(None);
+        }
+        self.with_store(|store| {
+            use crate::state::StateStore as _;
+            match store.get(&key).map_err(state_error)? {
+                Some(item) => {
+                    let value = Self::read(&item, &key)?;
+                    Ok(Some((value.version, value.location)))
+                }
+                None => Ok(None),
+            }
+        })
+    }
+
+    fn publish(&self, table_dir: &Path, next: u64, metadata: &TableMetadata) -> Result<String> {
+        use crate::state::{Condition, StateStore as _};
+        let metadata_dir = table_dir.join("metadata");
+        let path = metadata_dir.join(format!("{next:05}-{}.metadata.json", uuid::Uuid::new_v4()));
+        let bytes = serde_json::to_vec(metadata).map_err(|e| {
+            Error::new(ErrorKind::DataInvalid, "cannot serialize table metadata").with_source(e)
+        })?;
+        write_atomic(&path, &bytes).map_err(|e| io_error("cannot write", &path, e))?;
+        let location = format!("file://{}", path.display());
+        let key = self.key(table_dir);
+        let value = serde_json::to_vec(&PointerValue {
+            version: next,
+            location: location.clone(),
+        })
+        .map_err(|e| {
+            Error::new(ErrorKind::DataInvalid, "cannot encode a pointer").with_source(e)
+        })?;
+        let swapped = self.with_store(|store| {
+            let condition = match store.get(&key).map_err(state_error)? {
+                None if next == 1 => Condition::Absent,
+                None => return Ok(false),
+                Some(item) => {
+                    if Self::read(&item, &key)?.version + 1 != next {
+                        return Ok(false);
+                    }
+                    Condition::Version(item.version)
+                }
+            };
+            match store.put(&key, &value, condition, None) {
+                Ok(_) => Ok(true),
+                Err(crate::state::StateError::Conflict { .. }) => Ok(false),
+                Err(e) => Err(state_error(e)),
+            }
+        });
+        match swapped {
+            Ok(true) => Ok(location),
+            Ok(false) => {
+                let _ = fs::remove_file(&path);
+                Err(Error::new(
+                    ErrorKind::CatalogCommitConflicts,
+                    format!(
+                        "another writer committed version {next} of {} first",
+                        table_dir.display()
+                    ),
+                )
+                .with_retryable(true))
+            }
+            Err(e) => {
+                // The pointer may or may not have moved (a failure after the write): keep the
+                // file, which is harmless if unreferenced and needed if referenced.
+                Err(e)
+            }
+        }
+    }
+}
+
+/// The pointer of a lake sink.
+#[derive(Debug, Clone)]
+pub enum LakePointer {
+    /// `Duckdb`: `vN.metadata.json` + `version-hint.text`.
+    Hadoop(HadoopPointer),
+    /// `SkipprLake`: a state-store item.
+    Store(StorePointer),
+}
+
+impl Pointer for LakePointer {
+    fn current(&self, table_dir: &Path) -> Result<Option<(u64, String)>> {
+        match self {
+            LakePointer::Hadoop(p) => p.current(table_dir),
+            LakePointer::Store(p) => p.current(table_dir),
+        }
+    }
+
+    fn publish(&self, table_dir: &Path, next: u64, metadata: &TableMetadata) -> Result<String> {
+        match self {
+            LakePointer::Hadoop(p) => p.publish(table_dir, next, metadata),
+            LakePointer::Store(p) => p.publish(table_dir, next, metadata),
+        }
+    }
+}

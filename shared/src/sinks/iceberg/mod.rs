@@ -56,7 +56,7 @@ use iceberg::{Catalog, NamespaceIdent, TableCreation, TableIdent, TableRequireme
 use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::properties::WriterProperties;
 
-use self::catalog::{FileCatalog, HadoopPointer};
+use self::catalog::{FileCatalog, HadoopPointer, LakePointer};
 use super::SinkError;
 use crate::schema::PipelineSchema;
 use crate::wal::{BatchId, BatchMeta, BatchPart, WalError};
@@ -146,9 +146,9 @@ struct Open {
     rows: u64,
 }
 
-/// Iceberg tables on a local warehouse in the Hadoop layout (the `Duckdb` sink).
+/// Iceberg tables on a local warehouse (the `Duckdb` and `SkipprLake` sinks).
 pub struct IcebergSink {
-    catalog: Arc<FileCatalog<HadoopPointer>>,
+    catalog: Arc<FileCatalog<LakePointer>>,
     namespace: NamespaceIdent,
     identity: String,
     layout: layout::Layout,
@@ -166,11 +166,28 @@ impl std::fmt::Debug for IcebergSink {
 }
 
 impl IcebergSink {
-    /// A sink writing tables `{warehouse}/{namespace}/{table}` for the pipeline `identity`.
+    /// A sink writing tables `{warehouse}/{namespace}/{table}` in the Hadoop layout (the
+    /// `Duckdb` sink) for the pipeline `identity`.
     pub fn hadoop(
         warehouse: PathBuf,
         namespace: &str,
         identity: String,
+    ) -> Result<Self, SinkError> {
+        Self::new(
+            warehouse,
+            namespace,
+            identity,
+            LakePointer::Hadoop(HadoopPointer),
+        )
+    }
+
+    /// A sink writing tables `{warehouse}/{namespace}/{table}` whose current metadata is
+    /// tracked by `pointer`.
+    pub fn new(
+        warehouse: PathBuf,
+        namespace: &str,
+        identity: String,
+        pointer: LakePointer,
     ) -> Result<Self, SinkError> {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_time()
@@ -183,7 +200,7 @@ impl IcebergSink {
             catalog: Arc::new(FileCatalog::new(
                 warehouse,
                 storage::durable_file_io(),
-                HadoopPointer,
+                pointer,
             )),
             namespace: NamespaceIdent::new(namespace.to_owned()),
             identity,
@@ -199,7 +216,7 @@ impl IcebergSink {
     }
 
     /// The catalog (for queries and maintenance).
-    pub fn catalog(&self) -> Arc<FileCatalog<HadoopPointer>> {
+    pub fn catalog(&self) -> Arc<FileCatalog<LakePointer>> {
         Arc::clone(&self.catalog)
     }
 

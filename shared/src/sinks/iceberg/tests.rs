@@ -494,3 +494,49 @@ fn the_layout_partitions_by_value_and_time_and_sorts_rows() -> TestResult {
     assert_eq!(f.count("a")?, 5);
     Ok(())
 }
+
+#[test]
+fn a_skipprlake_table_keeps_its_pointer_in_the_catalog_store_and_swaps_it_by_cas() -> TestResult {
+    use super::catalog::{LakePointer, StorePointer};
+    let mut f = fixture()?;
+    let warehouse = f._dir.path().join("skipprlake");
+    let pointer = StorePointer::embedded(warehouse.clone(), "catalog");
+    f.sink = IcebergSink::new(
+        warehouse.clone(),
+        "ns",
+        "t#w#p".to_owned(),
+        LakePointer::Store(pointer.clone()),
+    )?;
+    let schema = pipeline_schema(&[("a", vec![Field::new("id", FieldType::Int)])]);
+    f.wal.append(b"p1", &[part("a", ids_batch(0..4))])?;
+    f.deliver_all(&schema)?;
+    f.wal.append(b"p2", &[part("a", ids_batch(4..6))])?;
+    f.deliver_all(&schema)?;
+    let again = f.deliver_all(&schema)?;
+    assert_eq!(again.rows, 0);
+    assert_eq!(f.count("a")?, 6);
+
+    let dir = warehouse.join("ns/a");
+    let (version, location) = pointer.current(&dir)?.ok_or("no pointer")?;
+    assert_eq!(version, 3, "create, then two appends");
+    assert!(location.contains("/metadata/00003-"), "{location}");
+    assert!(pointer.store_file().is_file());
+    assert!(
+        !dir.join("metadata").join(VERSION_HINT).exists(),
+        "no hint: the store is the pointer"
+    );
+    // Another writer that read version 3 loses the swap to version 4 once it is taken.
+    let table = f.table("a")?;
+    pointer.publish(&dir, 4, table.metadata())?;
+    let err = pointer
+        .publish(&dir, 4, table.metadata())
+        .err()
+        .ok_or("two writers both published version 4")?;
+    assert_eq!(err.kind(), iceberg::ErrorKind::CatalogCommitConflicts);
+    let metadata_files = std::fs::read_dir(dir.join("metadata"))?
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name().to_string_lossy().starts_with("00004-"))
+        .count();
+    assert_eq!(metadata_files, 1, "the loser's metadata file is removed");
+    Ok(())
+}
