@@ -28,6 +28,7 @@
 //! a new schema through our catalog).
 
 pub mod catalog;
+pub mod maintain;
 pub mod schema;
 pub mod storage;
 
@@ -115,6 +116,7 @@ pub struct IcebergSink {
     namespace: NamespaceIdent,
     identity: String,
     runtime: tokio::runtime::Runtime,
+    maintenance: maintain::Policy,
 }
 
 impl std::fmt::Debug for IcebergSink {
@@ -150,6 +152,7 @@ impl IcebergSink {
             namespace: NamespaceIdent::new(namespace.to_owned()),
             identity,
             runtime,
+            maintenance: maintain::Policy::default(),
         })
     }
 
@@ -294,10 +297,12 @@ impl IcebergSink {
                     .set_snapshot_properties(summary)
                     .apply(tx)
                     .map_err(|e| self.iceberg_err(&ns, e))?;
-                tx.commit(self.catalog.as_ref())
+                let committed = tx
+                    .commit(self.catalog.as_ref())
                     .await
                     .map_err(|e| self.iceberg_err(&ns, e))?;
                 failpoint(failpoint::AFTER_TABLE_COMMIT)?;
+                self.after_commit(&committed).await;
                 delivered.commits += 1;
                 delivered.rows += o.rows;
             }
