@@ -18,6 +18,9 @@ use crate::wal::{BatchPart, DiskWal, WalOptions};
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
 
+/// `(id, name)` rows.
+type Rows = Vec<(i32, Option<String>)>;
+
 const IDENTITY: &str = "t#w#p";
 
 fn schema_of(fields: Vec<Field>) -> PipelineSchema {
@@ -154,7 +157,7 @@ impl Fixture {
     }
 
     /// Every `(id, name)` of the current snapshot, sorted, read with the Parquet reader.
-    fn rows(&self) -> Result<Vec<(i32, Option<String>)>, Box<dyn std::error::Error>> {
+    fn rows(&self) -> Result<Rows, Box<dyn std::error::Error>> {
         let mut out = Vec::new();
         for file in self.live_files()? {
             let file = std::fs::File::open(local_path(&file))?;
@@ -196,7 +199,7 @@ fn files_in(dir: &Path, ext: &str) -> usize {
     n
 }
 
-fn expected_rows(n: i32) -> Vec<(i32, Option<String>)> {
+fn expected_rows(n: i32) -> Rows {
     (0..n).map(|i| (i, Some(format!("n{i}")))).collect()
 }
 
