@@ -25,7 +25,8 @@
 //! `version-hint.text`; iceberg-rust has none), [`storage`] (local files fsynced before the
 //! metadata that references them), and [`schema`] (our schema -> Iceberg with stable field
 //! ids; type promotion, which iceberg-rust's `UpdateSchemaAction` cannot do, is committed as
-//! a new schema through our catalog).
+//! a new schema through our catalog), and [`maintain`] (snapshot expiry, compaction,
+//! deleting unreferenced files; run after commits once a threshold is crossed).
 
 pub mod catalog;
 pub mod maintain;
