@@ -63,6 +63,18 @@ pub enum Command {
     /// (with one pipeline, `<namespace>` alone works too). Without `--sql`, an interactive
     /// `sql>` prompt with history.
     Query(QueryArgs),
+    /// Maintain the pipeline's Iceberg tables now: expire old snapshots, compact small data
+    /// files, delete files no snapshot references. (Deliveries also do this on their own once
+    /// a threshold is crossed.) Takes the pipeline's writer lease, like `sync`.
+    Maintain(MaintainArgs),
+}
+
+/// `maintain` flags.
+#[derive(Debug, Args)]
+pub struct MaintainArgs {
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub pipeline: PipelineArg,
 }
 
 /// `query` flags.

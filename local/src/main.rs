@@ -55,6 +55,14 @@ fn main() -> ExitCode {
                         retryable,
                     },
                     Command::Query(_) => Event::QueryError { message, retryable },
+                    Command::Maintain(args) => Event::MaintainError {
+                        pipeline: e
+                            .pipeline()
+                            .map(str::to_owned)
+                            .or_else(|| args.pipeline.pipeline.clone()),
+                        message,
+                        retryable,
+                    },
                     Command::Sync(args) => Event::SyncError {
                         pipeline: e
                             .pipeline()
@@ -117,6 +125,17 @@ fn run(cli: &Cli, mode: OutputMode) -> Result<(), PipelineError> {
         }
         Command::Query(args) => query(&config, args),
         Command::Sync(args) => sync::run(&config, args, mode),
+        Command::Maintain(args) => {
+            let pipeline = config.pipeline(args.pipeline.pipeline.as_deref())?;
+            let mut observer = output::observer(mode);
+            pipeline::maintain(
+                &config,
+                pipeline,
+                &pipeline::MaintainOptions::default(),
+                observer.as_mut(),
+            )?;
+            Ok(())
+        }
         Command::Schema(args) => {
             let pipeline = config.pipeline(args.pipeline.pipeline.as_deref())?;
             let store = pipeline::discover::schema_store(&config.settings, pipeline)?;

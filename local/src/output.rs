@@ -235,6 +235,23 @@ fn describe(event: &Event) -> Option<String> {
             }
             line
         }
+        Event::MaintainComplete {
+            pipeline,
+            tables,
+            snapshots_expired,
+            files_compacted_from,
+            files_compacted_to,
+            files_deleted,
+            bytes_freed,
+            seconds,
+        } => format!(
+            "Maintained '{pipeline}': {tables} table{}, {snapshots_expired} snapshot{} expired, {files_compacted_from} small file{} compacted into {files_compacted_to}, {files_deleted} unreferenced file{} deleted ({} freed) in {seconds:.2} s",
+            plural(*tables),
+            plural(*snapshots_expired),
+            plural(*files_compacted_from),
+            plural(*files_deleted),
+            human_bytes(*bytes_freed)
+        ),
         _ => return None,
     })
 }

@@ -763,3 +763,119 @@ fn a_lake_sink_works_with_a_relative_config_path_and_query_reads_the_landed_rows
     assert_eq!(run.code, 0, "{}", run.stderr);
     assert_eq!(run.stdout.trim(), r#"{"header":["n","s"],"rows":[[3,6]]}"#);
 }
+
+/// `maintain` compacts the small files of many passes into one, expires the snapshots
+/// behind it and deletes their files; the rows and the exactly-once bookkeeping stay.
+#[test]
+fn maintain_compacts_expires_and_deletes_and_query_counts_every_row_once() {
+    let dir = project(
+        "pipelines:\n  p:\n    data_source: data_sources.f\n    data_sink: data_sinks.lake\n\
+         data_sources:\n  f:\n    File:\n      path: in\n\
+         data_sinks:\n  lake:\n    Duckdb:\n      warehouse: file://./lake\n      table_namespace: ns\n\
+         \x20     auto_maintenance: false\n      snapshot_retain_last: 1\n      snapshot_max_age_minutes: 0\n",
+        &[],
+    );
+    std::fs::create_dir_all(dir.path().join("in")).unwrap();
+    for pass in 0..5 {
+        let lines: String = (0..10)
+            .map(|i| format!("{{\"id\":{},\"pass\":{pass}}}\n", pass * 10 + i))
+            .collect();
+        std::fs::write(dir.path().join(format!("in/{pass}.jsonl")), lines).unwrap();
+        let run = skipprd(dir.path(), &["sync", "--once", "--output", "text"], &[]);
+        assert_eq!(run.code, 0, "{}", run.stderr);
+    }
+    let data = dir.path().join("lake/ns/p/data");
+    let parquet = || {
+        std::fs::read_dir(&data)
+            .unwrap()
+            .filter(|e| {
+                e.as_ref()
+                    .unwrap()
+                    .path()
+                    .extension()
+                    .is_some_and(|x| x == "parquet")
+            })
+            .count()
+    };
+    assert_eq!(parquet(), 5);
+
+    let run = skipprd(
+        dir.path(),
+        &["maintain", "-p", "p", "--output", "json"],
+        &[],
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let event: serde_json::Value = serde_json::from_str(run.stdout.trim()).unwrap();
+    assert_eq!(event["event"], "maintain_complete", "{}", run.stdout);
+    assert_eq!(event["pipeline"], "p");
+    assert_eq!(event["tables"], 1);
+    assert_eq!(event["files_compacted_from"], 5);
+    assert_eq!(event["files_compacted_to"], 1);
+    assert_eq!(event["snapshots_expired"], 5);
+    assert!(event["files_deleted"].as_u64().unwrap() >= 5, "{event}");
+    assert!(event["bytes_freed"].as_u64().unwrap() > 0, "{event}");
+    assert_eq!(parquet(), 1);
+
+    let count = |dir: &Path| {
+        let run = skipprd(
+            dir,
+            &[
+                "query",
+                "--plain",
+                "-s",
+                "select count(*) as n, sum(id) as s from p",
+            ],
+            &[],
+        );
+        assert_eq!(run.code, 0, "{}", run.stderr);
+        run.stdout.trim().to_owned()
+    };
+    assert_eq!(
+        count(dir.path()),
+        r#"{"header":["n","s"],"rows":[[50,1225]]}"#
+    );
+
+    // Another pass with one more file lands only the new rows.
+    std::fs::write(dir.path().join("in/9.jsonl"), "{\"id\":50,\"pass\":9}\n").unwrap();
+    let run = skipprd(dir.path(), &["sync", "--once", "--output", "text"], &[]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(
+        count(dir.path()),
+        r#"{"header":["n","s"],"rows":[[51,1275]]}"#
+    );
+
+    // Text output: one summary line; nothing left to do.
+    let run = skipprd(dir.path(), &["maintain", "--output", "text"], &[]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(
+        run.stdout.starts_with("Maintained 'p': 1 table,"),
+        "{}",
+        run.stdout
+    );
+    assert_eq!(
+        count(dir.path()),
+        r#"{"header":["n","s"],"rows":[[51,1275]]}"#
+    );
+}
+
+#[test]
+fn maintain_without_a_destination_or_with_a_bad_setting_exits_2() {
+    let dir = project(CONFIG, &[("input/a.jsonl", RECORDS[0])]);
+    let run = skipprd(dir.path(), &["maintain", "-p", "events"], &[]);
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    assert!(run.stderr.contains("has no destination"), "{}", run.stderr);
+
+    let dir = project(
+        "pipelines:\n  p:\n    data_source: data_sources.f\n    data_sink: data_sinks.lake\n\
+         data_sources:\n  f:\n    File:\n      path: in\n\
+         data_sinks:\n  lake:\n    Duckdb:\n      warehouse: file://./lake\n      snapshot_retain_last: 0\n",
+        &[],
+    );
+    let run = skipprd(dir.path(), &["maintain"], &[]);
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    assert!(
+        run.stderr.contains("snapshot_retain_last"),
+        "{}",
+        run.stderr
+    );
+}

@@ -475,6 +475,27 @@ pub struct DuckdbSinkConfig {
     /// Iceberg namespace; tables live at `{warehouse}/{table_namespace}/{table}`. Default `default`.
     #[serde(default)]
     pub table_namespace: Option<String>,
+    /// Maintain tables after deliveries (expire snapshots, compact small files, delete unreferenced files) when a threshold is crossed. `skipprd maintain` runs it on demand either way. Default `true`.
+    #[serde(default)]
+    pub auto_maintenance: Option<bool>,
+    /// Snapshots always kept per table, newest first (at least 1: the current one). Default 20.
+    #[serde(default)]
+    pub snapshot_retain_last: Option<u32>,
+    /// Snapshots that were current within this many minutes are kept too (readers of them find every file). Default 360 (6 hours).
+    #[serde(default)]
+    pub snapshot_max_age_minutes: Option<u64>,
+    /// Data files under this size (MiB) are small; compaction writes files of about this size. Default 32.
+    #[serde(default)]
+    pub compact_target_file_mb: Option<u64>,
+    /// After a delivery, compact a table once it has more than this many small data files. Default 16.
+    #[serde(default)]
+    pub compact_min_files: Option<u32>,
+    /// Files no snapshot references (of a crashed delivery) are deleted once this many minutes old. Default 1440 (24 hours); keep it well above the longest delivery.
+    #[serde(default)]
+    pub orphan_min_age_minutes: Option<u64>,
+    /// Old `vN.metadata.json` versions kept besides the current one. Default 20.
+    #[serde(default)]
+    pub metadata_retain_versions: Option<u64>,
 }
 
 /// `Postgres` sink.

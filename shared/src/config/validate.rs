@@ -763,6 +763,16 @@ impl Validator<'_> {
                         name: name.clone(),
                         connector: entry.connector.clone(),
                     };
+                    if let Err(crate::sinks::SinkError::Config { message, .. }) =
+                        crate::sinks::maintenance_policy(&named)
+                    {
+                        let key = message
+                            .split('`')
+                            .nth(1)
+                            .unwrap_or("snapshot_retain_last")
+                            .to_owned();
+                        return Err(self.bad_value(&at(&key), &message));
+                    }
                     match crate::sinks::lake_location(&named, self.base_dir) {
                         Ok(Some(l)) => Some((l.warehouse.display().to_string(), Some(l.namespace))),
                         Ok(None) => None,

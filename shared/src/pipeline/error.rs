@@ -36,6 +36,15 @@ pub enum PipelineError {
         #[source]
         source: Box<crate::sinks::SinkError>,
     },
+    /// Maintaining the destination's tables failed (`skipprd maintain`).
+    #[error("pipeline '{pipeline}': maintaining the destination: {source}")]
+    Maintain {
+        /// The pipeline.
+        pipeline: String,
+        /// The cause.
+        #[source]
+        source: Box<crate::sinks::SinkError>,
+    },
     /// The write-ahead log failed.
     #[error("pipeline '{pipeline}': {source}")]
     Wal {
@@ -102,7 +111,8 @@ impl PipelineError {
             | PipelineError::State { pipeline, .. }
             | PipelineError::Io { pipeline, .. }
             | PipelineError::Wal { pipeline, .. }
-            | PipelineError::Sink { pipeline, .. } => Some(pipeline),
+            | PipelineError::Sink { pipeline, .. }
+            | PipelineError::Maintain { pipeline, .. } => Some(pipeline),
             PipelineError::Reported(inner) => inner.pipeline(),
         }
     }
@@ -116,7 +126,9 @@ impl PipelineError {
             PipelineError::NothingRead { .. } | PipelineError::Io { .. } => false,
             PipelineError::State { source, .. } => source.is_retryable(),
             PipelineError::Wal { source, .. } => source.is_retryable(),
-            PipelineError::Sink { source, .. } => source.is_retryable(),
+            PipelineError::Sink { source, .. } | PipelineError::Maintain { source, .. } => {
+                source.is_retryable()
+            }
             PipelineError::Reported(inner) => inner.is_retryable(),
             PipelineError::Query(e) => e.is_retryable(),
             PipelineError::Session { .. } => false,
@@ -127,6 +139,9 @@ impl PipelineError {
     pub fn is_config(&self) -> bool {
         match self {
             PipelineError::Config(_) => true,
+            PipelineError::Sink { source, .. } | PipelineError::Maintain { source, .. } => {
+                matches!(**source, crate::sinks::SinkError::Config { .. })
+            }
             PipelineError::Reported(inner) => inner.is_config(),
             _ => false,
         }

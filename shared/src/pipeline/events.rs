@@ -3,7 +3,7 @@
 //! With `--output json` each event is printed as one JSON object per line, tagged by `event`
 //! (`discover_start`, `discover_progress`, `namespace_discovered`, `discover_complete`,
 //! `discover_error`; `sync_start`, `sync_status`, `schema_evolved`, `sync_complete`,
-//! `sync_error`; `schema_error`). Field names are stable: scripts depend on them.
+//! `sync_error`; `maintain_complete`, `maintain_error`; `schema_error`). Field names are stable: scripts depend on them.
 
 use std::path::PathBuf;
 
@@ -135,6 +135,34 @@ pub enum Event {
     },
     /// A `sync` pass failed.
     SyncError {
+        /// The pipeline, when known.
+        pipeline: Option<String>,
+        /// The error, one line.
+        message: String,
+        /// Whether running again unchanged might succeed.
+        retryable: bool,
+    },
+    /// `maintain` finished a pipeline's tables.
+    MaintainComplete {
+        /// The pipeline.
+        pipeline: String,
+        /// Tables looked at.
+        tables: u64,
+        /// Snapshots expired.
+        snapshots_expired: u64,
+        /// Small data files compaction replaced.
+        files_compacted_from: u64,
+        /// Data files compaction wrote.
+        files_compacted_to: u64,
+        /// Unreferenced files deleted (data, manifests, manifest lists, old metadata).
+        files_deleted: u64,
+        /// Bytes of the deleted files.
+        bytes_freed: u64,
+        /// Wall time.
+        seconds: f64,
+    },
+    /// `maintain` failed.
+    MaintainError {
         /// The pipeline, when known.
         pipeline: Option<String>,
         /// The error, one line.

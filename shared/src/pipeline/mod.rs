@@ -8,12 +8,14 @@ pub mod discover;
 pub mod error;
 pub mod events;
 mod held;
+pub mod maintain;
 pub mod source;
 pub mod sync;
 
 pub use discover::{DiscoverOptions, DiscoverReport, discover};
 pub use error::PipelineError;
 pub use events::{Event, Observer};
+pub use maintain::{MaintainOptions, maintain};
 
 /// Logs rejected records: every one with its source, line and error (never silently
 /// dropped), the first [`DeadletterLog::RAW_LOGGED`] of a run also with the start of their text.

@@ -181,10 +181,57 @@ pub fn open(
     };
     let identity =
         crate::state::partition_key(&settings.tenant, &settings.workspace, &pipeline.name);
+    let policy = maintenance_policy(sink)?;
     let layout = iceberg::layout::Layout::from_transform(&pipeline.transform);
     let pointer = location.pointer();
     iceberg::IcebergSink::new(location.warehouse, &location.namespace, identity, pointer)
-        .map(|sink| Some(sink.with_layout(layout)))
+        .map(|sink| Some(sink.with_layout(layout).with_maintenance(policy)))
+}
+
+/// The maintenance policy of an Iceberg sink: its settings over the defaults (see
+/// [`iceberg::maintain::Policy`]).
+pub fn maintenance_policy(
+    sink: &Named<SinkConnector>,
+) -> Result<iceberg::maintain::Policy, SinkError> {
+    let mut policy = iceberg::maintain::Policy::default();
+    let SinkConnector::Duckdb(c) = &sink.connector else {
+        return Ok(policy);
+    };
+    let minutes = |m: u64| std::time::Duration::from_secs(m.saturating_mul(60));
+    if let Some(auto) = c.auto_maintenance {
+        policy.auto = auto;
+    }
+    if let Some(n) = c.snapshot_retain_last {
+        if n == 0 {
+            return Err(SinkError::Config {
+                sink: sink.name.clone(),
+                message: "`snapshot_retain_last` must be at least 1 (the current snapshot is always kept)".to_owned(),
+            });
+        }
+        policy.retain_last = n as usize;
+    }
+    if let Some(m) = c.snapshot_max_age_minutes {
+        policy.max_snapshot_age = minutes(m);
+    }
+    if let Some(mb) = c.compact_target_file_mb {
+        if mb == 0 {
+            return Err(SinkError::Config {
+                sink: sink.name.clone(),
+                message: "`compact_target_file_mb` must be at least 1".to_owned(),
+            });
+        }
+        policy.target_file_size = mb.saturating_mul(1 << 20);
+    }
+    if let Some(n) = c.compact_min_files {
+        policy.compact_min_files = n as usize;
+    }
+    if let Some(m) = c.orphan_min_age_minutes {
+        policy.orphan_min_age = minutes(m);
+    }
+    if let Some(n) = c.metadata_retain_versions {
+        policy.retain_metadata_versions = n;
+    }
+    Ok(policy)
 }
 
 #[cfg(test)]
@@ -199,6 +246,13 @@ mod tests {
                 version: None,
                 warehouse: warehouse.into(),
                 table_namespace: ns.map(str::to_owned),
+                auto_maintenance: None,
+                snapshot_retain_last: None,
+                snapshot_max_age_minutes: None,
+                compact_target_file_mb: None,
+                compact_min_files: None,
+                orphan_min_age_minutes: None,
+                metadata_retain_versions: None,
             }),
         }
     }

@@ -25,10 +25,12 @@
 //! `version-hint.text`; iceberg-rust has none), [`storage`] (local files fsynced before the
 //! metadata that references them), and [`schema`] (our schema -> Iceberg with stable field
 //! ids; type promotion, which iceberg-rust's `UpdateSchemaAction` cannot do, is committed as
-//! a new schema through our catalog).
+//! a new schema through our catalog), and [`maintain`] (snapshot expiry, compaction,
+//! deleting unreferenced files; run after commits once a threshold is crossed).
 
 pub mod catalog;
 pub mod layout;
+pub mod maintain;
 pub mod schema;
 pub mod storage;
 
@@ -153,6 +155,7 @@ pub struct IcebergSink {
     identity: String,
     layout: layout::Layout,
     runtime: tokio::runtime::Runtime,
+    maintenance: maintain::Policy,
 }
 
 impl std::fmt::Debug for IcebergSink {
@@ -206,6 +209,7 @@ impl IcebergSink {
             identity,
             layout: layout::Layout::default(),
             runtime,
+            maintenance: maintain::Policy::default(),
         })
     }
 
@@ -357,10 +361,12 @@ impl IcebergSink {
                     .set_snapshot_properties(summary)
                     .apply(tx)
                     .map_err(|e| self.iceberg_err(&ns, e))?;
-                tx.commit(self.catalog.as_ref())
+                let committed = tx
+                    .commit(self.catalog.as_ref())
                     .await
                     .map_err(|e| self.iceberg_err(&ns, e))?;
                 failpoint(failpoint::AFTER_TABLE_COMMIT)?;
+                self.after_commit(&committed).await;
                 delivered.commits += 1;
                 delivered.rows += o.rows;
             }

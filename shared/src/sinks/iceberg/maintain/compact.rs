@@ -1,0 +1,543 @@
+//! Compaction: small data files rewritten into files of about the target size, committed as
+//! one `replace` snapshot.
+//!
+//! iceberg-rust 0.10 has no rewrite action, so the snapshot is built from its parts:
+//!
+//! 1. the current snapshot's manifests are read; live data files of the default partition
+//!    spec smaller than [`Policy::target_file_size`] are the candidates. A table with delete
+//!    files, or not in format v2, is not compacted;
+//! 2. candidates are grouped by partition and packed, in sequence-number order, into bins of
+//!    about the target size; a bin of one file is left alone;
+//! 3. each bin is read with the Parquet reader, each batch shaped to the current schema by
+//!    [`adapt_batch`] (matching columns by name, a missing column or struct field reads as
+//!    null; iceberg-rust's own reader fails on files written before a struct gained a
+//!    field), and written through iceberg-rust's data file writer (column statistics
+//!    included). The rows written must equal the rows of the files replaced;
+//! 4. one new manifest lists the new files (added), the replaced ones (deleted), and the
+//!    other live entries of every manifest that held a replaced file (existing); the other
+//!    manifests are carried over unchanged. A manifest list names them all;
+//! 5. the snapshot (operation `replace`, parent the current snapshot, summary with the
+//!    totals, `skippr.maintenance = compact` and no batch ids) is committed with
+//!    `AddSnapshot` + `SetSnapshotRef(main)` through the catalog, **required** to apply to
+//!    the same table whose `main` is still the snapshot compacted. If another writer
+//!    committed first, the commit fails and nothing is lost: once the reloaded table shows
+//!    that the snapshot did not land, the files written for it are deleted.
+//!
+//! Readers of older snapshots keep reading the replaced files until expiry and cleanup
+//! remove them ([`super::cleanup`]).
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+
+use iceberg::arrow::schema_to_arrow_schema;
+use iceberg::spec::{
+    DataContentType, DataFile, DataFileFormat, FormatVersion, MAIN_BRANCH, ManifestContentType,
+    ManifestEntryRef, ManifestFile, ManifestListWriter, ManifestStatus, ManifestWriterBuilder,
+    Operation, PartitionKey, Snapshot, SnapshotReference, SnapshotRetention,
+    SnapshotSummaryCollector, Summary, TableMetadata,
+};
+use iceberg::table::Table;
+use iceberg::writer::base_writer::data_file_writer::DataFileWriterBuilder;
+use iceberg::writer::file_writer::ParquetWriterBuilder;
+use iceberg::writer::file_writer::location_generator::{
+    DefaultFileNameGenerator, DefaultLocationGenerator,
+};
+use iceberg::writer::file_writer::rolling_writer::RollingFileWriterBuilder;
+use iceberg::writer::{IcebergWriter, IcebergWriterBuilder};
+use iceberg::{ErrorKind, TableRequirement, TableUpdate};
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use parquet::basic::{Compression, ZstdLevel};
+use parquet::file::properties::WriterProperties;
+
+use super::expire::history;
+use super::{Policy, SUMMARY_MAINTENANCE, SUMMARY_SMALL_FILES, table_name};
+use crate::schema::adapt::adapt_batch;
+use crate::sinks::SinkError;
+use crate::sinks::iceberg::catalog::{FileCatalog, LakePointer};
+use crate::sinks::iceberg::storage::local_path;
+
+/// The summary value of [`SUMMARY_MAINTENANCE`] for a compaction.
+pub const COMPACT: &str = "compact";
+
+/// What a compaction did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Compacted {
+    /// Data files replaced.
+    pub removed: u64,
+    /// Data files written.
+    pub added: u64,
+}
+
+/// An upper bound of the table's small data files, from snapshot summaries alone: the files
+/// added since the last compaction plus the small files it left; without a compaction in the
+/// retained history, every data file of the current snapshot.
+pub fn small_files_bound(metadata: &TableMetadata) -> usize {
+    let number = |s: &Snapshot, key: &str| {
+        s.summary()
+            .additional_properties
+            .get(key)
+            .and_then(|v| v.parse::<usize>().ok())
+    };
+    let total = metadata
+        .current_snapshot()
+        .and_then(|s| number(s, "total-data-files"));
+    let mut added = 0usize;
+    for snapshot in history(metadata) {
+        let props = &snapshot.summary().additional_properties;
+        if props.get(SUMMARY_MAINTENANCE).map(String::as_str) == Some(COMPACT) {
+            let left = number(&snapshot, SUMMARY_SMALL_FILES).unwrap_or(usize::MAX);
+            let bound = added.saturating_add(left);
+            return total.map_or(bound, |t| bound.min(t));
+        }
+        if snapshot.parent_snapshot_id().is_none() {
+            // The whole history: every file was added along it.
+            added = added.saturating_add(number(&snapshot, "added-data-files").unwrap_or(0));
+            return total.map_or(added, |t| added.min(t));
+        }
+        added = added.saturating_add(number(&snapshot, "added-data-files").unwrap_or(0));
+    }
+    total.unwrap_or(added)
+}
+
+/// One live entry of the current snapshot, and the manifest it is in.
+struct Live {
+    entry: ManifestEntryRef,
+    manifest: usize,
+}
+
+/// Compact `table` when more than `over` of its data files are small (see the module docs).
+/// `None` when there was nothing to do or a concurrent commit won.
+pub async fn compact(
+    catalog: &FileCatalog<LakePointer>,
+    table: &Table,
+    policy: &Policy,
+    over: usize,
+) -> Result<Option<(Compacted, Table)>, SinkError> {
+    let ident = table.identifier();
+    let name = table_name(ident);
+    let iceberg_err = |source: iceberg::Error| SinkError::Iceberg {
+        table: name.clone(),
+        source: Box::new(source),
+    };
+    let metadata = table.metadata();
+    let Some(current) = metadata.current_snapshot().cloned() else {
+        return Ok(None);
+    };
+    if metadata.format_version() != FormatVersion::V2 {
+        tracing::info!(table = %name, "Compaction skipped: only format v2 tables are compacted.");
+        return Ok(None);
+    }
+    let spec = Arc::clone(metadata.default_partition_spec());
+    let schema = Arc::clone(metadata.current_schema());
+
+    // 1. The live files and their manifests.
+    let list = table
+        .manifest_list_reader(&current)
+        .load()
+        .await
+        .map_err(iceberg_err)?;
+    let manifests: Vec<ManifestFile> = list.entries().to_vec();
+    let mut live: Vec<Live> = Vec::new();
+    let mut live_count = 0usize;
+    let mut loaded = Vec::with_capacity(manifests.len());
+    for (i, manifest_file) in manifests.iter().enumerate() {
+        let manifest = manifest_file
+            .load_manifest(table.file_io())
+            .await
+            .map_err(iceberg_err)?;
+        let alive: Vec<ManifestEntryRef> = manifest
+            .entries()
+            .iter()
+            .filter(|e| e.status() != ManifestStatus::Deleted)
+            .cloned()
+            .collect();
+        if manifest_file.content != ManifestContentType::Data && !alive.is_empty() {
+            tracing::info!(table = %name, "Compaction skipped: the table has delete files.");
+            return Ok(None);
+        }
+        live_count += alive.len();
+        for entry in &alive {
+            let file = entry.data_file();
+            if manifest_file.partition_spec_id == spec.spec_id()
+                && file.content_type() == DataContentType::Data
+                && file.file_format() == DataFileFormat::Parquet
+                && file.file_size_in_bytes() < policy.target_file_size
+            {
+                live.push(Live {
+                    entry: Arc::clone(entry),
+                    manifest: i,
+                });
+            }
+        }
+        loaded.push(manifest);
+    }
+    if live.len() <= over {
+        return Ok(None);
+    }
+
+    // 2. Bins per partition, in sequence-number order.
+    let mut groups: BTreeMap<String, Vec<Live>> = BTreeMap::new();
+    for l in live {
+        let key = spec.partition_to_path(l.entry.data_file().partition(), Arc::clone(&schema));
+        groups.entry(key).or_default().push(l);
+    }
+    let mut bins: Vec<Vec<Live>> = Vec::new();
+    let small_total: usize = groups.values().map(Vec::len).sum();
+    for (_, mut files) in groups {
+        files.sort_by(|a, b| {
+            (a.entry.sequence_number(), a.entry.file_path())
+                .cmp(&(b.entry.sequence_number(), b.entry.file_path()))
+        });
+        let mut bin: Vec<Live> = Vec::new();
+        let mut size = 0u64;
+        for l in files {
+            size += l.entry.file_size_in_bytes();
+            bin.push(l);
+            if size >= policy.target_file_size {
+                bins.push(std::mem::take(&mut bin));
+                size = 0;
+            }
+        }
+        if bin.len() >= 2 {
+            bins.push(bin);
+        }
+    }
+    bins.retain(|b| b.len() >= 2);
+    if bins.is_empty() {
+        return Ok(None);
+    }
+
+    // 3. Rewrite.
+    let mut written: Vec<DataFile> = Vec::new();
+    let result = rewrite(table, &bins, policy, &mut written).await;
+    let snapshot_id = unique_snapshot_id(metadata);
+    let commit_uuid = uuid::Uuid::new_v4().simple().to_string();
+    let manifest_path = format!("{}/metadata/{commit_uuid}-m0.avro", metadata.location());
+    let list_path = format!(
+        "{}/metadata/snap-{snapshot_id}-0-{commit_uuid}.avro",
+        metadata.location()
+    );
+    let mut ours: Vec<String> = written.iter().map(|f| f.file_path().to_owned()).collect();
+    ours.push(manifest_path.clone());
+    ours.push(list_path.clone());
+    let staged = match result {
+        Ok(()) => {
+            stage(
+                table,
+                &current,
+                &manifests,
+                &loaded,
+                &bins,
+                &written,
+                Staging {
+                    snapshot_id,
+                    manifest_path,
+                    list_path,
+                    live_count,
+                    small_left: small_total - bins.iter().map(Vec::len).sum::<usize>()
+                        + written
+                            .iter()
+                            .filter(|f| f.file_size_in_bytes() < policy.target_file_size)
+                            .count(),
+                },
+            )
+            .await
+        }
+        Err(e) => Err(e),
+    };
+    let updates = match staged {
+        Ok(updates) => updates,
+        Err(e) => {
+            discard(&ours);
+            return Err(iceberg_err(e));
+        }
+    };
+    let removed: u64 = bins.iter().map(|b| b.len() as u64).sum();
+    let added = written.len() as u64;
+    let committed = catalog.commit_updates(
+        ident,
+        vec![
+            TableRequirement::UuidMatch {
+                uuid: metadata.uuid(),
+            },
+            TableRequirement::RefSnapshotIdMatch {
+                r#ref: MAIN_BRANCH.to_owned(),
+                snapshot_id: Some(current.snapshot_id()),
+            },
+        ],
+        updates,
+    );
+    match committed {
+        Ok(after) => {
+            tracing::info!(table = %name, removed, added, "Compacted small data files.");
+            Ok(Some((Compacted { removed, added }, after)))
+        }
+        Err(e) => {
+            // Discard what was written only once the table shows the snapshot did not land.
+            let landed = iceberg::Catalog::load_table(catalog, ident)
+                .await
+                .map(|t| t.metadata().snapshot_by_id(snapshot_id).is_some());
+            if let Ok(false) = landed {
+                discard(&ours);
+            }
+            if e.kind() == ErrorKind::CatalogCommitConflicts {
+                tracing::info!(table = %name, error = %e, "Compaction skipped: the table changed meanwhile.");
+                Ok(None)
+            } else {
+                Err(iceberg_err(e))
+            }
+        }
+    }
+}
+
+fn discard(paths: &[String]) {
+    for path in paths {
+        let path = local_path(path);
+        if let Err(e) = std::fs::remove_file(&path)
+            && e.kind() != std::io::ErrorKind::NotFound
+        {
+            tracing::warn!(file = %path.display(), error = %e, "Could not delete a file of an abandoned compaction; cleanup removes it once it is old.");
+        }
+    }
+}
+
+fn unique_snapshot_id(metadata: &TableMetadata) -> i64 {
+    loop {
+        let (a, b) = uuid::Uuid::new_v4().as_u64_pair();
+        let id = ((a ^ b) >> 1) as i64;
+        if id != 0 && metadata.snapshot_by_id(id).is_none() {
+            return id;
+        }
+    }
+}
+
+/// Read every bin and write it as files of about the target size; `written` gets every file
+/// written, also when a later one fails (so the caller can discard them).
+async fn rewrite(
+    table: &Table,
+    bins: &[Vec<Live>],
+    policy: &Policy,
+    written: &mut Vec<DataFile>,
+) -> iceberg::Result<()> {
+    let metadata = table.metadata();
+    let schema = Arc::clone(metadata.current_schema());
+    let arrow = Arc::new(schema_to_arrow_schema(&schema)?);
+    let spec = metadata.default_partition_spec();
+    let props = WriterProperties::builder()
+        .set_compression(Compression::ZSTD(ZstdLevel::try_new(1).map_err(|e| {
+            iceberg::Error::new(ErrorKind::Unexpected, e.to_string())
+        })?))
+        .set_max_row_group_row_count(Some(1 << 20))
+        .build();
+    let target = usize::try_from(policy.target_file_size).unwrap_or(usize::MAX);
+    for bin in bins {
+        let rows_in: u64 = bin.iter().map(|l| l.entry.record_count()).sum();
+        let rolling = RollingFileWriterBuilder::new(
+            ParquetWriterBuilder::new(props.clone(), Arc::clone(&schema)),
+            target,
+            table.file_io().clone(),
+            DefaultLocationGenerator::new(metadata)?,
+            DefaultFileNameGenerator::new(
+                "compact".to_owned(),
+                Some(uuid::Uuid::new_v4().simple().to_string()),
+                DataFileFormat::Parquet,
+            ),
+        );
+        let partition = bin.first().and_then(|l| {
+            (!spec.is_unpartitioned()).then(|| {
+                PartitionKey::new(
+                    spec.as_ref().clone(),
+                    Arc::clone(&schema),
+                    l.entry.data_file().partition().clone(),
+                )
+            })
+        });
+        let mut writer = DataFileWriterBuilder::new(rolling).build(partition).await?;
+        let mut failed = None;
+        for l in bin {
+            let path = local_path(l.entry.file_path());
+            let read = (|| -> Result<Vec<_>, String> {
+                let file = std::fs::File::open(&path).map_err(|e| e.to_string())?;
+                let reader = ParquetRecordBatchReaderBuilder::try_new(file)
+                    .and_then(|b| b.build())
+                    .map_err(|e| e.to_string())?;
+                let mut batches = Vec::new();
+                for batch in reader {
+                    let batch = batch.map_err(|e| e.to_string())?;
+                    batches.push(adapt_batch(&batch, &arrow).map_err(|e| e.to_string())?);
+                }
+                Ok(batches)
+            })();
+            match read {
+                Ok(batches) => {
+                    for batch in batches {
+                        writer.write(batch).await?;
+                    }
+                }
+                Err(message) => {
+                    failed = Some(iceberg::Error::new(
+                        ErrorKind::DataInvalid,
+                        format!(
+                            "cannot read data file {} for compaction: {message}",
+                            path.display()
+                        ),
+                    ));
+                    break;
+                }
+            }
+        }
+        let files = writer.close().await?;
+        let rows_out: u64 = files.iter().map(DataFile::record_count).sum();
+        written.extend(files);
+        if let Some(e) = failed {
+            return Err(e);
+        }
+        if rows_out != rows_in {
+            return Err(iceberg::Error::new(
+                ErrorKind::DataInvalid,
+                format!("compaction wrote {rows_out} rows for {rows_in}; nothing was committed"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Names and counts of the snapshot being staged.
+struct Staging {
+    snapshot_id: i64,
+    manifest_path: String,
+    list_path: String,
+    live_count: usize,
+    small_left: usize,
+}
+
+/// Write the manifest and manifest list of the replace snapshot; return its updates.
+async fn stage(
+    table: &Table,
+    current: &Snapshot,
+    manifests: &[ManifestFile],
+    loaded: &[iceberg::spec::Manifest],
+    bins: &[Vec<Live>],
+    written: &[DataFile],
+    staging: Staging,
+) -> iceberg::Result<Vec<TableUpdate>> {
+    let metadata = table.metadata();
+    let schema = Arc::clone(metadata.current_schema());
+    let spec = Arc::clone(metadata.default_partition_spec());
+    let sequence_number = metadata.next_sequence_number();
+    let replaced: HashSet<&str> = bins.iter().flatten().map(|l| l.entry.file_path()).collect();
+    let touched: HashSet<usize> = bins.iter().flatten().map(|l| l.manifest).collect();
+
+    let mut summary = SnapshotSummaryCollector::default();
+    let mut writer = ManifestWriterBuilder::new(
+        table.file_io().new_output(&staging.manifest_path)?,
+        Some(staging.snapshot_id),
+        Arc::clone(&schema),
+        spec.as_ref().clone(),
+    )
+    .build_v2_data();
+    for file in written {
+        summary.add_file(file, Arc::clone(&schema), Arc::clone(&spec));
+        writer.add_file(file.clone(), -1)?;
+    }
+    for i in touched.iter().copied() {
+        let Some(manifest) = loaded.get(i) else {
+            continue;
+        };
+        for entry in manifest.entries() {
+            if entry.status() == ManifestStatus::Deleted {
+                continue;
+            }
+            let seq = entry.sequence_number().unwrap_or(current.sequence_number());
+            let file_seq = entry.file_sequence_number.or(Some(seq));
+            if replaced.contains(entry.file_path()) {
+                summary.remove_file(entry.data_file(), Arc::clone(&schema), Arc::clone(&spec));
+                writer.add_delete_file(entry.data_file().clone(), seq, file_seq)?;
+            } else {
+                let added_by = entry.snapshot_id().unwrap_or(current.snapshot_id());
+                writer.add_existing_file(entry.data_file().clone(), added_by, seq, file_seq)?;
+            }
+        }
+    }
+    let new_manifest = writer.write_manifest_file().await?;
+
+    let mut list = ManifestListWriter::v2(
+        table
+            .file_io()
+            .new_output(&staging.list_path)?
+            .writer()
+            .await?,
+        staging.snapshot_id,
+        Some(current.snapshot_id()),
+        sequence_number,
+    );
+    let kept = manifests
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| !touched.contains(i))
+        .map(|(_, m)| m.clone());
+    list.add_manifests(kept.chain(std::iter::once(new_manifest)))?;
+    list.close().await?;
+
+    // Totals: the live files after the replace.
+    let removed = replaced.len();
+    let previous = &current.summary().additional_properties;
+    let total = |key: &str| previous.get(key).and_then(|v| v.parse::<i128>().ok());
+    let mut props: HashMap<String, String> = summary.build();
+    let bytes_in: i128 = bins
+        .iter()
+        .flatten()
+        .map(|l| i128::from(l.entry.file_size_in_bytes()))
+        .sum();
+    let bytes_out: i128 = written
+        .iter()
+        .map(|f| i128::from(f.file_size_in_bytes()))
+        .sum();
+    let files_after = staging.live_count - removed + written.len();
+    props.insert("total-data-files".to_owned(), files_after.to_string());
+    if let Some(records) = total("total-records") {
+        // Rows are unchanged by a rewrite.
+        props.insert("total-records".to_owned(), records.to_string());
+    }
+    if let Some(size) = total("total-files-size") {
+        props.insert(
+            "total-files-size".to_owned(),
+            (size - bytes_in + bytes_out).to_string(),
+        );
+    }
+    for key in [
+        "total-delete-files",
+        "total-position-deletes",
+        "total-equality-deletes",
+    ] {
+        props.insert(key.to_owned(), "0".to_owned());
+    }
+    props.insert(SUMMARY_MAINTENANCE.to_owned(), COMPACT.to_owned());
+    props.insert(
+        SUMMARY_SMALL_FILES.to_owned(),
+        staging.small_left.to_string(),
+    );
+
+    let snapshot = Snapshot::builder()
+        .with_snapshot_id(staging.snapshot_id)
+        .with_parent_snapshot_id(Some(current.snapshot_id()))
+        .with_sequence_number(sequence_number)
+        .with_timestamp_ms(super::now_ms().max(current.timestamp_ms()))
+        .with_manifest_list(staging.list_path)
+        .with_summary(Summary {
+            operation: Operation::Replace,
+            additional_properties: props,
+        })
+        .with_schema_id(metadata.current_schema_id())
+        .build();
+    Ok(vec![
+        TableUpdate::AddSnapshot { snapshot },
+        TableUpdate::SetSnapshotRef {
+            ref_name: MAIN_BRANCH.to_owned(),
+            reference: SnapshotReference::new(
+                staging.snapshot_id,
+                SnapshotRetention::branch(None, None, None),
+            ),
+        },
+    ])
+}
