@@ -402,7 +402,26 @@ fn sync_moves_past_a_batch_of_only_rejected_records_once() {
         serde_json::from_str(run.stdout.lines().last().unwrap()).unwrap()
     };
     assert_eq!(done(&first)["deadletters"], 2);
-    assert_eq!(done(&first)["batches"], 0);
+    assert_eq!(
+        done(&first)["batches"],
+        1,
+        "the rejected records are committed to the WAL, as their own part"
+    );
+    let rejected = skipprd(
+        dir.path(),
+        &[
+            "query",
+            "--plain",
+            "-s",
+            "select offset_key, failure_code, record from \"_deadletters\" order by 1",
+        ],
+        &[],
+    );
+    assert_eq!(rejected.code, 0, "{}", rejected.stderr);
+    assert_eq!(
+        rejected.stdout.trim(),
+        r#"{"header":["offset_key","failure_code","record"],"rows":[["1","malformed","not json"],["2","malformed","still not json"]]}"#
+    );
     std::fs::write(
         dir.path().join("input/a.jsonl"),
         "not json\nstill not json\n{\"kind\":\"order\",\"id\":1}\n",
@@ -877,5 +896,80 @@ fn maintain_without_a_destination_or_with_a_bad_setting_exits_2() {
         run.stderr.contains("snapshot_retain_last"),
         "{}",
         run.stderr
+    );
+}
+
+#[test]
+fn rejected_records_land_in_the_file_deadletter_sink_once_beside_a_lake() {
+    let config = "\
+pipelines:
+  p:
+    data_source: data_sources.f
+    data_sink: data_sinks.lake
+    deadletter_sink: deadletter_sinks.rejects
+data_sources:
+  f:
+    File:
+      path: in
+data_sinks:
+  lake:
+    Duckdb:
+      warehouse: file://./lake
+deadletter_sinks:
+  rejects:
+    File:
+      path: ./rejects
+";
+    let dir = project(
+        config,
+        &[("in/a.jsonl", "{\"id\":1}\nnot json\n{\"id\":2}\n")],
+    );
+    let run = skipprd(dir.path(), &["sync", "--once", "--output", "text"], &[]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let files: Vec<_> = std::fs::read_dir(dir.path().join("rejects/p"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(files, vec!["b00000000000000000001.jsonl".to_owned()]);
+    let text = std::fs::read_to_string(dir.path().join("rejects/p").join(&files[0])).unwrap();
+    let lines: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 1, "{text}");
+    assert_eq!(lines[0]["record"], "not json");
+    assert_eq!(lines[0]["failure_code"], "malformed");
+    assert_eq!(lines[0]["offset_key"], "2");
+    assert!(
+        lines[0]["source_uri"]
+            .as_str()
+            .unwrap()
+            .ends_with("in/a.jsonl")
+    );
+
+    // More input, one more rejected line: a second file; the first is not written again.
+    std::fs::write(
+        dir.path().join("in/a.jsonl"),
+        "{\"id\":1}\nnot json\n{\"id\":2}\nbad again\n",
+    )
+    .unwrap();
+    let run = skipprd(dir.path(), &["sync", "--once", "--output", "text"], &[]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let mut files: Vec<_> = std::fs::read_dir(dir.path().join("rejects/p"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    files.sort();
+    assert_eq!(files.len(), 2, "{files:?}");
+    let query = skipprd(
+        dir.path(),
+        &["query", "--plain", "-s", "select count(*) as n from p"],
+        &[],
+    );
+    assert_eq!(
+        query.stdout.trim(),
+        r#"{"header":["n"],"rows":[[2]]}"#,
+        "{}",
+        query.stderr
     );
 }

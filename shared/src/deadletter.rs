@@ -83,3 +83,112 @@ mod tests {
         assert!(clipped.contains("bytes in all"));
     }
 }
+
+/// The WAL namespace that carries a batch's rejected records, committed with the batch's rows
+/// so they survive a crash exactly as data does. Namespaces made from values never start with
+/// `_`, so it cannot clash with a data namespace. `query` shows it as the table
+/// `<pipeline>._deadletters` while it is in the WAL.
+pub const WAL_NAMESPACE: &str = "_deadletters";
+
+/// The columns of a rejected record, in the WAL and in deadletter files: `id` (stable: a hash
+/// of the source URI, offset and line), `namespace`, `record` (the original text), `error`,
+/// `failure_code`, `event_time` (null: a rejected record has no trusted time),
+/// `processed_time`, `source_uri`, `offset_key` (the line or row number) and
+/// `offset_position` (the byte offset).
+pub fn arrow_schema() -> arrow::datatypes::SchemaRef {
+    use arrow::datatypes::{DataType, Field, Schema, TimeUnit};
+    let ts = DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into()));
+    std::sync::Arc::new(Schema::new(vec![
+        Field::new("id", DataType::Utf8, false),
+        Field::new("namespace", DataType::Utf8, true),
+        Field::new("record", DataType::Utf8, false),
+        Field::new("error", DataType::Utf8, false),
+        Field::new("failure_code", DataType::Utf8, false),
+        Field::new("event_time", ts.clone(), true),
+        Field::new("processed_time", ts, false),
+        Field::new("source_uri", DataType::Utf8, false),
+        Field::new("offset_key", DataType::Utf8, false),
+        Field::new("offset_position", DataType::Int64, false),
+    ]))
+}
+
+impl Deadletter {
+    /// A stable id: the same record rejected again (a retry) gets the same id.
+    pub fn id(&self) -> String {
+        let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+        for byte in self
+            .source_uri
+            .bytes()
+            .chain(self.offset.to_le_bytes())
+            .chain(self.line.to_le_bytes())
+        {
+            hash ^= u64::from(byte);
+            hash = hash.wrapping_mul(0x0100_0000_01b3);
+        }
+        format!("{hash:016x}")
+    }
+}
+
+/// `rejected` as a record batch of [`arrow_schema`], processed at `processed_micros` (Unix
+/// microseconds).
+pub fn to_record_batch(
+    rejected: &[Deadletter],
+    processed_micros: i64,
+) -> Result<arrow::array::RecordBatch, arrow::error::ArrowError> {
+    use std::sync::Arc;
+
+    use arrow::array::{ArrayRef, Int64Array, StringArray, TimestampMicrosecondArray};
+    let strings = |f: &dyn Fn(&Deadletter) -> String| -> ArrayRef {
+        Arc::new(StringArray::from_iter_values(rejected.iter().map(f)))
+    };
+    let columns: Vec<ArrayRef> = vec![
+        strings(&|d| d.id()),
+        Arc::new(StringArray::from_iter(
+            rejected.iter().map(|d| d.namespace.as_deref()),
+        )),
+        strings(&|d| d.raw.clone()),
+        strings(&|d| d.error.clone()),
+        strings(&|d| d.code.as_str().to_owned()),
+        Arc::new(TimestampMicrosecondArray::new_null(rejected.len()).with_timezone("UTC")),
+        Arc::new(
+            TimestampMicrosecondArray::from(vec![processed_micros; rejected.len()])
+                .with_timezone("UTC"),
+        ),
+        strings(&|d| d.source_uri.clone()),
+        strings(&|d| d.line.to_string()),
+        Arc::new(Int64Array::from_iter_values(
+            rejected
+                .iter()
+                .map(|d| i64::try_from(d.offset).unwrap_or(i64::MAX)),
+        )),
+    ];
+    arrow::array::RecordBatch::try_new(arrow_schema(), columns)
+}
+
+#[cfg(test)]
+mod wal_tests {
+    use super::*;
+
+    #[test]
+    fn rejected_records_become_rows_with_stable_ids() {
+        let dl = Deadletter {
+            source_uri: "in/a.jsonl".into(),
+            line: 3,
+            offset: 40,
+            raw: "{\"id\": broken".into(),
+            error: "expected value".into(),
+            code: FailureCode::Malformed,
+            namespace: None,
+        };
+        let other = Deadletter {
+            line: 4,
+            ..dl.clone()
+        };
+        assert_eq!(dl.id(), dl.clone().id());
+        assert_ne!(dl.id(), other.id());
+        let batch = to_record_batch(&[dl, other], 1_700_000_000_000_000).unwrap();
+        assert_eq!(batch.num_rows(), 2);
+        assert_eq!(batch.schema(), arrow_schema());
+        assert_eq!(batch.column_by_name("event_time").unwrap().null_count(), 2);
+    }
+}

@@ -393,7 +393,7 @@ connector_set! {
     /// A `deadletter_sinks` connector.
     DeadletterConnector, section = "deadletter_sinks", schema_sink = true, {
         /// Deadletter records as files on local disk.
-        File(FileSinkConfig) = false,
+        File(FileSinkConfig) = true,
         /// Deadletter records as objects in S3.
         S3(S3SinkConfig) = false,
         /// Deadletter records in an Athena table named `_dl_<pipeline>`.

@@ -23,6 +23,8 @@ pub use maintain::{MaintainOptions, maintain};
 pub(crate) struct DeadletterLog {
     pipeline: String,
     count: u64,
+    /// Records logged since the last [`DeadletterLog::take`], when collecting.
+    pending: Option<Vec<crate::deadletter::Deadletter>>,
 }
 
 impl DeadletterLog {
@@ -34,12 +36,33 @@ impl DeadletterLog {
         DeadletterLog {
             pipeline: pipeline.to_owned(),
             count: 0,
+            pending: None,
         }
+    }
+
+    /// A log for `pipeline` that also keeps each record until [`DeadletterLog::take`] (sync
+    /// commits them to the WAL with their batch).
+    pub(crate) fn collecting(pipeline: &str) -> Self {
+        DeadletterLog {
+            pending: Some(Vec::new()),
+            ..DeadletterLog::new(pipeline)
+        }
+    }
+
+    /// The records logged since the last call (none unless collecting).
+    pub(crate) fn take(&mut self) -> Vec<crate::deadletter::Deadletter> {
+        self.pending
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default()
     }
 
     /// Log one rejected record.
     pub(crate) fn log(&mut self, dl: &crate::deadletter::Deadletter) {
         self.count += 1;
+        if let Some(pending) = self.pending.as_mut() {
+            pending.push(dl.clone());
+        }
         let pipeline = self.pipeline.as_str();
         if self.count <= Self::RAW_LOGGED {
             let raw: String = dl.raw.chars().take(200).collect();

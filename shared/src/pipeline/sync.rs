@@ -34,7 +34,7 @@ use crate::schema::{
     namespace_for,
 };
 use crate::state::{Condition, StateKey, StateStore};
-use crate::wal::{BatchPart, DiskWal, WalOptions};
+use crate::wal::{BatchId, BatchPart, DiskWal, WalOptions};
 
 use super::discover::{schema_store, transform_options};
 use super::events::{Event, Observer};
@@ -211,10 +211,22 @@ pub fn sync_pass(
             source: Box::new(source),
         }
     })?;
-    let mut delivery = match &sink {
-        Some(sink) => Some(Delivery::start(sink, store, partition, fence, &name)?),
+    let deadletter_sink = match &pipeline.deadletter_sink {
+        Some(dl) => crate::sinks::deadletter::FileDeadletterSink::open(dl, &name, &config.base_dir)
+            .map_err(|source| PipelineError::Sink {
+                pipeline: name.clone(),
+                source: Box::new(source),
+            })?,
         None => None,
     };
+    let mut delivery = Delivery::start(
+        sink.as_ref(),
+        deadletter_sink.as_ref(),
+        store,
+        partition,
+        fence,
+        &name,
+    )?;
     let mut report = SyncReport::default();
     if let Some(d) = delivery.as_mut() {
         d.deliver(&mut wal, &schema, &mut report)?;
@@ -224,7 +236,7 @@ pub fn sync_pass(
     let source = open_source_at(pipeline, settings, &config.base_dir, position.as_deref())?;
     let transform = transform_options(pipeline);
     let mut last_status = Instant::now();
-    let mut dl_log = DeadletterLog::new(&name);
+    let mut dl_log = DeadletterLog::collecting(&name);
     let disk_dir = state_dir.clone();
     read_ahead(source, 2, |steps| -> Result<(), PipelineError> {
         for step in steps {
@@ -328,8 +340,25 @@ pub fn sync_pass(
                     batch,
                 });
             }
-            // Commit, then record the position. A batch whose every record was rejected has
-            // nothing to commit: only the position moves (past the rejected records).
+            // The batch's rejected records are committed with it, so they survive a crash
+            // exactly as its rows do.
+            let rejected = dl_log.take();
+            if !rejected.is_empty() {
+                let micros = chrono::Utc::now().timestamp_micros();
+                let batch = crate::deadletter::to_record_batch(&rejected, micros).map_err(|e| {
+                    schema_err(SchemaError::Arrow {
+                        namespace: crate::deadletter::WAL_NAMESPACE.to_owned(),
+                        message: e.to_string(),
+                    })
+                })?;
+                parts.push(BatchPart {
+                    namespace: crate::deadletter::WAL_NAMESPACE.to_owned(),
+                    schema_version: 1,
+                    batch,
+                });
+            }
+            // Commit, then record the position. A batch with neither rows nor rejected
+            // records has nothing to commit: only the position moves.
             failpoint(failpoint::BEFORE_WAL_COMMIT).map_err(wal_err)?;
             let batch_id = if parts.is_empty() {
                 wal.next_id().0.saturating_sub(1)
@@ -556,65 +585,116 @@ fn wait_for_disk(dir: &std::path::Path, pipeline: &str, stop: &AtomicBool) {
 }
 
 /// Step 8 of the pass: deliver committed batches, acknowledge them, reclaim them.
+///
+/// Two destinations may take a batch: the data sink (its rows) and the deadletter sink (its
+/// rejected records). Each has its own acknowledgement, so adding one later never skips
+/// batches for it. The WAL is reclaimed only with a data sink (without one the WAL is the
+/// dataset), through the lower of the two acknowledgements.
 struct Delivery<'a> {
-    sink: &'a crate::sinks::iceberg::IcebergSink,
+    data: Option<Acked<&'a crate::sinks::iceberg::IcebergSink>>,
+    deadletters: Option<Acked<&'a crate::sinks::deadletter::FileDeadletterSink>>,
     store: &'a dyn StateStore,
-    key: StateKey,
     fence: Option<crate::state::Fence>,
-    /// The last batch id the destination acknowledged.
-    acked: u64,
     pipeline: &'a str,
 }
 
+/// A sink and its acknowledgement item.
+struct Acked<S> {
+    sink: S,
+    key: StateKey,
+    /// The last batch id the sink acknowledged.
+    acked: u64,
+}
+
+/// The sort key of the deadletter sink's acknowledgement item.
+pub const DEADLETTER_ACK_SORT_KEY: &str = "ack#deadletters";
+
 impl<'a> Delivery<'a> {
     fn start(
-        sink: &'a crate::sinks::iceberg::IcebergSink,
+        data: Option<&'a crate::sinks::iceberg::IcebergSink>,
+        deadletters: Option<&'a crate::sinks::deadletter::FileDeadletterSink>,
         store: &'a dyn StateStore,
         partition: &str,
         fence: Option<crate::state::Fence>,
         pipeline: &'a str,
-    ) -> Result<Self, PipelineError> {
-        let key = StateKey::new(partition, ACK_SORT_KEY);
-        let acked = match store.get(&key).map_err(|source| PipelineError::State {
+    ) -> Result<Option<Self>, PipelineError> {
+        let state_err = |source| PipelineError::State {
             pipeline: pipeline.to_owned(),
             source,
-        })? {
-            Some(item) => decode_ack(&key, &item.value).map_err(|source| PipelineError::State {
-                pipeline: pipeline.to_owned(),
-                source,
-            })?,
-            None => 0,
         };
-        Ok(Delivery {
-            sink,
+        let acked = |sort: &str| -> Result<(StateKey, u64), PipelineError> {
+            let key = StateKey::new(partition, sort);
+            let acked = match store.get(&key).map_err(state_err)? {
+                Some(item) => decode_ack(&key, &item.value).map_err(state_err)?,
+                None => 0,
+            };
+            Ok((key, acked))
+        };
+        if data.is_none() && deadletters.is_none() {
+            return Ok(None);
+        }
+        let data = match data {
+            Some(sink) => {
+                let (key, acked) = acked(ACK_SORT_KEY)?;
+                Some(Acked { sink, key, acked })
+            }
+            None => None,
+        };
+        let deadletters = match deadletters {
+            Some(sink) => {
+                let (key, acked) = acked(DEADLETTER_ACK_SORT_KEY)?;
+                Some(Acked { sink, key, acked })
+            }
+            None => None,
+        };
+        Ok(Some(Delivery {
+            data,
+            deadletters,
             store,
-            key,
             fence,
-            acked,
             pipeline,
-        })
+        }))
     }
 
-    /// Committed batches the destination has not acknowledged.
+    /// The lowest acknowledgement of the configured sinks.
+    fn acked(&self) -> u64 {
+        let data = self.data.as_ref().map(|a| a.acked);
+        let dead = self.deadletters.as_ref().map(|a| a.acked);
+        data.into_iter().chain(dead).min().unwrap_or(0)
+    }
+
+    /// Committed batches some sink has not acknowledged.
     fn outstanding(&self, wal: &DiskWal) -> Vec<crate::wal::BatchMeta> {
+        let acked = self.acked();
         wal.batches()
             .iter()
-            .filter(|b| b.id.0 > self.acked)
+            .filter(|b| b.id.0 > acked)
             .cloned()
             .collect()
     }
 
     fn outstanding_bytes(&self, wal: &DiskWal) -> u64 {
+        let acked = self.acked();
         wal.batches()
             .iter()
-            .filter(|b| b.id.0 > self.acked)
+            .filter(|b| b.id.0 > acked)
             .map(|b| b.bytes)
             .sum()
     }
 
-    /// Write every outstanding batch (the destination skips those that already landed),
-    /// then store the acknowledgement, then reclaim. A crash between any two steps is
-    /// repaired by the next pass: see `docs/commit-protocol.md`.
+    fn ack(&self, key: &StateKey, id: u64) -> Result<(), PipelineError> {
+        self.store
+            .put(key, &id.to_le_bytes(), Condition::Any, self.fence)
+            .map(|_| ())
+            .map_err(|source| PipelineError::State {
+                pipeline: self.pipeline.to_owned(),
+                source,
+            })
+    }
+
+    /// Write every outstanding batch (the destinations skip or overwrite what already
+    /// landed), then store the acknowledgements, then reclaim. A crash between any two steps
+    /// is repaired by the next pass: see `docs/commit-protocol.md`.
     fn deliver(
         &mut self,
         wal: &mut DiskWal,
@@ -627,49 +707,84 @@ impl<'a> Delivery<'a> {
             pipeline: pipeline.clone(),
             source,
         };
+        let sink_err = |source| PipelineError::Sink {
+            pipeline: pipeline.clone(),
+            source: Box::new(source),
+        };
         let Some(last) = batches.last().map(|b| b.id) else {
             // A crash between the acknowledgement and the reclaim left acknowledged batches
             // in the WAL, and no later delivery may come to reclaim them: reclaim them now.
-            if let Some(acked) = wal.batches().iter().rev().find(|b| b.id.0 <= self.acked) {
-                wal.reclaim_through(acked.id).map_err(wal_err)?;
+            let acked = self.acked();
+            if self.data.is_some()
+                && let Some(done) = wal.batches().iter().rev().find(|b| b.id.0 <= acked)
+            {
+                wal.reclaim_through(done.id).map_err(wal_err)?;
             }
             return Ok(());
         };
         let started = Instant::now();
-        let delivered = {
-            let wal_ref: &DiskWal = wal;
-            self.sink
-                .deliver(&batches, &mut |id| wal_ref.read(id), schema)
-                .map_err(|source| PipelineError::Sink {
-                    pipeline: pipeline.clone(),
-                    source: Box::new(source),
-                })?
-        };
-        failpoint(failpoint::AFTER_DELIVER).map_err(wal_err)?;
-        self.store
-            .put(&self.key, &last.0.to_le_bytes(), Condition::Any, self.fence)
-            .map_err(|source| PipelineError::State {
-                pipeline: pipeline.clone(),
-                source,
-            })?;
-        self.acked = last.0;
-        failpoint(failpoint::AFTER_ACK).map_err(wal_err)?;
-        wal.reclaim_through(last).map_err(wal_err)?;
-        failpoint(failpoint::AFTER_RECLAIM).map_err(wal_err)?;
+        if let Some(d) = &self.deadletters {
+            let todo: Vec<_> = batches
+                .iter()
+                .filter(|b| b.id.0 > d.acked)
+                .cloned()
+                .collect();
+            if !todo.is_empty() {
+                let wal_ref: &DiskWal = wal;
+                let files = d
+                    .sink
+                    .deliver(&todo, &mut |id| wal_ref.read(id))
+                    .map_err(sink_err)?;
+                self.ack(&d.key, last.0)?;
+                tracing::info!(pipeline = %pipeline, files, dir = %d.sink.dir().display(), "Delivered rejected records.");
+            }
+        }
+        if let Some(d) = self.deadletters.as_mut() {
+            d.acked = d.acked.max(last.0);
+        }
+        if let Some(d) = &self.data {
+            let todo: Vec<_> = batches
+                .iter()
+                .filter(|b| b.id.0 > d.acked)
+                .cloned()
+                .collect();
+            let delivered = {
+                let wal_ref: &DiskWal = wal;
+                d.sink
+                    .deliver(&todo, &mut |id| wal_ref.read(id), schema)
+                    .map_err(sink_err)?
+            };
+            failpoint(failpoint::AFTER_DELIVER).map_err(wal_err)?;
+            self.ack(&d.key, last.0)?;
+            tracing::info!(
+                pipeline = %pipeline,
+                batches = todo.len(),
+                through = %last,
+                rows = delivered.rows,
+                files = delivered.files,
+                commits = delivered.commits,
+                skipped_parts = delivered.skipped_parts,
+                seconds = started.elapsed().as_secs_f64(),
+                "Delivered to the destination."
+            );
+        }
+        if let Some(d) = self.data.as_mut() {
+            d.acked = last.0;
+            failpoint(failpoint::AFTER_ACK).map_err(wal_err)?;
+            wal.reclaim_through(BatchId(reclaimable_through(&self.deadletters, last.0)))
+                .map_err(wal_err)?;
+            failpoint(failpoint::AFTER_RECLAIM).map_err(wal_err)?;
+        }
         report.delivered += batches.len() as u64;
-        tracing::info!(
-            pipeline = %pipeline,
-            batches = batches.len(),
-            through = %last,
-            rows = delivered.rows,
-            files = delivered.files,
-            commits = delivered.commits,
-            skipped_parts = delivered.skipped_parts,
-            seconds = started.elapsed().as_secs_f64(),
-            "Delivered to the destination."
-        );
         Ok(())
     }
+}
+
+/// The id the WAL may be reclaimed through once the data sink acknowledged `data_acked`.
+fn reclaimable_through<S>(deadletters: &Option<Acked<S>>, data_acked: u64) -> u64 {
+    deadletters
+        .as_ref()
+        .map_or(data_acked, |d| d.acked.min(data_acked))
 }
 
 /// The acknowledged batch id: 8 bytes, little-endian.

@@ -10,6 +10,7 @@
 //! `Duckdb` (Hadoop layout, read by DuckDB's `iceberg_scan` and PyIceberg) and `SkipprLake`
 //! (each table's current metadata recorded in a catalog store).
 
+pub mod deadletter;
 pub mod error;
 pub mod iceberg;
 

@@ -34,7 +34,14 @@ impl std::fmt::Debug for EmbeddedStore {
 
 impl EmbeddedStore {
     /// Open (or create) the store at `path`. Its directory must exist.
+    ///
+    /// A new store is created under a temporary name (with its table), then linked into
+    /// place (unless another process created it first) and the directory fsynced, so a crash during creation never leaves a partial
+    /// database file that every later open would refuse.
     pub fn open(path: &Path) -> Result<Self, StateError> {
+        if !path.exists() {
+            Self::create_atomically(path)?;
+        }
         let db = Database::create(path).map_err(|e| storage(path, e, false))?;
         let store = EmbeddedStore {
             db,
@@ -45,6 +52,38 @@ impl EmbeddedStore {
         txn.open_table(TABLE).map_err(|e| storage(path, e, false))?;
         txn.commit().map_err(|e| storage(path, e, true))?;
         Ok(store)
+    }
+
+    fn create_atomically(path: &Path) -> Result<(), StateError> {
+        let dir = path.parent().unwrap_or(Path::new("."));
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
+        let _ = std::fs::remove_file(&tmp);
+        let created = (|| {
+            let db = Database::create(&tmp).map_err(|e| storage(&tmp, e, false))?;
+            let txn = db.begin_write().map_err(|e| storage(&tmp, e, true))?;
+            txn.open_table(TABLE).map_err(|e| storage(&tmp, e, false))?;
+            txn.commit().map_err(|e| storage(&tmp, e, true))?;
+            drop(db);
+            // A link, not a rename: it fails when another process created the store
+            // meanwhile, whose file (and what it wrote since) must not be replaced.
+            match std::fs::hard_link(&tmp, path) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(storage(path, e, true)),
+            }
+            let _ = std::fs::remove_file(&tmp);
+            std::fs::File::open(dir)
+                .and_then(|d| d.sync_all())
+                .map_err(|e| storage(dir, e, true))
+        })();
+        if created.is_err() {
+            let _ = std::fs::remove_file(&tmp);
+        }
+        created
     }
 
     /// The database file.
@@ -223,5 +262,36 @@ mod tests {
         let path = dir.path().join("missing-dir").join("state.redb");
         let err = EmbeddedStore::open(&path).unwrap_err();
         assert!(err.to_string().contains("missing-dir"), "{err}");
+    }
+
+    /// Regression: a crash while redb created the file left a partial database ("Not a redb
+    /// database: magic number mismatch") that wedged the pipeline. Creation now happens under
+    /// a temporary name; a leftover one from a crashed creation is ignored.
+    #[test]
+    fn a_crashed_creation_leaves_nothing_that_blocks_the_next_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.redb");
+        std::fs::write(
+            dir.path()
+                .join(format!(".state.redb.{}.tmp", std::process::id())),
+            b"half a header",
+        )
+        .unwrap();
+        let store = EmbeddedStore::open(&path).unwrap();
+        let key = StateKey::new("p", "k");
+        store.put(&key, b"1", Condition::Absent, None).unwrap();
+        drop(store);
+        let names: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(names, vec!["state.redb".to_owned()]);
+        assert!(
+            EmbeddedStore::open(&path)
+                .unwrap()
+                .get(&key)
+                .unwrap()
+                .is_some()
+        );
     }
 }

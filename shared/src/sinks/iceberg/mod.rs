@@ -266,7 +266,7 @@ impl IcebergSink {
             let namespaces: BTreeSet<&str> = batches
                 .iter()
                 .flat_map(|b| b.parts.iter())
-                .filter(|p| p.rows > 0)
+                .filter(|p| p.rows > 0 && p.namespace != crate::deadletter::WAL_NAMESPACE)
                 .map(|p| p.namespace.as_str())
                 .collect();
             let mut open: BTreeMap<String, Open> = BTreeMap::new();
@@ -291,8 +291,11 @@ impl IcebergSink {
                     p.rows > 0 && open.get(&p.namespace).is_some_and(|o| meta.id.0 > o.landed)
                 });
                 if !wanted {
-                    delivered.skipped_parts +=
-                        meta.parts.iter().filter(|p| p.rows > 0).count() as u64;
+                    delivered.skipped_parts += meta
+                        .parts
+                        .iter()
+                        .filter(|p| p.rows > 0 && open.contains_key(&p.namespace))
+                        .count() as u64;
                     continue;
                 }
                 let parts = read(meta.id).map_err(|source| SinkError::Wal {
