@@ -100,6 +100,7 @@ fn skipprd(dir: &Path) -> Command {
         .env_remove("WAL_STORAGE")
         .env_remove("PIPELINE_NAME")
         .env_remove("SKIPPR_FAILPOINT")
+        .env_remove("DELIVER_THRESHOLD_BYTES")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     cmd
@@ -688,7 +689,11 @@ fn sync_into_the_lake_killed_at_random_moments_lands_every_row_exactly_once() {
             next_id += 400;
         }
         let log = std::fs::File::create(project.join(format!("round-{round:03}.log"))).unwrap();
+        // Half the passes deliver on the background thread while reading goes on (a tiny
+        // delivery threshold), so kills land in those deliveries too.
+        let threshold = if round % 2 == 0 { "20000" } else { "67108864" };
         let mut child = skipprd(&project)
+            .env("DELIVER_THRESHOLD_BYTES", threshold)
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
@@ -788,6 +793,8 @@ fn a_crash_at_every_delivery_step_lands_every_row_exactly_once() {
             }
             let crashed = skipprd(&project)
                 .env("SKIPPR_FAILPOINT", name)
+                // Deliveries during the read loop too (on the delivery thread).
+                .env("DELIVER_THRESHOLD_BYTES", "20000")
                 .output()
                 .unwrap();
             let stderr = String::from_utf8_lossy(&crashed.stderr);

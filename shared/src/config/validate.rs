@@ -66,7 +66,14 @@ pub struct Settings {
     /// A batch closes once this many input bytes were read (`BUFFER_THRESHOLD_BYTES`,
     /// default 10 MB).
     pub buffer_threshold_bytes: u64,
+    /// Committed batches are delivered to the destination once they take this many bytes of
+    /// WAL during a pass, beside reading, and at the end of every pass
+    /// (`DELIVER_THRESHOLD_BYTES`, default 64 MiB).
+    pub deliver_threshold_bytes: u64,
 }
+
+/// Default of `DELIVER_THRESHOLD_BYTES`: 64 MiB.
+pub const DEFAULT_DELIVER_THRESHOLD_BYTES: u64 = 64 << 20;
 
 /// Default of `BUFFER_THRESHOLD_BYTES`.
 pub const DEFAULT_BUFFER_THRESHOLD_BYTES: u64 = 10_000_000;
@@ -636,6 +643,21 @@ impl Validator<'_> {
                     )
                 })?,
         };
+        let deliver_threshold_bytes = match self.var("DELIVER_THRESHOLD_BYTES") {
+            None => DEFAULT_DELIVER_THRESHOLD_BYTES,
+            Some(v) => v
+                .trim()
+                .parse::<u64>()
+                .ok()
+                .filter(|n| *n > 0)
+                .ok_or_else(|| {
+                    self.invalid(
+                        &Origin::Var("DELIVER_THRESHOLD_BYTES".to_owned()),
+                        &v,
+                        "is not a positive number of bytes",
+                    )
+                })?,
+        };
         Ok(Settings {
             tenant,
             workspace,
@@ -646,6 +668,7 @@ impl Validator<'_> {
             chaos_mode,
             wal_storage,
             buffer_threshold_bytes,
+            deliver_threshold_bytes,
         })
     }
 

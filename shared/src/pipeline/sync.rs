@@ -34,7 +34,7 @@ use crate::schema::{
     namespace_for,
 };
 use crate::state::{Condition, StateKey, StateStore};
-use crate::wal::{BatchId, BatchPart, DiskWal, WalOptions};
+use crate::wal::{BatchId, BatchPart, DiskWal, ReadOnlyWal, WalOptions};
 
 use super::discover::{schema_store, transform_options};
 use super::events::{Event, Observer};
@@ -94,11 +94,6 @@ pub const SCHEMA_VERSION_SORT_KEY: &str = "schema#version";
 
 /// The sort key of the acknowledgement item: the last WAL batch id the destination holds.
 pub const ACK_SORT_KEY: &str = "ack";
-
-/// Deliver to the destination during a pass once the outstanding WAL batches take this many
-/// bytes (they are delivered at the end of the pass in any case). Many small source batches
-/// thus make one Iceberg commit and few, large data files.
-const DELIVER_BYTES: u64 = 128 << 20;
 
 /// Minimum free bytes on the data dir's file system before reading pauses.
 const DISK_MIN_FREE: u64 = 5_000_000_000;
@@ -226,6 +221,7 @@ pub fn sync_pass(
         partition,
         fence,
         &name,
+        settings.deliver_threshold_bytes,
     )?;
     let mut report = SyncReport::default();
     if let Some(d) = delivery.as_mut() {
@@ -238,163 +234,185 @@ pub fn sync_pass(
     let mut last_status = Instant::now();
     let mut dl_log = DeadletterLog::collecting(&name);
     let disk_dir = state_dir.clone();
-    read_ahead(source, 2, |steps| -> Result<(), PipelineError> {
-        for step in steps {
-            let (batch, progress, checkpoint) = match step {
-                Ok(step) => step,
-                // One unreadable file must not block the others: it is reported, stays
-                // unfinished in the checkpoint (so the next pass tries it again), and reading
-                // goes on with the next file.
-                Err(e) if e.affects_one_file() => {
-                    tracing::error!(pipeline = %name, error = %e, "Skipped a file that could not be read; the next pass tries it again.");
-                    report.files_failed += 1;
-                    continue;
-                }
-                Err(source) => {
-                    return Err(PipelineError::Source {
-                        pipeline: name.clone(),
-                        source,
-                    });
-                }
-            };
-            report.bytes += batch.bytes_read;
-            for dl in &batch.deadletters {
-                report.deadletters += 1;
-                dl_log.log(dl);
-            }
-            // Type. Fast path: the batch fits the schema as it is (no new key or namespace, no
-            // value that needs a new column), so it is typed without inference. Otherwise:
-            // infer the batch, evolve the schema, build per-namespace Arrow batches.
-            let builders = match type_as_is(&batch.records, &schema, &transform) {
-                Some(builders) => builders,
-                None => {
-                    // A record that breaks an inference limit (too many fields or namespaces)
-                    // becomes a deadletter instead of failing every pass from here on.
-                    let mut rejected = vec![false; batch.records.len()];
-                    let inferrer = infer_batch(&batch.records, &transform, &mut rejected)
-                        .map_err(schema_err)?;
-                    for (record, _) in batch.records.iter().zip(&rejected).filter(|(_, r)| **r) {
-                        report.deadletters += 1;
-                        dl_log.log(&untypeable(
-                            record,
-                            "breaks an inference limit (too many fields or namespaces)",
-                        ));
+    let wal_dir = state_dir.join("wal");
+    let read_result = std::thread::scope(|scope| {
+        // Deliveries during the pass run on their own thread, beside reading and committing.
+        if let Some(d) = delivery.as_mut() {
+            d.start_worker(scope, &wal_dir);
+        }
+        let result = read_ahead(source, 2, |steps| -> Result<(), PipelineError> {
+            for step in steps {
+                let (batch, progress, checkpoint) = match step {
+                    Ok(step) => step,
+                    // One unreadable file must not block the others: it is reported, stays
+                    // unfinished in the checkpoint (so the next pass tries it again), and reading
+                    // goes on with the next file.
+                    Err(e) if e.affects_one_file() => {
+                        tracing::error!(pipeline = %name, error = %e, "Skipped a file that could not be read; the next pass tries it again.");
+                        report.files_failed += 1;
+                        continue;
                     }
-                    let changes = evolve(&mut schema, &inferrer.finish(&name, &settings.workspace));
-                    if !changes.is_empty() {
-                        schemas.save(&schema).map_err(schema_err)?;
-                        failpoint(failpoint::AFTER_SCHEMA_SAVE).map_err(wal_err)?;
-                        schema_version += 1;
-                        store
-                            .put(
-                                &version_key,
-                                schema_version.to_string().as_bytes(),
-                                Condition::Any,
-                                fence,
-                            )
-                            .map_err(state_err)?;
-                        observer.event(&Event::SchemaEvolved {
+                    Err(source) => {
+                        return Err(PipelineError::Source {
                             pipeline: name.clone(),
-                            version: schema_version,
-                            changes: changes.iter().map(ToString::to_string).collect(),
+                            source,
                         });
                     }
-                    let mut builders: BTreeMap<String, RecordBatchBuilder> = BTreeMap::new();
-                    for (record, _) in batch.records.iter().zip(&rejected).filter(|(_, r)| !**r) {
-                        let ns = namespace_for(&record.value, &transform);
-                        let Some(ns_schema) = schema.namespaces.get(&ns) else {
+                };
+                report.bytes += batch.bytes_read;
+                for dl in &batch.deadletters {
+                    report.deadletters += 1;
+                    dl_log.log(dl);
+                }
+                // Type. Fast path: the batch fits the schema as it is (no new key or namespace, no
+                // value that needs a new column), so it is typed without inference. Otherwise:
+                // infer the batch, evolve the schema, build per-namespace Arrow batches.
+                let builders = match type_as_is(&batch.records, &schema, &transform) {
+                    Some(builders) => builders,
+                    None => {
+                        // A record that breaks an inference limit (too many fields or namespaces)
+                        // becomes a deadletter instead of failing every pass from here on.
+                        let mut rejected = vec![false; batch.records.len()];
+                        let inferrer = infer_batch(&batch.records, &transform, &mut rejected)
+                            .map_err(schema_err)?;
+                        for (record, _) in batch.records.iter().zip(&rejected).filter(|(_, r)| **r)
+                        {
                             report.deadletters += 1;
                             dl_log.log(&untypeable(
                                 record,
-                                &format!("namespace `{ns}` is not in the schema"),
+                                "breaks an inference limit (too many fields or namespaces)",
                             ));
-                            continue;
-                        };
-                        let builder = builders.entry(ns.clone()).or_insert_with(|| {
-                            RecordBatchBuilder::new(ns_schema)
-                                .with_flatten_events(transform.flatten_events)
-                                .with_namespace(ns.clone())
-                        });
-                        let position = &record.position;
-                        if let Err(dl) = builder.append(&record.value, || {
-                            (position.uri.clone(), position.record, position.offset)
-                        }) {
-                            report.deadletters += 1;
-                            dl_log.log(&dl);
                         }
+                        let changes =
+                            evolve(&mut schema, &inferrer.finish(&name, &settings.workspace));
+                        if !changes.is_empty() {
+                            schemas.save(&schema).map_err(schema_err)?;
+                            failpoint(failpoint::AFTER_SCHEMA_SAVE).map_err(wal_err)?;
+                            schema_version += 1;
+                            store
+                                .put(
+                                    &version_key,
+                                    schema_version.to_string().as_bytes(),
+                                    Condition::Any,
+                                    fence,
+                                )
+                                .map_err(state_err)?;
+                            observer.event(&Event::SchemaEvolved {
+                                pipeline: name.clone(),
+                                version: schema_version,
+                                changes: changes.iter().map(ToString::to_string).collect(),
+                            });
+                        }
+                        let mut builders: BTreeMap<String, RecordBatchBuilder> = BTreeMap::new();
+                        for (record, _) in batch.records.iter().zip(&rejected).filter(|(_, r)| !**r)
+                        {
+                            let ns = namespace_for(&record.value, &transform);
+                            let Some(ns_schema) = schema.namespaces.get(&ns) else {
+                                report.deadletters += 1;
+                                dl_log.log(&untypeable(
+                                    record,
+                                    &format!("namespace `{ns}` is not in the schema"),
+                                ));
+                                continue;
+                            };
+                            let builder = builders.entry(ns.clone()).or_insert_with(|| {
+                                RecordBatchBuilder::new(ns_schema)
+                                    .with_flatten_events(transform.flatten_events)
+                                    .with_namespace(ns.clone())
+                            });
+                            let position = &record.position;
+                            if let Err(dl) = builder.append(&record.value, || {
+                                (position.uri.clone(), position.record, position.offset)
+                            }) {
+                                report.deadletters += 1;
+                                dl_log.log(&dl);
+                            }
+                        }
+                        builders
                     }
-                    builders
+                };
+                let mut parts = Vec::with_capacity(builders.len());
+                for (namespace, mut builder) in builders {
+                    if builder.is_empty() {
+                        continue;
+                    }
+                    let rows = builder.len() as u64;
+                    let batch = builder.finish().map_err(schema_err)?;
+                    report.rows += rows;
+                    parts.push(BatchPart {
+                        namespace,
+                        schema_version,
+                        batch,
+                    });
                 }
-            };
-            let mut parts = Vec::with_capacity(builders.len());
-            for (namespace, mut builder) in builders {
-                if builder.is_empty() {
-                    continue;
-                }
-                let rows = builder.len() as u64;
-                let batch = builder.finish().map_err(schema_err)?;
-                report.rows += rows;
-                parts.push(BatchPart {
-                    namespace,
-                    schema_version,
-                    batch,
-                });
-            }
-            // The batch's rejected records are committed with it, so they survive a crash
-            // exactly as its rows do.
-            let rejected = dl_log.take();
-            if !rejected.is_empty() {
-                let micros = chrono::Utc::now().timestamp_micros();
-                let batch = crate::deadletter::to_record_batch(&rejected, micros).map_err(|e| {
-                    schema_err(SchemaError::Arrow {
+                // The batch's rejected records are committed with it, so they survive a crash
+                // exactly as its rows do.
+                let rejected = dl_log.take();
+                if !rejected.is_empty() {
+                    let micros = chrono::Utc::now().timestamp_micros();
+                    let batch =
+                        crate::deadletter::to_record_batch(&rejected, micros).map_err(|e| {
+                            schema_err(SchemaError::Arrow {
+                                namespace: crate::deadletter::WAL_NAMESPACE.to_owned(),
+                                message: e.to_string(),
+                            })
+                        })?;
+                    parts.push(BatchPart {
                         namespace: crate::deadletter::WAL_NAMESPACE.to_owned(),
-                        message: e.to_string(),
-                    })
-                })?;
-                parts.push(BatchPart {
-                    namespace: crate::deadletter::WAL_NAMESPACE.to_owned(),
-                    schema_version: 1,
-                    batch,
-                });
+                        schema_version: 1,
+                        batch,
+                    });
+                }
+                // Commit, then record the position. A batch with neither rows nor rejected
+                // records has nothing to commit: only the position moves.
+                failpoint(failpoint::BEFORE_WAL_COMMIT).map_err(wal_err)?;
+                let batch_id = if parts.is_empty() {
+                    wal.next_id().0.saturating_sub(1)
+                } else {
+                    let meta = wal.append(&checkpoint, &parts).map_err(wal_err)?;
+                    report.batches += 1;
+                    meta.id.0
+                };
+                failpoint(failpoint::AFTER_WAL_COMMIT).map_err(wal_err)?;
+                put_position(store, &position_key, batch_id, &checkpoint, fence)
+                    .map_err(state_err)?;
+                failpoint(failpoint::AFTER_POSITION).map_err(wal_err)?;
+                // 8. Write to the destination once enough is outstanding (on the worker; and at
+                // the end of the pass).
+                if let Some(d) = delivery.as_mut() {
+                    d.poll(&mut wal, &schema, &mut report)?;
+                }
+                if last_status.elapsed() >= options.progress_interval {
+                    last_status = Instant::now();
+                    observer.event(&Event::SyncStatus {
+                        pipeline: name.clone(),
+                        rows: report.rows,
+                        batches: report.batches,
+                        bytes: report.bytes,
+                        bytes_total: progress.bytes_total,
+                        deadletters: report.deadletters,
+                    });
+                }
+                wait_for_disk(&disk_dir, &name, &options.stop);
+                if options.stop.load(Ordering::SeqCst) {
+                    report.stopped = true;
+                    return Ok(());
+                }
             }
-            // Commit, then record the position. A batch with neither rows nor rejected
-            // records has nothing to commit: only the position moves.
-            failpoint(failpoint::BEFORE_WAL_COMMIT).map_err(wal_err)?;
-            let batch_id = if parts.is_empty() {
-                wal.next_id().0.saturating_sub(1)
-            } else {
-                let meta = wal.append(&checkpoint, &parts).map_err(wal_err)?;
-                report.batches += 1;
-                meta.id.0
-            };
-            failpoint(failpoint::AFTER_WAL_COMMIT).map_err(wal_err)?;
-            put_position(store, &position_key, batch_id, &checkpoint, fence).map_err(state_err)?;
-            failpoint(failpoint::AFTER_POSITION).map_err(wal_err)?;
-            // 8. Write to the destination once enough is outstanding (and at the end).
-            if let Some(d) = delivery.as_mut()
-                && d.outstanding_bytes(&wal) >= DELIVER_BYTES
-            {
-                d.deliver(&mut wal, &schema, &mut report)?;
-            }
-            if last_status.elapsed() >= options.progress_interval {
-                last_status = Instant::now();
-                observer.event(&Event::SyncStatus {
-                    pipeline: name.clone(),
-                    rows: report.rows,
-                    batches: report.batches,
-                    bytes: report.bytes,
-                    bytes_total: progress.bytes_total,
-                    deadletters: report.deadletters,
-                });
-            }
-            wait_for_disk(&disk_dir, &name, &options.stop);
-            if options.stop.load(Ordering::SeqCst) {
-                report.stopped = true;
-                return Ok(());
-            }
+            Ok(())
+        });
+        // The worker finishes the job in hand (whose outcome is taken below, or redone by the
+        // next pass) and ends when its queue closes.
+        let finished = match (&result, delivery.as_mut()) {
+            (Ok(()), Some(d)) => d.wait_for_worker(&mut wal, &mut report),
+            _ => Ok(()),
+        };
+        if let Some(d) = delivery.as_mut() {
+            d.stop_worker();
         }
-        Ok(())
-    })?;
+        result.and(finished)
+    });
+    read_result?;
     if let Some(d) = delivery.as_mut() {
         d.deliver(&mut wal, &schema, &mut report)?;
         report.pending = d.outstanding(&wal).len() as u64;
@@ -596,6 +614,34 @@ struct Delivery<'a> {
     store: &'a dyn StateStore,
     fence: Option<crate::state::Fence>,
     pipeline: &'a str,
+    /// The delivery thread of the read loop, when running.
+    worker: Option<Worker>,
+    /// Outstanding WAL bytes that start a delivery during the read loop.
+    threshold: u64,
+}
+
+/// Batches to deliver, with the acknowledgements and schema they were cut at.
+struct Job {
+    batches: Vec<crate::wal::BatchMeta>,
+    data_acked: u64,
+    dead_acked: u64,
+    schema: PipelineSchema,
+}
+
+/// What a delivery job did.
+struct Outcome {
+    last: BatchId,
+    batches: usize,
+    delivered: crate::sinks::iceberg::Delivered,
+    dead_files: u64,
+    started: Instant,
+}
+
+/// The queue to the delivery thread and its answers; one job at a time.
+struct Worker {
+    jobs: std::sync::mpsc::Sender<Job>,
+    done: std::sync::mpsc::Receiver<Result<Outcome, PipelineError>>,
+    in_flight: bool,
 }
 
 /// A sink and its acknowledgement item.
@@ -617,6 +663,7 @@ impl<'a> Delivery<'a> {
         partition: &str,
         fence: Option<crate::state::Fence>,
         pipeline: &'a str,
+        threshold: u64,
     ) -> Result<Option<Self>, PipelineError> {
         let state_err = |source| PipelineError::State {
             pipeline: pipeline.to_owned(),
@@ -653,6 +700,8 @@ impl<'a> Delivery<'a> {
             store,
             fence,
             pipeline,
+            worker: None,
+            threshold,
         }))
     }
 
@@ -701,72 +750,78 @@ impl<'a> Delivery<'a> {
         schema: &PipelineSchema,
         report: &mut SyncReport,
     ) -> Result<(), PipelineError> {
-        let batches = self.outstanding(wal);
-        let pipeline = self.pipeline.to_owned();
-        let wal_err = |source| PipelineError::Wal {
-            pipeline: pipeline.clone(),
-            source,
-        };
-        let sink_err = |source| PipelineError::Sink {
-            pipeline: pipeline.clone(),
-            source: Box::new(source),
-        };
-        let Some(last) = batches.last().map(|b| b.id) else {
+        self.wait_for_worker(wal, report)?;
+        let Some(job) = self.job(wal, schema) else {
             // A crash between the acknowledgement and the reclaim left acknowledged batches
             // in the WAL, and no later delivery may come to reclaim them: reclaim them now.
             let acked = self.acked();
             if self.data.is_some()
                 && let Some(done) = wal.batches().iter().rev().find(|b| b.id.0 <= acked)
             {
-                wal.reclaim_through(done.id).map_err(wal_err)?;
+                let id = done.id;
+                wal.reclaim_through(id)
+                    .map_err(|source| PipelineError::Wal {
+                        pipeline: self.pipeline.to_owned(),
+                        source,
+                    })?;
             }
             return Ok(());
         };
-        let started = Instant::now();
+        let outcome = {
+            let wal_ref: &DiskWal = wal;
+            run_job(
+                self.data.as_ref().map(|d| d.sink),
+                self.deadletters.as_ref().map(|d| d.sink),
+                &job,
+                &mut |id| wal_ref.read(id),
+            )
+            .map_err(|source| PipelineError::Sink {
+                pipeline: self.pipeline.to_owned(),
+                source: Box::new(source),
+            })?
+        };
+        self.complete(outcome, wal, report)
+    }
+
+    /// The outstanding batches as a job, or `None` when there are none.
+    fn job(&self, wal: &DiskWal, schema: &PipelineSchema) -> Option<Job> {
+        let batches = self.outstanding(wal);
+        if batches.is_empty() {
+            return None;
+        }
+        Some(Job {
+            batches,
+            data_acked: self.data.as_ref().map_or(0, |d| d.acked),
+            dead_acked: self.deadletters.as_ref().map_or(0, |d| d.acked),
+            schema: schema.clone(),
+        })
+    }
+
+    /// After a job: acknowledge (deadletters, then data), then reclaim.
+    fn complete(
+        &mut self,
+        outcome: Outcome,
+        wal: &mut DiskWal,
+        report: &mut SyncReport,
+    ) -> Result<(), PipelineError> {
+        let pipeline = self.pipeline.to_owned();
+        let wal_err = |source| PipelineError::Wal {
+            pipeline: pipeline.clone(),
+            source,
+        };
+        let last = outcome.last;
         if let Some(d) = &self.deadletters {
-            let todo: Vec<_> = batches
-                .iter()
-                .filter(|b| b.id.0 > d.acked)
-                .cloned()
-                .collect();
-            if !todo.is_empty() {
-                let wal_ref: &DiskWal = wal;
-                let files = d
-                    .sink
-                    .deliver(&todo, &mut |id| wal_ref.read(id))
-                    .map_err(sink_err)?;
-                self.ack(&d.key, last.0)?;
-                tracing::info!(pipeline = %pipeline, files, dir = %d.sink.dir().display(), "Delivered rejected records.");
-            }
+            self.ack(&d.key, last.0)?;
         }
         if let Some(d) = self.deadletters.as_mut() {
             d.acked = d.acked.max(last.0);
+            if outcome.dead_files > 0 {
+                tracing::info!(pipeline = %pipeline, files = outcome.dead_files, dir = %d.sink.dir().display(), "Delivered rejected records.");
+            }
         }
         if let Some(d) = &self.data {
-            let todo: Vec<_> = batches
-                .iter()
-                .filter(|b| b.id.0 > d.acked)
-                .cloned()
-                .collect();
-            let delivered = {
-                let wal_ref: &DiskWal = wal;
-                d.sink
-                    .deliver(&todo, &mut |id| wal_ref.read(id), schema)
-                    .map_err(sink_err)?
-            };
             failpoint(failpoint::AFTER_DELIVER).map_err(wal_err)?;
             self.ack(&d.key, last.0)?;
-            tracing::info!(
-                pipeline = %pipeline,
-                batches = todo.len(),
-                through = %last,
-                rows = delivered.rows,
-                files = delivered.files,
-                commits = delivered.commits,
-                skipped_parts = delivered.skipped_parts,
-                seconds = started.elapsed().as_secs_f64(),
-                "Delivered to the destination."
-            );
         }
         if let Some(d) = self.data.as_mut() {
             d.acked = last.0;
@@ -774,10 +829,180 @@ impl<'a> Delivery<'a> {
             wal.reclaim_through(BatchId(reclaimable_through(&self.deadletters, last.0)))
                 .map_err(wal_err)?;
             failpoint(failpoint::AFTER_RECLAIM).map_err(wal_err)?;
+            let delivered = &outcome.delivered;
+            tracing::info!(
+                pipeline = %pipeline,
+                batches = outcome.batches,
+                through = %last,
+                rows = delivered.rows,
+                files = delivered.files,
+                commits = delivered.commits,
+                skipped_parts = delivered.skipped_parts,
+                seconds = outcome.started.elapsed().as_secs_f64(),
+                "Delivered to the destination."
+            );
         }
-        report.delivered += batches.len() as u64;
+        report.delivered += outcome.batches as u64;
         Ok(())
     }
+
+    /// Start the delivery thread for the read loop (see [`Delivery::poll`]).
+    fn start_worker<'scope>(
+        &mut self,
+        scope: &'scope std::thread::Scope<'scope, '_>,
+        wal_dir: &'scope std::path::Path,
+    ) where
+        'a: 'scope,
+    {
+        let (jobs, job_rx) = std::sync::mpsc::channel::<Job>();
+        let (done_tx, done) = std::sync::mpsc::channel();
+        let data = self.data.as_ref().map(|d| d.sink);
+        let dead = self.deadletters.as_ref().map(|d| d.sink);
+        let pipeline = self.pipeline.to_owned();
+        scope.spawn(move || {
+            let mut reader: Option<ReadOnlyWal> = None;
+            while let Ok(job) = job_rx.recv() {
+                let wal_err = |source| PipelineError::Wal {
+                    pipeline: pipeline.clone(),
+                    source,
+                };
+                let result = (|| {
+                    let wal = match reader.as_mut() {
+                        Some(wal) => {
+                            wal.refresh().map_err(wal_err)?;
+                            wal
+                        }
+                        None => reader.insert(DiskWal::open_read_only(wal_dir).map_err(wal_err)?),
+                    };
+                    run_job(data, dead, &job, &mut |id| wal.read(id)).map_err(|source| {
+                        PipelineError::Sink {
+                            pipeline: pipeline.clone(),
+                            source: Box::new(source),
+                        }
+                    })
+                })();
+                if done_tx.send(result).is_err() {
+                    break;
+                }
+            }
+        });
+        self.worker = Some(Worker {
+            jobs,
+            done,
+            in_flight: false,
+        });
+    }
+
+    /// In the read loop: take a finished job's outcome, and hand the worker the outstanding
+    /// batches once they take `DELIVER_THRESHOLD_BYTES` of WAL (many small source batches
+    /// thus make one Iceberg commit and few, large data files).
+    fn poll(
+        &mut self,
+        wal: &mut DiskWal,
+        schema: &PipelineSchema,
+        report: &mut SyncReport,
+    ) -> Result<(), PipelineError> {
+        let Some(worker) = self.worker.as_mut() else {
+            return Ok(());
+        };
+        if worker.in_flight {
+            match worker.done.try_recv() {
+                Ok(outcome) => {
+                    worker.in_flight = false;
+                    self.complete(outcome?, wal, report)?;
+                }
+                Err(std::sync::mpsc::TryRecvError::Empty) => return Ok(()),
+                Err(std::sync::mpsc::TryRecvError::Disconnected) => {
+                    worker.in_flight = false;
+                    return Err(self.worker_gone());
+                }
+            }
+        }
+        if self.outstanding_bytes(wal) < self.threshold {
+            return Ok(());
+        }
+        let Some(job) = self.job(wal, schema) else {
+            return Ok(());
+        };
+        let gone = self.worker_gone();
+        if let Some(worker) = self.worker.as_mut() {
+            worker.jobs.send(job).map_err(|_| gone)?;
+            worker.in_flight = true;
+        }
+        Ok(())
+    }
+
+    /// Wait for the job in hand, if any, and complete it.
+    fn wait_for_worker(
+        &mut self,
+        wal: &mut DiskWal,
+        report: &mut SyncReport,
+    ) -> Result<(), PipelineError> {
+        let Some(worker) = self.worker.as_mut() else {
+            return Ok(());
+        };
+        if !worker.in_flight {
+            return Ok(());
+        }
+        worker.in_flight = false;
+        match worker.done.recv() {
+            Ok(outcome) => self.complete(outcome?, wal, report),
+            Err(_) => Err(self.worker_gone()),
+        }
+    }
+
+    /// Close the worker's queue (it ends after the job in hand).
+    fn stop_worker(&mut self) {
+        self.worker = None;
+    }
+
+    fn worker_gone(&self) -> PipelineError {
+        PipelineError::Sink {
+            pipeline: self.pipeline.to_owned(),
+            source: Box::new(crate::sinks::SinkError::Io {
+                path: std::path::PathBuf::from("delivery thread"),
+                source: std::io::Error::other("the delivery thread ended unexpectedly"),
+            }),
+        }
+    }
+}
+
+/// Deliver a job: rejected records first, then rows.
+fn run_job(
+    data: Option<&crate::sinks::iceberg::IcebergSink>,
+    dead: Option<&crate::sinks::deadletter::FileDeadletterSink>,
+    job: &Job,
+    read: &mut dyn FnMut(BatchId) -> Result<Vec<BatchPart>, crate::wal::WalError>,
+) -> Result<Outcome, crate::sinks::SinkError> {
+    let started = Instant::now();
+    let last = job.batches.last().map_or(BatchId(0), |b| b.id);
+    let mut dead_files = 0;
+    if let Some(sink) = dead {
+        let todo: Vec<_> = job
+            .batches
+            .iter()
+            .filter(|b| b.id.0 > job.dead_acked)
+            .cloned()
+            .collect();
+        dead_files = sink.deliver(&todo, read)?;
+    }
+    let mut delivered = crate::sinks::iceberg::Delivered::default();
+    if let Some(sink) = data {
+        let todo: Vec<_> = job
+            .batches
+            .iter()
+            .filter(|b| b.id.0 > job.data_acked)
+            .cloned()
+            .collect();
+        delivered = sink.deliver(&todo, read, &job.schema)?;
+    }
+    Ok(Outcome {
+        last,
+        batches: job.batches.len(),
+        delivered,
+        dead_files,
+        started,
+    })
 }
 
 /// The id the WAL may be reclaimed through once the data sink acknowledged `data_acked`.
