@@ -26,6 +26,8 @@ pub(crate) struct JsonLinesReader {
     /// The last line was left unread because it is still being written (no `\n` yet, and
     /// its JSON stops mid-value): the file is not finished.
     held_back: bool,
+    /// Hand lines out unparsed (see [`super::FileSourceOptions::unparsed_json_lines`]).
+    unparsed: bool,
 }
 
 impl JsonLinesReader {
@@ -40,7 +42,14 @@ impl JsonLinesReader {
             line: Vec::new(),
             done: false,
             held_back: false,
+            unparsed: false,
         }
+    }
+
+    /// Hand lines out unparsed, for the caller to parse (or not).
+    pub(crate) fn unparsed(mut self, unparsed: bool) -> Self {
+        self.unparsed = unparsed;
+        self
     }
 
     /// Read the next line into `self.line`. Returns its full length without the `\n`,
@@ -132,12 +141,12 @@ impl RecordReader for JsonLinesReader {
                 self.done = true;
                 break;
             }
-            return Ok(Some(self.ctx.parse_json(
-                text,
-                self.line_no,
-                start,
-                self.offset,
-            )));
+            let (line, end) = (self.line_no, self.offset);
+            return Ok(Some(if self.unparsed {
+                self.ctx.unparsed(text, line, start, end)
+            } else {
+                self.ctx.parse_json(text, line, start, end)
+            }));
         }
         Ok(None)
     }
