@@ -10,6 +10,7 @@ pub mod events;
 mod held;
 pub mod source;
 pub mod sync;
+mod typing;
 
 pub use discover::{DiscoverOptions, DiscoverReport, discover};
 pub use error::PipelineError;
