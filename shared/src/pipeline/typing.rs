@@ -1,15 +1,22 @@
 //! Typing a batch with the schema as it is: `sync`'s fast path, run on the read-ahead thread.
 //!
-//! The source hands JSON lines out unparsed. [`Typing::prepare`], on the reader thread, types
-//! each line straight from its text into the builders of the schema as last published
-//! ([`JsonLineTyper`]); a line the typer refuses is parsed with `serde_json` and typed from
-//! the parsed record, as before. The batch needs inference (and every line is parsed for
-//! it) as soon as a record has a key or namespace the schema lacks, or a value no column
-//! takes. [`Typing::settle`], on the main thread, keeps that work when the schema has not
-//! changed since, and does it again with the current schema when it has. Either way the
-//! builders hold exactly what typing the parsed records would give.
+//! The source hands JSON lines out unparsed. Typing a batch types each line straight from its
+//! text into the builders of the schema ([`JsonLineTyper`]); a line the typer refuses is
+//! parsed with `serde_json` and typed from the parsed record, as before. The batch needs
+//! inference (and every line is parsed for it) as soon as a record has a key or namespace the
+//! schema lacks, or a value no column takes. Either way the builders hold exactly what typing
+//! the parsed records would give.
+//!
+//! [`Typing::prepare`] runs on the reader thread. When the main thread has batches waiting,
+//! it types the batch with the schema as last published; when it has none (it is about to
+//! wait), it hands the batch over untyped, for the main thread to type. That splits the work
+//! between the two threads by itself: whichever is behind gets less of it.
+//! [`Typing::settle`], on the main thread, keeps the reader's work when the schema has not
+//! changed since, and types the batch with the current schema when it has, or when the reader
+//! left it untyped.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::schema::{
@@ -26,14 +33,17 @@ pub(crate) type Builders = BTreeMap<String, RecordBatchBuilder>;
 pub(crate) struct Typing {
     current: Mutex<Arc<PipelineSchema>>,
     transform: TransformOptions,
+    /// Batches prepared and not yet settled.
+    waiting: AtomicUsize,
 }
 
 /// A batch as the reader thread left it.
 #[derive(Debug)]
 pub(crate) struct Prepared {
     batch: SourceBatch,
-    /// The schema it was typed with, and the builders (`None`: it needs inference).
-    typed: (Arc<PipelineSchema>, Option<Builders>),
+    /// The schema it was typed with, and the builders (`None`: it needs inference); `None`
+    /// when it was left for the main thread to type.
+    typed: Option<(Arc<PipelineSchema>, Option<Builders>)>,
 }
 
 impl Typing {
@@ -42,6 +52,7 @@ impl Typing {
         Typing {
             current: Mutex::new(Arc::new(schema.clone())),
             transform,
+            waiting: AtomicUsize::new(0),
         }
     }
 
@@ -59,13 +70,17 @@ impl Typing {
         Arc::clone(&self.current.lock().unwrap_or_else(PoisonError::into_inner))
     }
 
-    /// Type `batch` with the schema as last published (on the reader thread).
+    /// Type `batch` with the schema as last published, unless the main thread has no batch
+    /// waiting (on the reader thread).
     pub(crate) fn prepare(&self, mut batch: SourceBatch, typer: &mut JsonLineTyper) -> Prepared {
+        if self.waiting.fetch_add(1, Ordering::SeqCst) == 0 {
+            return Prepared { batch, typed: None };
+        }
         let schema = self.current();
         let builders = type_batch(&mut batch, &schema, &self.transform, typer);
         Prepared {
             batch,
-            typed: (schema, builders),
+            typed: Some((schema, builders)),
         }
     }
 
@@ -76,12 +91,12 @@ impl Typing {
         prepared: Prepared,
         typer: &mut JsonLineTyper,
     ) -> (SourceBatch, Option<Builders>) {
-        let Prepared {
-            mut batch,
-            typed: (schema, builders),
-        } = prepared;
+        self.waiting.fetch_sub(1, Ordering::SeqCst);
+        let Prepared { mut batch, typed } = prepared;
         let current = self.current();
-        if Arc::ptr_eq(&schema, &current) {
+        if let Some((schema, builders)) = typed
+            && Arc::ptr_eq(&schema, &current)
+        {
             return (batch, builders);
         }
         let builders = type_batch(&mut batch, &current, &self.transform, typer);
@@ -590,11 +605,15 @@ mod tests {
         let new = infer(&lines, 1, &transform).unwrap();
         let typing = Typing::new(&old, transform);
         let mut typer = JsonLineTyper::default();
+        // With no batch waiting, the reader leaves the batch to the main thread.
+        let untyped = typing.prepare(unparsed_batch(&lines, 0), &mut typer);
+        assert!(untyped.typed.is_none());
         let prepared = typing.prepare(unparsed_batch(&lines, 0), &mut typer);
         assert!(
-            prepared.typed.1.is_none(),
+            prepared.typed.as_ref().unwrap().1.is_none(),
             "`b` is unknown to the old schema"
         );
+        assert!(typing.settle(untyped, &mut typer).1.is_none());
         typing.publish(&new);
         let (batch, builders) = typing.settle(prepared, &mut typer);
         let mut builders = builders.unwrap();
@@ -603,8 +622,10 @@ mod tests {
         assert_eq!(rows.num_columns(), 2);
         assert_eq!(rows.num_rows(), 1);
         // Prepared with the current schema: kept as it is.
+        let untyped = typing.prepare(unparsed_batch(&lines, 0), &mut typer);
         let prepared = typing.prepare(unparsed_batch(&lines, 0), &mut typer);
-        assert!(prepared.typed.1.is_some());
+        assert!(prepared.typed.as_ref().unwrap().1.is_some());
         assert!(typing.settle(prepared, &mut typer).1.is_some());
+        assert!(typing.settle(untyped, &mut typer).1.is_some());
     }
 }

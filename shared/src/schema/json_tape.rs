@@ -6,12 +6,12 @@
 //! never misread: the caller then parses it with `serde_json`, which also gives the exact
 //! error for a line that is not JSON. Refused, although `serde_json` may take them:
 //!
-//! - text that is not valid UTF-8 anywhere (`serde_json` only rejects it inside strings);
 //! - a top-level value that is not an object;
 //! - nesting deeper than [`MAX_NESTING`] objects and arrays;
 //! - a `\u` escape of a UTF-16 surrogate (paired or not).
 //!
-//! Numbers are kept as text and read by [`integer`], [`number`] and [`integer_text`], which
+//! Like `serde_json`, it rejects strings that are not UTF-8 (outside strings the grammar
+//! takes ASCII only). Numbers are kept as text and read by [`integer`], [`number`] and [`integer_text`], which
 //! give `serde_json`'s value or `None` when the number needs `serde_json`'s slower paths.
 
 /// The deepest nesting of objects and arrays accepted (`serde_json` allows 128).
@@ -85,7 +85,7 @@ impl Tape {
     /// subset (see the [module docs](self)); the tokens are then meaningless.
     pub(crate) fn parse(&mut self, line: &[u8]) -> bool {
         self.tokens.clear();
-        if u32::try_from(line.len()).is_err() || std::str::from_utf8(line).is_err() {
+        if u32::try_from(line.len()).is_err() {
             return false;
         }
         let mut parser = Parser {
@@ -263,6 +263,11 @@ impl Parser<'_> {
                 }
                 _ => return None,
             }
+        }
+        // Outside strings the grammar takes ASCII only, so this checks the whole line.
+        let text = self.bytes.get(start..at)?;
+        if !text.is_ascii() && std::str::from_utf8(text).is_err() {
+            return None;
         }
         self.pos = at + 1;
         Some(Token::String {
@@ -539,6 +544,8 @@ mod tests {
             assert_eq!(parse(text), None, "{text}");
         }
         assert!(!Tape::default().parse(b"{\"a\":\"\xff\"}"));
+        assert!(!Tape::default().parse(b"{\"a\"\xc3\xa9:1}"));
+        assert!(Tape::default().parse("{\"\u{e9}\":\"\u{65e5}\u{672c} \u{2713}\"}".as_bytes()));
         let deep = format!("{{\"a\":{}1{}}}", "[".repeat(70), "]".repeat(70));
         assert_eq!(parse(&deep), None);
     }

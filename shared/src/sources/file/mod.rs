@@ -285,10 +285,10 @@ pub struct FileSourceOptions {
     /// A longer record becomes a [`FailureCode::TooLarge`](crate::deadletter::FailureCode)
     /// deadletter.
     pub max_record_bytes: usize,
-    /// Hand JSON-lines records out unparsed, in [`SourceRecord::unparsed`]
-    /// (crate::sources::SourceRecord::unparsed), for a caller that parses them itself (and
-    /// calls [`SourceBatch::parse_unparsed`] for the ones it does not). Other formats are
-    /// parsed as always. Off by default.
+    /// Hand JSON-lines records out unparsed, in
+    /// [`SourceRecord::unparsed`](crate::sources::SourceRecord::unparsed), for a caller that
+    /// types them from their text itself (and calls [`SourceBatch::parse_unparsed`] for the
+    /// ones it does not). Other formats are parsed as always. Off by default.
     pub unparsed_json_lines: bool,
 }
 
