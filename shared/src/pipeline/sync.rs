@@ -207,7 +207,8 @@ pub fn sync_pass(
     let mut last_status = Instant::now();
     let mut dl_log = DeadletterLog::new(&name);
     let disk_dir = state_dir.clone();
-    // The reader thread types each batch as far as the schema it last saw allows.
+    // Typing's first try (with the schema as it is) runs on the reader thread while this one
+    // is busy, and here when it is not (see `typing`).
     let mut reader_typer = crate::schema::JsonLineTyper::default();
     let mut typer = crate::schema::JsonLineTyper::default();
     let prepare = |batch| typing.prepare(batch, &mut reader_typer);

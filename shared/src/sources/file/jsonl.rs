@@ -333,6 +333,36 @@ mod tests {
         #![proptest_config(ProptestConfig::with_cases(40))]
 
         #[test]
+        fn unparsed_lines_parsed_later_give_exactly_the_batches_the_source_gives(
+            text in jsonl_text(),
+            batch_rows in 1..6usize,
+            max_record_bytes in 8..40usize,
+        ) {
+            // A CSV file after the lines, so that a batch can mix parsed and unparsed records;
+            // a small maximum record size adds too-large deadletters between the lines.
+            let dir = tempfile::tempdir().unwrap();
+            write(dir.path(), "x.jsonl", text.as_bytes());
+            write(dir.path(), "y.csv", b"n,s\n1,a\n2,b\n");
+            let parsed_options = FileSourceOptions {
+                batch_rows,
+                max_record_bytes,
+                ..options(dir.path(), "*")
+            };
+            let parsed = batches(parsed_options.clone()).unwrap();
+            let mut unparsed = batches(FileSourceOptions {
+                unparsed_json_lines: true,
+                ..parsed_options
+            })
+            .unwrap();
+            for batch in &mut unparsed {
+                // In two steps, as sync may do: the odd records first, then the rest.
+                batch.parse_unparsed(|index| index % 2 == 1);
+                batch.parse_unparsed(|_| true);
+            }
+            prop_assert_eq!(parsed, unparsed);
+        }
+
+        #[test]
         fn resuming_at_any_records_offset_yields_exactly_the_remaining_records(
             text in jsonl_text(),
             gzipped in any::<bool>(),
