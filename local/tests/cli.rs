@@ -973,3 +973,52 @@ deadletter_sinks:
         query.stderr
     );
 }
+
+#[test]
+fn sync_evolves_the_schema_mid_pass_and_types_every_batch_after_it_with_the_new_columns() {
+    // Batches of two lines, read ahead of typing: the batches after the one that evolves
+    // the schema were first typed with the old schema and must be typed again.
+    let config = CONFIG.replace(
+        "      path: input/*.jsonl\n",
+        "      path: input/*.jsonl\n      batch_size: 2\n",
+    );
+    let mut lines: Vec<String> = (1..=6)
+        .map(|id| format!(r#"{{"kind":"order","id":{id},"price":{id}.5}}"#))
+        .collect();
+    lines.push(r#"{"kind":"order","id":7,"price":"waived","coupon":"X"}"#.to_owned());
+    lines.extend((8..=13).map(|id| {
+        format!(r#"{{"kind":"order","id":{id},"price":"{id}.25","coupon":"C\u00e9{id}"}}"#)
+    }));
+    lines.push("not json".to_owned());
+    lines.push(r#"{"kind":"new kind","id":15}"#.to_owned());
+    let dir = project(&config, &[("input/a.jsonl", &(lines.join("\n") + "\n"))]);
+    let run = skipprd(dir.path(), &["sync", "--once", "--output", "json"], &[]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let done: serde_json::Value = serde_json::from_str(run.stdout.lines().last().unwrap()).unwrap();
+    assert_eq!(
+        (done["rows"].as_u64(), done["deadletters"].as_u64()),
+        (Some(14), Some(1))
+    );
+    let schema = std::fs::read_to_string(schema_file(dir.path())).unwrap();
+    for field in ["\"coupon\"", "\"price_string\"", "\"new_kind\""] {
+        assert!(schema.contains(field), "{field} missing from {schema}");
+    }
+    let run = skipprd(
+        dir.path(),
+        &[
+            "query",
+            "--plain",
+            "-s",
+            "select id, price, price_string, coupon from events.order order by id",
+        ],
+        &[],
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let out: serde_json::Value = serde_json::from_str(run.stdout.trim()).unwrap();
+    let rows = out["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 13);
+    assert_eq!(rows[0], serde_json::json!([1, 1.5, null, null]));
+    assert_eq!(rows[6], serde_json::json!([7, null, "waived", "X"]));
+    assert_eq!(rows[7], serde_json::json!([8, 8.25, null, "Cé8"]));
+    assert_eq!(rows[12], serde_json::json!([13, 13.25, null, "Cé13"]));
+}

@@ -11,6 +11,7 @@ mod held;
 pub mod maintain;
 pub mod source;
 pub mod sync;
+mod typing;
 
 pub use discover::{DiscoverOptions, DiscoverReport, discover};
 pub use error::PipelineError;

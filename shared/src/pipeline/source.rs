@@ -28,6 +28,27 @@ pub fn open_source_at(
     base_dir: &Path,
     checkpoint: Option<&[u8]>,
 ) -> Result<Box<dyn Source>, PipelineError> {
+    open(pipeline, settings, base_dir, checkpoint, false)
+}
+
+/// [`open_source_at`] for a caller that types JSON lines from their text: JSON-lines records
+/// come unparsed (see [`crate::sources::SourceRecord::unparsed`]).
+pub(crate) fn open_source_unparsed_at(
+    pipeline: &ValidatedPipeline,
+    settings: &Settings,
+    base_dir: &Path,
+    checkpoint: Option<&[u8]>,
+) -> Result<Box<dyn Source>, PipelineError> {
+    open(pipeline, settings, base_dir, checkpoint, true)
+}
+
+fn open(
+    pipeline: &ValidatedPipeline,
+    settings: &Settings,
+    base_dir: &Path,
+    checkpoint: Option<&[u8]>,
+    unparsed_json_lines: bool,
+) -> Result<Box<dyn Source>, PipelineError> {
     match &pipeline.source.connector {
         SourceConnector::File(c) => {
             let options = FileSourceOptions {
@@ -40,6 +61,7 @@ pub fn open_source_at(
                 batch_bytes: settings.buffer_threshold_bytes,
                 // Never read the pipeline's own state (schema, WAL) as input.
                 exclude: vec![pipeline.data_dir.clone()],
+                unparsed_json_lines,
                 ..FileSourceOptions::default()
             };
             let source = FileSource::open_at(options, checkpoint).map_err(|source| {
@@ -80,16 +102,28 @@ pub type ReadAhead = Result<(SourceBatch, Progress, Vec<u8>), SourceError>;
 /// soon as `consume` returns and drops the receiver, so memory stays bounded by `depth + 2`
 /// batches.
 pub fn read_ahead<R>(
-    mut source: Box<dyn Source>,
+    source: Box<dyn Source>,
     depth: usize,
     consume: impl FnOnce(std::sync::mpsc::Receiver<ReadAhead>) -> R,
 ) -> R {
-    let (tx, rx) = std::sync::mpsc::sync_channel::<ReadAhead>(depth);
+    read_ahead_with(source, depth, |batch| batch, consume)
+}
+
+/// [`read_ahead`], with each batch passed through `prepare` on the reading thread too.
+pub fn read_ahead_with<T: Send, R>(
+    mut source: Box<dyn Source>,
+    depth: usize,
+    mut prepare: impl FnMut(SourceBatch) -> T + Send,
+    consume: impl FnOnce(std::sync::mpsc::Receiver<Result<(T, Progress, Vec<u8>), SourceError>>) -> R,
+) -> R {
+    let (tx, rx) = std::sync::mpsc::sync_channel(depth);
     std::thread::scope(|scope| {
         scope.spawn(move || {
             loop {
                 let step = match source.next_batch() {
-                    Ok(Some(batch)) => source.checkpoint().map(|c| (batch, source.progress(), c)),
+                    Ok(Some(batch)) => source
+                        .checkpoint()
+                        .map(|c| (prepare(batch), source.progress(), c)),
                     Ok(None) => return,
                     Err(e) => Err(e),
                 };

@@ -17,8 +17,10 @@
 //! 7. **Record** the position in the state store.
 //! 8. **Write** to the destination and **reclaim** acknowledged WAL data (with a destination).
 //!
-//! Reading (4) runs on its own thread, a couple of batches ahead; steps 5-7 run in order on
-//! the calling thread. A stop request (SIGINT/SIGTERM) is honoured between batches: the batch
+//! Reading (4) runs on its own thread, a couple of batches ahead, and types a batch with the
+//! schema as it is while the calling thread is busy (see `typing.rs`); steps 5-7 run in
+//! order on the calling thread. Deliveries during the read loop (8) run on a delivery
+//! thread; their acknowledgements and the reclaim run on the calling thread. A stop request (SIGINT/SIGTERM) is honoured between batches: the batch
 //! being committed is finished, nothing is half-written.
 
 use std::collections::BTreeMap;
@@ -39,7 +41,8 @@ use crate::wal::{BatchId, BatchPart, DiskWal, ReadOnlyWal, WalOptions};
 use super::discover::{schema_store, transform_options};
 use super::events::{Event, Observer};
 use super::held::Held;
-use super::source::{open_source_at, read_ahead};
+use super::source::{open_source_unparsed_at, read_ahead_with};
+use super::typing::Typing;
 use super::{DeadletterLog, PipelineError};
 
 /// Options of one pass.
@@ -229,20 +232,27 @@ pub fn sync_pass(
     }
 
     // 4-7. Read, type, commit, record.
-    let source = open_source_at(pipeline, settings, &config.base_dir, position.as_deref())?;
-    let transform = transform_options(pipeline);
+    let source =
+        open_source_unparsed_at(pipeline, settings, &config.base_dir, position.as_deref())?;
+    let typing = Typing::new(&schema, transform_options(pipeline));
+    let transform = typing.transform();
     let mut last_status = Instant::now();
     let mut dl_log = DeadletterLog::collecting(&name);
     let disk_dir = state_dir.clone();
+    // Typing's first try (with the schema as it is) runs on the reader thread while this one
+    // is busy, and here when it is not (see `typing`).
+    let mut reader_typer = crate::schema::JsonLineTyper::default();
+    let mut typer = crate::schema::JsonLineTyper::default();
+    let prepare = |batch| typing.prepare(batch, &mut reader_typer);
     let wal_dir = state_dir.join("wal");
     let read_result = std::thread::scope(|scope| {
         // Deliveries during the pass run on their own thread, beside reading and committing.
         if let Some(d) = delivery.as_mut() {
             d.start_worker(scope, &wal_dir);
         }
-        let result = read_ahead(source, 2, |steps| -> Result<(), PipelineError> {
+        let result = read_ahead_with(source, 2, prepare, |steps| -> Result<(), PipelineError> {
             for step in steps {
-                let (batch, progress, checkpoint) = match step {
+                let (prepared, progress, checkpoint) = match step {
                     Ok(step) => step,
                     // One unreadable file must not block the others: it is reported, stays
                     // unfinished in the checkpoint (so the next pass tries it again), and reading
@@ -259,21 +269,23 @@ pub fn sync_pass(
                         });
                     }
                 };
+                let (batch, typed) = typing.settle(prepared, &mut typer);
                 report.bytes += batch.bytes_read;
                 for dl in &batch.deadletters {
                     report.deadletters += 1;
                     dl_log.log(dl);
                 }
                 // Type. Fast path: the batch fits the schema as it is (no new key or namespace, no
-                // value that needs a new column), so it is typed without inference. Otherwise:
-                // infer the batch, evolve the schema, build per-namespace Arrow batches.
-                let builders = match type_as_is(&batch.records, &schema, &transform) {
+                // value that needs a new column), so it was typed without inference (see
+                // `typing`). Otherwise: infer the batch, evolve the schema, build per-namespace
+                // Arrow batches.
+                let builders = match typed {
                     Some(builders) => builders,
                     None => {
                         // A record that breaks an inference limit (too many fields or namespaces)
                         // becomes a deadletter instead of failing every pass from here on.
                         let mut rejected = vec![false; batch.records.len()];
-                        let inferrer = infer_batch(&batch.records, &transform, &mut rejected)
+                        let inferrer = infer_batch(&batch.records, transform, &mut rejected)
                             .map_err(schema_err)?;
                         for (record, _) in batch.records.iter().zip(&rejected).filter(|(_, r)| **r)
                         {
@@ -285,6 +297,7 @@ pub fn sync_pass(
                         }
                         let changes =
                             evolve(&mut schema, &inferrer.finish(&name, &settings.workspace));
+                        typing.publish(&schema);
                         if !changes.is_empty() {
                             schemas.save(&schema).map_err(schema_err)?;
                             failpoint(failpoint::AFTER_SCHEMA_SAVE).map_err(wal_err)?;
@@ -306,7 +319,7 @@ pub fn sync_pass(
                         let mut builders: BTreeMap<String, RecordBatchBuilder> = BTreeMap::new();
                         for (record, _) in batch.records.iter().zip(&rejected).filter(|(_, r)| !**r)
                         {
-                            let ns = namespace_for(&record.value, &transform);
+                            let ns = namespace_for(&record.value, transform);
                             let Some(ns_schema) = schema.namespaces.get(&ns) else {
                                 report.deadletters += 1;
                                 dl_log.log(&untypeable(
@@ -485,37 +498,6 @@ fn put_position(
     value.extend_from_slice(&batch.to_le_bytes());
     value.extend_from_slice(checkpoint);
     store.put(key, &value, Condition::Any, fence)
-}
-
-/// Type `records` with the schema as it is, or `None` when one of them needs more: a
-/// namespace or key the schema lacks, or a value that fits no column yet.
-fn type_as_is(
-    records: &[crate::sources::SourceRecord],
-    schema: &PipelineSchema,
-    transform: &crate::schema::TransformOptions,
-) -> Option<BTreeMap<String, RecordBatchBuilder>> {
-    let mut builders: BTreeMap<String, RecordBatchBuilder> = BTreeMap::new();
-    for record in records {
-        let ns = namespace_for(&record.value, transform);
-        let builder = match builders.get_mut(&ns) {
-            Some(builder) => builder,
-            None => {
-                let ns_schema = schema.namespaces.get(&ns)?;
-                builders.entry(ns.clone()).or_insert(
-                    RecordBatchBuilder::new(ns_schema)
-                        .with_flatten_events(transform.flatten_events)
-                        .with_namespace(ns),
-                )
-            }
-        };
-        builder
-            .append(&record.value, || (String::new(), 0, 0))
-            .ok()?;
-        if builder.saw_unknown_keys() {
-            return None;
-        }
-    }
-    Some(builders)
 }
 
 /// Most re-inferences of one batch after records broke an inference limit.

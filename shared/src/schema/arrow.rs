@@ -20,6 +20,8 @@ use ::arrow::record_batch::{RecordBatch, RecordBatchOptions};
 use chrono::Datelike;
 use serde_json::{Map, Value};
 
+mod from_tape;
+
 use super::error::SchemaError;
 use super::infer::{parse_date, parse_numeric};
 use super::namespace::flatten;
@@ -487,6 +489,16 @@ struct StructColumn {
     /// Per slot, the slot whose value lands there this row ([`NO_ROUTE`] for none); reused
     /// from row to row.
     route: Vec<usize>,
+    /// Typing from a token tape (see `from_tape`): the slot of each field name.
+    by_name: HashMap<Vec<u8>, usize>,
+    /// Typing from a token tape: the slot the n-th key of the last object named (objects
+    /// usually list their keys in the same order).
+    hints: Vec<usize>,
+    /// Typing from a token tape: per slot, the number of the last object that gave it a
+    /// value (`stamp`).
+    seen: Vec<u32>,
+    /// Typing from a token tape: the number of the object being typed.
+    stamp: u32,
 }
 
 impl StructColumn {
@@ -515,6 +527,14 @@ impl StructColumn {
             fields: fields.iter().map(arrow_field).collect(),
             slots,
             route: vec![NO_ROUTE; fields.len()],
+            by_name: fields
+                .iter()
+                .enumerate()
+                .map(|(position, field)| (field.name.as_bytes().to_vec(), position))
+                .collect(),
+            hints: Vec::new(),
+            seen: vec![0; fields.len()],
+            stamp: 0,
         }
     }
 

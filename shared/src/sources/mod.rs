@@ -34,10 +34,30 @@ pub struct Position {
 /// One record read from a source.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SourceRecord {
-    /// The record's fields, in source order.
+    /// The record's fields, in source order (empty while [`SourceRecord::unparsed`] holds the
+    /// record's text instead).
     pub value: serde_json::Map<String, serde_json::Value>,
     /// The position just after this record.
     pub position: Position,
+    /// The record's JSON text, not parsed yet. Only a source asked for unparsed records (the
+    /// File source with [`file::FileSourceOptions::unparsed_json_lines`]) hands records out
+    /// this way; [`SourceBatch::parse_unparsed`] parses them into `value` (or deadletters).
+    pub unparsed: Option<UnparsedJson>,
+}
+
+/// The text of a JSON-lines record that was not parsed when it was read.
+///
+/// The text may not be JSON at all, or not an object: parsing it decides whether it becomes
+/// a record or a deadletter, exactly as when the source parses lines itself.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnparsedJson {
+    /// The line, without its `\n`, a `\r` before that, or a byte order mark.
+    pub text: Vec<u8>,
+    /// The byte offset where the line starts (the deadletter's offset, should it be one).
+    pub start: u64,
+    /// How many of the batch's deadletters were read before this line, so that a deadletter
+    /// made from it later takes its place in read order.
+    pub deadletters_before: usize,
 }
 
 /// A bounded group of records read in one step.
@@ -49,6 +69,59 @@ pub struct SourceBatch {
     pub deadletters: Vec<Deadletter>,
     /// Input bytes consumed by this batch (compressed bytes for compressed files).
     pub bytes_read: u64,
+}
+
+impl SourceBatch {
+    /// Parse the [unparsed](SourceRecord::unparsed) records at the indexes `select` picks:
+    /// a JSON object becomes the record's `value`; any other text leaves the records and
+    /// becomes a deadletter (malformed JSON, or not an object), placed among the batch's
+    /// deadletters in read order. The result is what the source would have given had it
+    /// parsed those lines itself.
+    pub fn parse_unparsed(&mut self, mut select: impl FnMut(usize) -> bool) {
+        let mut inserted = 0;
+        let mut earlier = std::mem::take(&mut self.deadletters).into_iter();
+        let mut kept = 0;
+        let records = std::mem::take(&mut self.records);
+        self.records.reserve(records.len());
+        for (index, mut record) in records.into_iter().enumerate() {
+            let Some(unparsed) = record.unparsed.as_mut() else {
+                self.records.push(record);
+                continue;
+            };
+            if !select(index) {
+                unparsed.deadletters_before += inserted;
+                self.records.push(record);
+                continue;
+            }
+            let Some(unparsed) = record.unparsed.take() else {
+                continue;
+            };
+            match file::parse_json_object(&unparsed.text) {
+                Ok(value) => {
+                    record.value = value;
+                    self.records.push(record);
+                }
+                Err((error, code)) => {
+                    while kept < unparsed.deadletters_before {
+                        let Some(dead) = earlier.next() else { break };
+                        self.deadletters.push(dead);
+                        kept += 1;
+                    }
+                    self.deadletters.push(Deadletter {
+                        source_uri: record.position.uri,
+                        line: record.position.record,
+                        offset: unparsed.start,
+                        raw: file::raw_text(&unparsed.text),
+                        error,
+                        code,
+                        namespace: None,
+                    });
+                    inserted += 1;
+                }
+            }
+        }
+        self.deadletters.extend(earlier);
+    }
 }
 
 /// How far a source has got, for progress displays.

@@ -26,6 +26,8 @@ pub(crate) struct JsonLinesReader {
     /// The last line was left unread because it is still being written (no `\n` yet, and
     /// its JSON stops mid-value): the file is not finished.
     held_back: bool,
+    /// Hand lines out unparsed (see [`super::FileSourceOptions::unparsed_json_lines`]).
+    unparsed: bool,
 }
 
 impl JsonLinesReader {
@@ -40,7 +42,14 @@ impl JsonLinesReader {
             line: Vec::new(),
             done: false,
             held_back: false,
+            unparsed: false,
         }
+    }
+
+    /// Hand lines out unparsed, for the caller to parse (or not).
+    pub(crate) fn unparsed(mut self, unparsed: bool) -> Self {
+        self.unparsed = unparsed;
+        self
     }
 
     /// Read the next line into `self.line`. Returns its full length without the `\n`,
@@ -132,12 +141,12 @@ impl RecordReader for JsonLinesReader {
                 self.done = true;
                 break;
             }
-            return Ok(Some(self.ctx.parse_json(
-                text,
-                self.line_no,
-                start,
-                self.offset,
-            )));
+            let (line, end) = (self.line_no, self.offset);
+            return Ok(Some(if self.unparsed {
+                self.ctx.unparsed(text, line, start, end)
+            } else {
+                self.ctx.parse_json(text, line, start, end)
+            }));
         }
         Ok(None)
     }
@@ -322,6 +331,36 @@ mod tests {
 
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(40))]
+
+        #[test]
+        fn unparsed_lines_parsed_later_give_exactly_the_batches_the_source_gives(
+            text in jsonl_text(),
+            batch_rows in 1..6usize,
+            max_record_bytes in 8..40usize,
+        ) {
+            // A CSV file after the lines, so that a batch can mix parsed and unparsed records;
+            // a small maximum record size adds too-large deadletters between the lines.
+            let dir = tempfile::tempdir().unwrap();
+            write(dir.path(), "x.jsonl", text.as_bytes());
+            write(dir.path(), "y.csv", b"n,s\n1,a\n2,b\n");
+            let parsed_options = FileSourceOptions {
+                batch_rows,
+                max_record_bytes,
+                ..options(dir.path(), "*")
+            };
+            let parsed = batches(parsed_options.clone()).unwrap();
+            let mut unparsed = batches(FileSourceOptions {
+                unparsed_json_lines: true,
+                ..parsed_options
+            })
+            .unwrap();
+            for batch in &mut unparsed {
+                // In two steps, as sync may do: the odd records first, then the rest.
+                batch.parse_unparsed(|index| index % 2 == 1);
+                batch.parse_unparsed(|_| true);
+            }
+            prop_assert_eq!(parsed, unparsed);
+        }
 
         #[test]
         fn resuming_at_any_records_offset_yields_exactly_the_remaining_records(

@@ -215,6 +215,7 @@ pub use self::csv::type_cell;
 pub use self::detect::detect_format;
 use self::paths::ListedFile;
 use self::reader::{FileContext, Item, RecordReader, Resume};
+pub(crate) use self::reader::{parse_json_object, raw_text};
 use super::{Progress, Source, SourceBatch, SourceError};
 
 /// A file format the File source reads.
@@ -284,6 +285,11 @@ pub struct FileSourceOptions {
     /// A longer record becomes a [`FailureCode::TooLarge`](crate::deadletter::FailureCode)
     /// deadletter.
     pub max_record_bytes: usize,
+    /// Hand JSON-lines records out unparsed, in
+    /// [`SourceRecord::unparsed`](crate::sources::SourceRecord::unparsed), for a caller that
+    /// types them from their text itself (and calls [`SourceBatch::parse_unparsed`] for the
+    /// ones it does not). Other formats are parsed as always. Off by default.
+    pub unparsed_json_lines: bool,
 }
 
 impl FileSourceOptions {
@@ -306,6 +312,7 @@ impl Default for FileSourceOptions {
             batch_rows: Self::DEFAULT_BATCH_ROWS,
             batch_bytes: Self::DEFAULT_BATCH_BYTES,
             max_record_bytes: Self::DEFAULT_MAX_RECORD_BYTES,
+            unparsed_json_lines: false,
         }
     }
 }
@@ -577,7 +584,10 @@ impl FileSource {
             }
         };
         let reader: Box<dyn RecordReader> = match file.format {
-            FileFormat::Jsonl => Box::new(jsonl::JsonLinesReader::new(ctx, stream, start)),
+            FileFormat::Jsonl => Box::new(
+                jsonl::JsonLinesReader::new(ctx, stream, start)
+                    .unparsed(self.options.unparsed_json_lines),
+            ),
             FileFormat::JsonArray => {
                 Box::new(json_array::JsonArrayReader::new(ctx, stream, start, last))
             }
@@ -694,7 +704,10 @@ impl FileSource {
                 continue;
             };
             match current.reader.next_item() {
-                Ok(Some(Item::Record(record))) => {
+                Ok(Some(Item::Record(mut record))) => {
+                    if let Some(unparsed) = &mut record.unparsed {
+                        unparsed.deadletters_before = batch.deadletters.len();
+                    }
                     batch.records.push(record);
                     self.credit(batch);
                 }

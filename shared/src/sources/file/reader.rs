@@ -5,7 +5,7 @@ use serde_json::Value;
 
 use crate::deadletter::{Deadletter, FailureCode};
 use crate::sources::error::lower_first;
-use crate::sources::{Position, SourceError, SourceRecord};
+use crate::sources::{Position, SourceError, SourceRecord, UnparsedJson};
 
 /// One thing read from a file: a record or a deadletter.
 #[derive(Debug)]
@@ -65,6 +65,7 @@ impl FileContext {
                 offset: end,
                 record,
             },
+            unparsed: None,
         })
     }
 
@@ -90,23 +91,28 @@ impl FileContext {
 
     /// Parse `text` as one JSON record: an object becomes a record, anything else a deadletter.
     pub(crate) fn parse_json(&self, text: &[u8], line: u64, start: u64, end: u64) -> Item {
-        match serde_json::from_slice::<Value>(text) {
-            Ok(Value::Object(map)) => self.record(map, end, line),
-            Ok(other) => self.dead(
-                line,
-                start,
-                raw_text(text),
-                format!("expected a JSON object, found {}", json_kind(&other)),
-                FailureCode::NotAnObject,
-            ),
-            Err(error) => self.dead(
-                line,
-                start,
-                raw_text(text),
-                lower_first(&error.to_string()),
-                FailureCode::Malformed,
-            ),
+        match parse_json_object(text) {
+            Ok(map) => self.record(map, end, line),
+            Err((error, code)) => self.dead(line, start, raw_text(text), error, code),
         }
+    }
+
+    /// A record holding `text` unparsed (see
+    /// [`super::FileSourceOptions::unparsed_json_lines`]).
+    pub(crate) fn unparsed(&self, text: &[u8], line: u64, start: u64, end: u64) -> Item {
+        Item::Record(SourceRecord {
+            value: serde_json::Map::new(),
+            position: Position {
+                uri: self.uri.clone(),
+                offset: end,
+                record: line,
+            },
+            unparsed: Some(UnparsedJson {
+                text: text.to_vec(),
+                start,
+                deadletters_before: 0,
+            }),
+        })
     }
 
     /// A deadletter for a record of `total` bytes, more than the maximum, of which `prefix`
@@ -122,6 +128,20 @@ impl FileContext {
             ),
             FailureCode::TooLarge,
         )
+    }
+}
+
+/// Parse `text` as one JSON object, or say why it is not one: the deadletter's error and code.
+pub(crate) fn parse_json_object(
+    text: &[u8],
+) -> Result<serde_json::Map<String, Value>, (String, FailureCode)> {
+    match serde_json::from_slice::<Value>(text) {
+        Ok(Value::Object(map)) => Ok(map),
+        Ok(other) => Err((
+            format!("expected a JSON object, found {}", json_kind(&other)),
+            FailureCode::NotAnObject,
+        )),
+        Err(error) => Err((lower_first(&error.to_string()), FailureCode::Malformed)),
     }
 }
 

@@ -1,0 +1,631 @@
+//! Typing a batch with the schema as it is: `sync`'s fast path, run on the read-ahead thread.
+//!
+//! The source hands JSON lines out unparsed. Typing a batch types each line straight from its
+//! text into the builders of the schema ([`JsonLineTyper`]); a line the typer refuses is
+//! parsed with `serde_json` and typed from the parsed record, as before. The batch needs
+//! inference (and every line is parsed for it) as soon as a record has a key or namespace the
+//! schema lacks, or a value no column takes. Either way the builders hold exactly what typing
+//! the parsed records would give.
+//!
+//! [`Typing::prepare`] runs on the reader thread. When the main thread has batches waiting,
+//! it types the batch with the schema as last published; when it has none (it is about to
+//! wait), it hands the batch over untyped, for the main thread to type. That splits the work
+//! between the two threads by itself: whichever is behind gets less of it.
+//! [`Typing::settle`], on the main thread, keeps the reader's work when the schema has not
+//! changed since, and types the batch with the current schema when it has, or when the reader
+//! left it untyped.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use crate::schema::{
+    JsonLineTyper, PipelineSchema, RecordBatchBuilder, TransformOptions, namespace_for,
+};
+use crate::sources::file::parse_json_object;
+use crate::sources::{SourceBatch, SourceRecord};
+
+/// Builders by namespace.
+pub(crate) type Builders = BTreeMap<String, RecordBatchBuilder>;
+
+/// The schema the reader thread types with, and the transform options.
+#[derive(Debug)]
+pub(crate) struct Typing {
+    current: Mutex<Arc<PipelineSchema>>,
+    transform: TransformOptions,
+    /// Batches prepared and not yet settled.
+    waiting: AtomicUsize,
+}
+
+/// A batch as the reader thread left it.
+#[derive(Debug)]
+pub(crate) struct Prepared {
+    batch: SourceBatch,
+    /// The schema it was typed with, and the builders (`None`: it needs inference); `None`
+    /// when it was left for the main thread to type.
+    typed: Option<(Arc<PipelineSchema>, Option<Builders>)>,
+}
+
+impl Typing {
+    /// Typing with `schema` until [`Typing::publish`] says otherwise.
+    pub(crate) fn new(schema: &PipelineSchema, transform: TransformOptions) -> Self {
+        Typing {
+            current: Mutex::new(Arc::new(schema.clone())),
+            transform,
+            waiting: AtomicUsize::new(0),
+        }
+    }
+
+    /// The transform options.
+    pub(crate) fn transform(&self) -> &TransformOptions {
+        &self.transform
+    }
+
+    /// Type with `schema` from now on (after every evolution).
+    pub(crate) fn publish(&self, schema: &PipelineSchema) {
+        *self.current.lock().unwrap_or_else(PoisonError::into_inner) = Arc::new(schema.clone());
+    }
+
+    fn current(&self) -> Arc<PipelineSchema> {
+        Arc::clone(&self.current.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    /// Type `batch` with the schema as last published, unless the main thread has no batch
+    /// waiting (on the reader thread).
+    pub(crate) fn prepare(&self, mut batch: SourceBatch, typer: &mut JsonLineTyper) -> Prepared {
+        if self.waiting.fetch_add(1, Ordering::SeqCst) == 0 {
+            return Prepared { batch, typed: None };
+        }
+        let schema = self.current();
+        let builders = type_batch(&mut batch, &schema, &self.transform, typer);
+        Prepared {
+            batch,
+            typed: Some((schema, builders)),
+        }
+    }
+
+    /// The batch, with every record parsed when it needs inference, and its builders when it
+    /// fits the current schema as it is (`None`: it needs inference).
+    pub(crate) fn settle(
+        &self,
+        prepared: Prepared,
+        typer: &mut JsonLineTyper,
+    ) -> (SourceBatch, Option<Builders>) {
+        self.waiting.fetch_sub(1, Ordering::SeqCst);
+        let Prepared { mut batch, typed } = prepared;
+        let current = self.current();
+        if let Some((schema, builders)) = typed
+            && Arc::ptr_eq(&schema, &current)
+        {
+            return (batch, builders);
+        }
+        let builders = type_batch(&mut batch, &current, &self.transform, typer);
+        (batch, builders)
+    }
+}
+
+/// Type `batch` with `schema` as it is; `None`, with every record parsed, when it needs
+/// inference. Lines that are not JSON objects become deadletters either way.
+fn type_batch(
+    batch: &mut SourceBatch,
+    schema: &PipelineSchema,
+    transform: &TransformOptions,
+    typer: &mut JsonLineTyper,
+) -> Option<Builders> {
+    let mut malformed = Vec::new();
+    let builders = type_as_is(&mut batch.records, schema, transform, typer, &mut malformed);
+    if builders.is_some() {
+        if !malformed.is_empty() {
+            batch.parse_unparsed(|index| malformed.binary_search(&index).is_ok());
+        }
+    } else {
+        batch.parse_unparsed(|_| true);
+    }
+    builders
+}
+
+/// Type `records` with the schema as it is, or `None` when one of them needs more: a
+/// namespace or key the schema lacks, or a value that fits no column yet. Unparsed lines are
+/// typed from their text when the typer can, else parsed in place; the indexes of those that
+/// are not JSON objects are added to `malformed` (they add no row).
+fn type_as_is(
+    records: &mut [SourceRecord],
+    schema: &PipelineSchema,
+    transform: &TransformOptions,
+    typer: &mut JsonLineTyper,
+    malformed: &mut Vec<usize>,
+) -> Option<Builders> {
+    let mut builders: Builders = BTreeMap::new();
+    for (index, record) in records.iter_mut().enumerate() {
+        if let Some(unparsed) = &record.unparsed {
+            if typer.append(&unparsed.text, schema, transform, &mut builders) {
+                continue;
+            }
+            match parse_json_object(&unparsed.text) {
+                Ok(value) => {
+                    record.value = value;
+                    record.unparsed = None;
+                }
+                Err(_) => {
+                    malformed.push(index);
+                    continue;
+                }
+            }
+        }
+        let ns = namespace_for(&record.value, transform);
+        let builder = match builders.get_mut(&ns) {
+            Some(builder) => builder,
+            None => {
+                let ns_schema = schema.namespaces.get(&ns)?;
+                builders.entry(ns.clone()).or_insert(
+                    RecordBatchBuilder::new(ns_schema)
+                        .with_flatten_events(transform.flatten_events)
+                        .with_namespace(ns),
+                )
+            }
+        };
+        builder
+            .append(&record.value, || (String::new(), 0, 0))
+            .ok()?;
+        if builder.saw_unknown_keys() {
+            return None;
+        }
+    }
+    Some(builders)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::deadletter::{Deadletter, FailureCode};
+    use crate::schema::SchemaInferrer;
+    use crate::sources::{Position, UnparsedJson};
+    use proptest::prelude::*;
+
+    /// A batch of unparsed lines, as the File source gives them, after `before` deadletters
+    /// (read first).
+    fn unparsed_batch(lines: &[String], before: usize) -> SourceBatch {
+        let mut batch = SourceBatch::default();
+        for line in 0..before {
+            batch.deadletters.push(Deadletter {
+                source_uri: "earlier".into(),
+                line: line as u64 + 1,
+                offset: 0,
+                raw: String::new(),
+                error: "too large".into(),
+                code: FailureCode::TooLarge,
+                namespace: None,
+            });
+        }
+        let mut offset = 0;
+        for (index, line) in lines.iter().enumerate() {
+            let start = offset;
+            offset += line.len() as u64 + 1;
+            batch.records.push(SourceRecord {
+                value: serde_json::Map::new(),
+                position: Position {
+                    uri: "in.jsonl".into(),
+                    offset,
+                    record: index as u64 + 1,
+                },
+                unparsed: Some(UnparsedJson {
+                    text: line.as_bytes().to_vec(),
+                    start,
+                    // Half the earlier deadletters come before the first line.
+                    deadletters_before: if index == 0 { before / 2 } else { before },
+                }),
+            });
+        }
+        batch
+    }
+
+    /// Each namespace's batch as Arrow IPC stream bytes: equal bytes, equal buffers.
+    fn ipc_bytes(builders: Builders) -> Vec<(String, Vec<u8>)> {
+        builders
+            .into_iter()
+            .map(|(ns, mut builder)| {
+                let batch = builder.finish().unwrap();
+                let mut bytes = Vec::new();
+                let mut writer =
+                    ::arrow::ipc::writer::StreamWriter::try_new(&mut bytes, &batch.schema())
+                        .unwrap();
+                writer.write(&batch).unwrap();
+                writer.finish().unwrap();
+                drop(writer);
+                (ns, bytes)
+            })
+            .collect()
+    }
+
+    /// The reference: every line parsed with `serde_json` first, then typed from the parsed
+    /// records (the typer never sees a line).
+    fn typed_the_slow_way(
+        lines: &[String],
+        before: usize,
+        schema: &PipelineSchema,
+        transform: &TransformOptions,
+    ) -> (SourceBatch, Option<Builders>) {
+        let mut batch = unparsed_batch(lines, before);
+        batch.parse_unparsed(|_| true);
+        let mut malformed = Vec::new();
+        let builders = type_as_is(
+            &mut batch.records,
+            schema,
+            transform,
+            &mut JsonLineTyper::default(),
+            &mut malformed,
+        );
+        assert!(malformed.is_empty());
+        (batch, builders)
+    }
+
+    /// Check that typing `lines` from their text gives what parsing them first gives.
+    fn check_same_as_slow_path(
+        lines: &[String],
+        before: usize,
+        schema: &PipelineSchema,
+        transform: &TransformOptions,
+    ) -> Result<bool, TestCaseError> {
+        let (slow_batch, slow) = typed_the_slow_way(lines, before, schema, transform);
+        let mut batch = unparsed_batch(lines, before);
+        let fast = type_batch(&mut batch, schema, transform, &mut JsonLineTyper::default());
+        prop_assert_eq!(&batch.deadletters, &slow_batch.deadletters);
+        prop_assert_eq!(fast.is_some(), slow.is_some());
+        let typed = fast.is_some();
+        match (fast, slow) {
+            (Some(fast), Some(slow)) => {
+                prop_assert_eq!(ipc_bytes(fast), ipc_bytes(slow));
+                prop_assert_eq!(batch.records.len(), slow_batch.records.len());
+            }
+            _ => prop_assert_eq!(&batch.records, &slow_batch.records),
+        }
+        Ok(typed)
+    }
+
+    /// JSON text for a value, written in one of the ways `serde_json` reads the same.
+    fn value_text() -> impl Strategy<Value = String> {
+        let leaf = prop_oneof![
+            Just("null".to_owned()),
+            Just("true".to_owned()),
+            Just("false".to_owned()),
+            (-5i64..5).prop_map(|n| n.to_string()),
+            any::<i32>().prop_map(|n| n.to_string()),
+            any::<i64>().prop_map(|n| n.to_string()),
+            any::<u64>().prop_map(|n| n.to_string()),
+            (1_262_304_000i64..1_262_304_010).prop_map(|n| n.to_string()),
+            (1_262_304_000_000i64..1_262_304_000_010).prop_map(|n| n.to_string()),
+            (-1e6f64..1e6).prop_map(|n| n.to_string()),
+            (-1e6f64..1e6).prop_map(|n| format!("{n:e}")),
+            prop_oneof![
+                Just("-0"),
+                Just("-0.0"),
+                Just("1.50"),
+                Just("2E3"),
+                Just("1e-7"),
+                Just("123456789012345678901234"),
+                Just("0.1e400"),
+                Just("1e400"),
+            ]
+            .prop_map(str::to_owned),
+            prop_oneof![
+                Just(r#""2024-01-31""#),
+                Just(r#""2023-02-30""#),
+                Just(r#""12.5""#),
+                Just(r#""-1.5e3""#),
+                Just(r#""waived""#),
+                Just(r#""a \"quoted\" \\ \/ text\n""#),
+                Just(r#""\u00e9t\u00E9""#),
+                Just(r#""\ud83d\ude00""#),
+                Just(r#""2024\u002d01-31""#),
+                Just(r#""ünïcode ✓""#),
+                Just(r#""""#),
+            ]
+            .prop_map(str::to_owned),
+        ];
+        leaf.prop_recursive(3, 24, 4, |inner| {
+            prop_oneof![
+                (prop::collection::vec(inner.clone(), 0..4), any::<bool>()).prop_map(
+                    |(items, spaced)| format!("[{}]", items.join(if spaced { " , " } else { "," }))
+                ),
+                (
+                    prop::collection::vec((key_text(), inner), 0..4),
+                    any::<bool>()
+                )
+                    .prop_map(|(members, spaced)| object_text(&members, spaced)),
+            ]
+        })
+    }
+
+    /// An object key: a few names, some sibling names and the namespace field, once escaped.
+    fn key_text() -> impl Strategy<Value = String> {
+        prop_oneof![
+            8 => prop_oneof![
+                Just("a"),
+                Just("b"),
+                Just("B"),
+                Just("c.d"),
+                Just("a_string"),
+                Just("a_double"),
+                Just("t"),
+            ]
+            .prop_map(|key| format!("\"{key}\"")),
+            1 => Just(r#""\u0061""#.to_owned()),
+        ]
+    }
+
+    fn object_text(members: &[(String, String)], spaced: bool) -> String {
+        let (comma, colon) = if spaced { (" , ", " : ") } else { (",", ":") };
+        let members: Vec<String> = members
+            .iter()
+            .map(|(key, value)| format!("{key}{colon}{value}"))
+            .collect();
+        format!("{{{}}}", members.join(comma))
+    }
+
+    /// A line: mostly objects, some not JSON at all, some JSON that is not an object.
+    fn line_text() -> impl Strategy<Value = String> {
+        prop_oneof![
+            12 => (
+                prop::collection::vec((key_text(), value_text()), 0..6),
+                any::<bool>(),
+                prop_oneof![Just(""), Just(" "), Just("\t")],
+            )
+                .prop_map(|(members, spaced, pad)| format!(
+                    "{pad}{}{pad}",
+                    object_text(&members, spaced)
+                )),
+            1 => prop_oneof![
+                Just("{broken"),
+                Just("[1,2]"),
+                Just("42"),
+                Just("{\"a\":1} trailing"),
+                Just("{\"a\":01}"),
+                Just("{\"a\":\"\\x\"}"),
+                Just("{\"a\":1,}"),
+            ]
+            .prop_map(str::to_owned),
+        ]
+    }
+
+    fn transform_options() -> impl Strategy<Value = TransformOptions> {
+        (
+            prop_oneof![
+                Just(vec![]),
+                Just(vec!["t".to_owned()]),
+                Just(vec!["t".to_owned(), "b".to_owned()]),
+                Just(vec!["a.t".to_owned()]),
+            ],
+            prop::bool::weighted(0.1),
+        )
+            .prop_map(|(namespace_fields, flatten_events)| TransformOptions {
+                namespace_fields,
+                flatten_events,
+                ..TransformOptions::default()
+            })
+    }
+
+    /// The schema inferred from the objects among the first `sample` lines.
+    fn infer(
+        lines: &[String],
+        sample: usize,
+        transform: &TransformOptions,
+    ) -> Option<PipelineSchema> {
+        let mut inferrer = SchemaInferrer::new(transform.clone());
+        for line in lines.iter().take(sample) {
+            if let Ok(record) = parse_json_object(line.as_bytes()) {
+                inferrer.add(&record).ok()?;
+            }
+        }
+        Some(inferrer.finish("p", "w"))
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(1000))]
+
+        #[test]
+        fn typing_lines_from_their_text_equals_typing_them_parsed(
+            lines in prop::collection::vec(line_text(), 1..12),
+            sample_all in prop::bool::weighted(0.7),
+            sample in 0..12usize,
+            transform in transform_options(),
+            before in 0..3usize,
+        ) {
+            let sample = if sample_all { lines.len() } else { sample };
+            let Some(schema) = infer(&lines, sample, &transform) else {
+                return Ok(());
+            };
+            check_same_as_slow_path(&lines, before, &schema, &transform)?;
+        }
+    }
+
+    /// Text for a value of one kind (so that records agree on each key's type and mostly fit
+    /// the schema inferred from them), written in any way `serde_json` reads the same.
+    fn value_of_kind(kind: usize) -> BoxedStrategy<String> {
+        match kind {
+            0 => any::<i32>().prop_map(|n| n.to_string()).boxed(),
+            1 => prop_oneof![
+                (-1e9f64..1e9).prop_map(|n| n.to_string()),
+                (-1e9f64..1e9).prop_map(|n| format!("{n:E}")),
+                any::<i64>().prop_map(|n| n.to_string()),
+                (0u32..100_000, 0u32..1000).prop_map(|(i, f)| format!("{i}.{f:03}")),
+                Just(r#""12.25""#.to_owned()),
+            ]
+            .boxed(),
+            2 => prop_oneof![
+                "[a-zA-Z0-9 ]{0,12}".prop_map(|text| format!("\"{text}\"")),
+                Just(r#""tab\there \u00e9 \/ \"q\"""#.to_owned()),
+                Just(r#""日本 ✓""#.to_owned()),
+            ]
+            .boxed(),
+            3 => (2000u32..2100, 1u32..13, 1u32..29)
+                .prop_map(|(y, m, d)| format!("\"{y}-{m:02}-{d:02}\""))
+                .boxed(),
+            4 => any::<bool>().prop_map(|b| b.to_string()).boxed(),
+            5 => (1_262_304_000i64..4_102_444_799)
+                .prop_map(|n| n.to_string())
+                .boxed(),
+            6 => prop::collection::vec(value_of_kind(2), 0..3)
+                .prop_map(|items| format!("[{}]", items.join(",")))
+                .boxed(),
+            _ => (
+                prop::option::of(value_of_kind(0)),
+                prop::option::of(value_of_kind(1)),
+            )
+                .prop_map(|(x, y)| {
+                    let mut members = Vec::new();
+                    if let Some(x) = x {
+                        members.push(("\"x\"".to_owned(), x));
+                    }
+                    if let Some(y) = y {
+                        members.push(("\"y\"".to_owned(), y));
+                    }
+                    object_text(&members, false)
+                })
+                .boxed(),
+        }
+    }
+
+    /// Lines whose keys each keep one kind of value, in varying order, some null or missing.
+    fn regular_lines() -> impl Strategy<Value = Vec<String>> {
+        prop::collection::vec(0..8usize, 5).prop_flat_map(|kinds| {
+            let line = (
+                kinds
+                    .iter()
+                    .enumerate()
+                    .map(|(key, &kind)| {
+                        prop_oneof![
+                            6 => value_of_kind(kind).prop_map(Some),
+                            1 => Just(Some("null".to_owned())),
+                            1 => Just(None),
+                        ]
+                        .prop_map(move |value| value.map(|v| (format!("\"k{key}\""), v)))
+                    })
+                    .collect::<Vec<_>>(),
+                prop_oneof![Just("a"), Just("b"), Just("Other Kind")],
+                any::<bool>(),
+                any::<bool>(),
+            )
+                .prop_map(|(members, t, spaced, reversed)| {
+                    let mut members: Vec<(String, String)> =
+                        members.into_iter().flatten().collect();
+                    members.push(("\"t\"".to_owned(), format!("\"{t}\"")));
+                    if reversed {
+                        members.reverse();
+                    }
+                    object_text(&members, spaced)
+                });
+            prop::collection::vec(line, 1..40)
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(300))]
+
+        #[test]
+        fn regular_lines_typed_from_their_text_equal_them_typed_parsed(
+            lines in regular_lines(),
+            sample in 1..40usize,
+            namespaced in any::<bool>(),
+        ) {
+            let transform = TransformOptions {
+                namespace_fields: if namespaced { vec!["t".to_owned()] } else { vec![] },
+                ..TransformOptions::default()
+            };
+            let Some(schema) = infer(&lines, sample, &transform) else {
+                return Ok(());
+            };
+            check_same_as_slow_path(&lines, 0, &schema, &transform)?;
+        }
+    }
+
+    #[test]
+    fn records_that_fit_are_typed_from_their_text_without_being_parsed() {
+        let lines: Vec<String> = [
+            r#"{"t":"ride","id":1,"price":6.9,"at":1767225629,"day":"2026-10-04","tags":["x"],"s":{"n":"Hyde Park","geo":{"lat":51.44813,"lon":-0.07958}}}"#,
+            r#"{"t":"dock","id":2,"ok":true}"#,
+            r#"{ "id" : 3 , "t" : "ride" , "price" : "12.50" , "tags" : [ ] , "s" : { "n" : "Caf\u00e9 \"Q\"" } }"#,
+        ]
+        .map(str::to_owned)
+        .to_vec();
+        let transform = TransformOptions {
+            namespace_fields: vec!["t".into()],
+            ..TransformOptions::default()
+        };
+        let schema = infer(&lines, lines.len(), &transform).unwrap();
+        assert!(check_same_as_slow_path(&lines, 1, &schema, &transform).unwrap());
+        let mut batch = unparsed_batch(&lines, 0);
+        let builders = type_batch(
+            &mut batch,
+            &schema,
+            &transform,
+            &mut JsonLineTyper::default(),
+        )
+        .unwrap();
+        assert!(batch.records.iter().all(|r| r.unparsed.is_some()));
+        assert_eq!(builders["ride"].len(), 2);
+        assert_eq!(builders["dock"].len(), 1);
+    }
+
+    #[test]
+    fn a_batch_with_an_unknown_key_or_a_conflict_needs_inference_with_every_record_parsed() {
+        let transform = TransformOptions::default();
+        let known = vec![r#"{"a":1,"s":"x"}"#.to_owned()];
+        let schema = infer(&known, 1, &transform).unwrap();
+        for odd in [r#"{"a":2,"new":1}"#, r#"{"a":{"b":1}}"#, r#"{"a":2,"a":3}"#] {
+            let lines = vec![known[0].clone(), odd.to_owned(), "not json".to_owned()];
+            let mut batch = unparsed_batch(&lines, 0);
+            let typed = type_batch(
+                &mut batch,
+                &schema,
+                &transform,
+                &mut JsonLineTyper::default(),
+            );
+            // A repeated key is not an unknown key: the last value wins, as when parsed.
+            assert_eq!(typed.is_none(), odd != r#"{"a":2,"a":3}"#, "{odd}");
+            assert!(check_same_as_slow_path(&lines, 0, &schema, &transform).is_ok());
+            if typed.is_none() {
+                assert_eq!(batch.records.len(), 2);
+                assert!(batch.records.iter().all(|r| r.unparsed.is_none()));
+            }
+            assert_eq!(batch.deadletters.len(), 1);
+            assert_eq!(batch.deadletters[0].code, FailureCode::Malformed);
+            let start = known[0].len() + 1 + odd.len() + 1;
+            assert_eq!(
+                (batch.deadletters[0].line, batch.deadletters[0].offset),
+                (3, start as u64)
+            );
+        }
+    }
+
+    #[test]
+    fn a_batch_prepared_with_an_older_schema_is_typed_again_with_the_current_one() {
+        let transform = TransformOptions::default();
+        let old = infer(&[r#"{"a":1}"#.to_owned()], 1, &transform).unwrap();
+        let lines = vec![r#"{"a":2,"b":"x"}"#.to_owned()];
+        let new = infer(&lines, 1, &transform).unwrap();
+        let typing = Typing::new(&old, transform);
+        let mut typer = JsonLineTyper::default();
+        // With no batch waiting, the reader leaves the batch to the main thread.
+        let untyped = typing.prepare(unparsed_batch(&lines, 0), &mut typer);
+        assert!(untyped.typed.is_none());
+        let prepared = typing.prepare(unparsed_batch(&lines, 0), &mut typer);
+        assert!(
+            prepared.typed.as_ref().unwrap().1.is_none(),
+            "`b` is unknown to the old schema"
+        );
+        assert!(typing.settle(untyped, &mut typer).1.is_none());
+        typing.publish(&new);
+        let (batch, builders) = typing.settle(prepared, &mut typer);
+        let mut builders = builders.unwrap();
+        assert_eq!(batch.records.len(), 1);
+        let rows = builders.get_mut("default").unwrap().finish().unwrap();
+        assert_eq!(rows.num_columns(), 2);
+        assert_eq!(rows.num_rows(), 1);
+        // Prepared with the current schema: kept as it is.
+        let untyped = typing.prepare(unparsed_batch(&lines, 0), &mut typer);
+        let prepared = typing.prepare(unparsed_batch(&lines, 0), &mut typer);
+        assert!(prepared.typed.as_ref().unwrap().1.is_some());
+        assert!(typing.settle(prepared, &mut typer).1.is_some());
+        assert!(typing.settle(untyped, &mut typer).1.is_some());
+    }
+}
