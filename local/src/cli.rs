@@ -67,6 +67,19 @@ pub enum Command {
     /// files, delete files no snapshot references. (Deliveries also do this on their own once
     /// a threshold is crossed.) Takes the pipeline's writer lease, like `sync`.
     Maintain(MaintainArgs),
+    /// Work with rejected records (the files of the pipeline's `File` deadletter sink).
+    #[command(subcommand)]
+    Deadletters(DeadlettersCommand),
+}
+
+/// `deadletters` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum DeadlettersCommand {
+    /// Send the records of the deadletter files (fixed by hand where needed: edit the `record`
+    /// text) back through the pipeline: typed, committed to the WAL and delivered like any
+    /// other record, each file exactly once; a replayed file moves to `replayed/`. Records
+    /// that still cannot be read are rejected again, into new files. Takes the writer lease.
+    Replay(MaintainArgs),
 }
 
 /// `maintain` flags.

@@ -16,7 +16,7 @@ use skipprd::config::{self, ProcessEnv, ValidatedConfig};
 use skipprd::pipeline::{self, DiscoverOptions, Event, PipelineError};
 use skipprd::schema::SchemaStore;
 
-use cli::{Cli, Command, OutputMode};
+use cli::{Cli, Command, DeadlettersCommand, OutputMode};
 
 /// Parsing allocates and frees many small values; mimalloc does that markedly faster than
 /// the system allocator (see bench/run).
@@ -55,6 +55,14 @@ fn main() -> ExitCode {
                         retryable,
                     },
                     Command::Query(_) => Event::QueryError { message, retryable },
+                    Command::Deadletters(DeadlettersCommand::Replay(args)) => Event::SyncError {
+                        pipeline: e
+                            .pipeline()
+                            .map(str::to_owned)
+                            .or_else(|| args.pipeline.pipeline.clone()),
+                        message,
+                        retryable,
+                    },
                     Command::Maintain(args) => Event::MaintainError {
                         pipeline: e
                             .pipeline()
@@ -125,6 +133,16 @@ fn run(cli: &Cli, mode: OutputMode) -> Result<(), PipelineError> {
         }
         Command::Query(args) => query(&config, args),
         Command::Sync(args) => sync::run(&config, args, mode),
+        Command::Deadletters(DeadlettersCommand::Replay(args)) => {
+            let pipeline = config.pipeline(args.pipeline.pipeline.as_deref())?;
+            let mut observer = output::observer(mode);
+            let options = pipeline::sync::SyncOptions {
+                replay: true,
+                ..pipeline::sync::SyncOptions::default()
+            };
+            pipeline::sync::sync_pass(&config, pipeline, &options, observer.as_mut())?;
+            Ok(())
+        }
         Command::Maintain(args) => {
             let pipeline = config.pipeline(args.pipeline.pipeline.as_deref())?;
             let mut observer = output::observer(mode);

@@ -1022,3 +1022,75 @@ fn sync_evolves_the_schema_mid_pass_and_types_every_batch_after_it_with_the_new_
     assert_eq!(rows[7], serde_json::json!([8, 8.25, null, "Cé8"]));
     assert_eq!(rows[12], serde_json::json!([13, 13.25, null, "Cé13"]));
 }
+
+#[test]
+fn fixed_deadletters_replay_into_the_lake_exactly_once() {
+    let config = "\
+pipelines:
+  p:
+    data_source: data_sources.f
+    data_sink: data_sinks.lake
+    deadletter_sink: deadletter_sinks.rejects
+data_sources:
+  f:
+    File:
+      path: in
+data_sinks:
+  lake:
+    Duckdb:
+      warehouse: file://./lake
+deadletter_sinks:
+  rejects:
+    File:
+      path: ./rejects
+";
+    let dir = project(
+        config,
+        &[("in/a.jsonl", "{\"id\":1}\n{\"id\": 3, oops}\n{\"id\":2}\n")],
+    );
+    let count = |dir: &Path| -> String {
+        let q = skipprd(
+            dir,
+            &[
+                "query",
+                "--plain",
+                "-s",
+                "select count(*) as n, sum(id) as s from p",
+            ],
+            &[],
+        );
+        assert_eq!(q.code, 0, "{}", q.stderr);
+        q.stdout.trim().to_owned()
+    };
+    assert_eq!(skipprd(dir.path(), &["sync", "--once"], &[]).code, 0);
+    assert_eq!(count(dir.path()), r#"{"header":["n","s"],"rows":[[2,3]]}"#);
+
+    // The user fixes the rejected record in its deadletter file, then replays.
+    let file = dir.path().join("rejects/p/b00000000000000000001.jsonl");
+    let text = std::fs::read_to_string(&file).unwrap();
+    let mut line: serde_json::Value = serde_json::from_str(text.trim()).unwrap();
+    line["record"] = serde_json::Value::String("{\"id\": 3}".into());
+    std::fs::write(&file, format!("{line}\n")).unwrap();
+    let run = skipprd(dir.path(), &["deadletters", "replay", "-p", "p"], &[]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(count(dir.path()), r#"{"header":["n","s"],"rows":[[3,6]]}"#);
+    assert!(!file.exists(), "a replayed file moves aside");
+    assert!(
+        dir.path()
+            .join("rejects/p/replayed/b00000000000000000001.jsonl")
+            .exists()
+    );
+
+    // Replaying again, even with the file put back (as if a crash came before the move),
+    // and syncing again, add nothing.
+    std::fs::rename(
+        dir.path()
+            .join("rejects/p/replayed/b00000000000000000001.jsonl"),
+        &file,
+    )
+    .unwrap();
+    let again = skipprd(dir.path(), &["deadletters", "replay", "-p", "p"], &[]);
+    assert_eq!(again.code, 0, "{}", again.stderr);
+    assert_eq!(skipprd(dir.path(), &["sync", "--once"], &[]).code, 0);
+    assert_eq!(count(dir.path()), r#"{"header":["n","s"],"rows":[[3,6]]}"#);
+}

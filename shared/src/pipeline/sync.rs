@@ -56,6 +56,10 @@ pub struct SyncOptions {
     pub progress_interval: Duration,
     /// WAL segment size target.
     pub wal: WalOptions,
+    /// Replay the files of the pipeline's `File` deadletter sink instead of reading its
+    /// source (`skipprd deadletters replay`): each file's records go through typing, the WAL
+    /// and the destination like any others, and the file moves to `replayed/`.
+    pub replay: bool,
 }
 
 impl Default for SyncOptions {
@@ -65,6 +69,7 @@ impl Default for SyncOptions {
             lease_wait: crate::state::DEFAULT_LEASE_WAIT,
             progress_interval: Duration::from_millis(500),
             wal: WalOptions::default(),
+            replay: false,
         }
     }
 }
@@ -232,8 +237,27 @@ pub fn sync_pass(
     }
 
     // 4-7. Read, type, commit, record.
-    let source =
-        open_source_unparsed_at(pipeline, settings, &config.base_dir, position.as_deref())?;
+    let (source, replay) = if options.replay {
+        let plan = ReplayPlan::new(
+            pipeline,
+            settings,
+            &config.base_dir,
+            deadletter_sink.as_ref(),
+            store,
+            partition,
+            &wal,
+            position.as_deref(),
+        )?;
+        let source: Box<dyn crate::sources::Source> = Box::new(
+            crate::sources::replay::ReplaySource::new(plan.files.clone()),
+        );
+        (source, Some(plan))
+    } else {
+        let source =
+            open_source_unparsed_at(pipeline, settings, &config.base_dir, position.as_deref())?;
+        (source, None)
+    };
+    let mut replayed_now: Vec<String> = Vec::new();
     let typing = Typing::new(&schema, transform_options(pipeline));
     let transform = typing.transform();
     let mut last_status = Instant::now();
@@ -270,6 +294,22 @@ pub fn sync_pass(
                     }
                 };
                 let (batch, typed) = typing.settle(prepared, &mut typer);
+                // A replayed file is named in the batch that holds its records.
+                let replayed_files: Vec<String> = match &replay {
+                    Some(_) => {
+                        let mut names: Vec<String> = batch
+                            .records
+                            .iter()
+                            .map(|r| r.position.uri.as_str())
+                            .chain(batch.deadletters.iter().map(|d| d.source_uri.as_str()))
+                            .map(crate::sources::replay::ReplaySource::file_name)
+                            .collect();
+                        names.sort();
+                        names.dedup();
+                        names
+                    }
+                    None => Vec::new(),
+                };
                 report.bytes += batch.bytes_read;
                 for dl in &batch.deadletters {
                     report.deadletters += 1;
@@ -376,6 +416,23 @@ pub fn sync_pass(
                         batch,
                     });
                 }
+                if !replayed_files.is_empty() {
+                    parts.push(BatchPart {
+                        namespace: REPLAYED_NAMESPACE.to_owned(),
+                        schema_version: 1,
+                        batch: replayed_batch(&replayed_files).map_err(|e| {
+                            schema_err(SchemaError::Arrow {
+                                namespace: REPLAYED_NAMESPACE.to_owned(),
+                                message: e.to_string(),
+                            })
+                        })?,
+                    });
+                }
+                // A replay leaves the source where it was.
+                let checkpoint = match &replay {
+                    Some(plan) => plan.position.clone(),
+                    None => checkpoint,
+                };
                 // Commit, then record the position. A batch with neither rows nor rejected
                 // records has nothing to commit: only the position moves.
                 failpoint(failpoint::BEFORE_WAL_COMMIT).map_err(wal_err)?;
@@ -384,6 +441,7 @@ pub fn sync_pass(
                 } else {
                     let meta = wal.append(&checkpoint, &parts).map_err(wal_err)?;
                     report.batches += 1;
+                    replayed_now.extend(replayed_files);
                     meta.id.0
                 };
                 failpoint(failpoint::AFTER_WAL_COMMIT).map_err(wal_err)?;
@@ -426,6 +484,9 @@ pub fn sync_pass(
         result.and(finished)
     });
     read_result?;
+    if let Some(plan) = &replay {
+        plan.set_aside(&replayed_now);
+    }
     if let Some(d) = delivery.as_mut() {
         d.deliver(&mut wal, &schema, &mut report)?;
         report.pending = d.outstanding(&wal).len() as u64;
@@ -600,6 +661,8 @@ struct Delivery<'a> {
     worker: Option<Worker>,
     /// Outstanding WAL bytes that start a delivery during the read loop.
     threshold: u64,
+    /// The pipeline's state partition.
+    partition: String,
 }
 
 /// Batches to deliver, with the acknowledgements and schema they were cut at.
@@ -684,6 +747,7 @@ impl<'a> Delivery<'a> {
             pipeline,
             worker: None,
             threshold,
+            partition: partition.to_owned(),
         }))
     }
 
@@ -808,8 +872,9 @@ impl<'a> Delivery<'a> {
         if let Some(d) = self.data.as_mut() {
             d.acked = last.0;
             failpoint(failpoint::AFTER_ACK).map_err(wal_err)?;
-            wal.reclaim_through(BatchId(reclaimable_through(&self.deadletters, last.0)))
-                .map_err(wal_err)?;
+            let through = reclaimable_through(&self.deadletters, last.0);
+            self.keep_replay_markers(wal, through)?;
+            wal.reclaim_through(BatchId(through)).map_err(wal_err)?;
             failpoint(failpoint::AFTER_RECLAIM).map_err(wal_err)?;
             let delivered = &outcome.delivered;
             tracing::info!(
@@ -825,6 +890,36 @@ impl<'a> Delivery<'a> {
             );
         }
         report.delivered += outcome.batches as u64;
+        Ok(())
+    }
+
+    /// Before the WAL forgets batches through `through`: record the deadletter files they
+    /// replayed in the state store (`replayed#{file}`), so a file is never replayed twice.
+    fn keep_replay_markers(&self, wal: &DiskWal, through: u64) -> Result<(), PipelineError> {
+        let pipeline = self.pipeline.to_owned();
+        for meta in wal.batches().iter().filter(|b| b.id.0 <= through) {
+            if !meta.parts.iter().any(|p| p.namespace == REPLAYED_NAMESPACE) {
+                continue;
+            }
+            let parts = wal.read(meta.id).map_err(|source| PipelineError::Wal {
+                pipeline: pipeline.clone(),
+                source,
+            })?;
+            for name in replayed_names(&parts) {
+                let key = StateKey::new(&self.partition, format!("{REPLAYED_SORT_PREFIX}{name}"));
+                self.store
+                    .put(
+                        &key,
+                        meta.id.0.to_string().as_bytes(),
+                        Condition::Any,
+                        self.fence,
+                    )
+                    .map_err(|source| PipelineError::State {
+                        pipeline: pipeline.clone(),
+                        source,
+                    })?;
+            }
+        }
         Ok(())
     }
 
@@ -1003,4 +1098,132 @@ fn decode_ack(key: &StateKey, value: &[u8]) -> Result<u64, crate::state::StateEr
             message: format!("the acknowledgement is {} bytes, not 8", value.len()),
         })?;
     Ok(u64::from_le_bytes(bytes))
+}
+
+/// The WAL part naming the deadletter files a replay batch holds the records of.
+pub const REPLAYED_NAMESPACE: &str = "_replayed";
+/// State sort-key prefix of the replayed-file markers (`replayed#{file}`).
+pub const REPLAYED_SORT_PREFIX: &str = "replayed#";
+
+fn replayed_batch(files: &[String]) -> Result<arrow::array::RecordBatch, arrow::error::ArrowError> {
+    let schema = Arc::new(arrow::datatypes::Schema::new(vec![
+        arrow::datatypes::Field::new("file", arrow::datatypes::DataType::Utf8, false),
+    ]));
+    arrow::array::RecordBatch::try_new(
+        schema,
+        vec![Arc::new(arrow::array::StringArray::from_iter_values(files))],
+    )
+}
+
+/// The file names in a batch's `_replayed` part.
+fn replayed_names(parts: &[BatchPart]) -> Vec<String> {
+    use arrow::array::{Array, AsArray};
+    parts
+        .iter()
+        .filter(|p| p.namespace == REPLAYED_NAMESPACE)
+        .filter_map(|p| p.batch.column_by_name("file"))
+        .filter_map(|c| c.as_string_opt::<i32>().cloned())
+        .flat_map(|a| {
+            (0..a.len())
+                .filter(|&i| a.is_valid(i))
+                .map(|i| a.value(i).to_owned())
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// What `skipprd deadletters replay` replays, and where it leaves the source.
+struct ReplayPlan {
+    /// The deadletter files not replayed yet.
+    files: Vec<std::path::PathBuf>,
+    /// The source position every replay batch records (unchanged by a replay).
+    position: Vec<u8>,
+    /// Where replayed files go.
+    done_dir: std::path::PathBuf,
+}
+
+impl ReplayPlan {
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        pipeline: &ValidatedPipeline,
+        settings: &crate::config::validate::Settings,
+        base_dir: &std::path::Path,
+        deadletters: Option<&crate::sinks::deadletter::FileDeadletterSink>,
+        store: &dyn StateStore,
+        partition: &str,
+        wal: &DiskWal,
+        position: Option<&[u8]>,
+    ) -> Result<Self, PipelineError> {
+        let name = pipeline.name.clone();
+        let Some(sink) = deadletters else {
+            return Err(ConfigError::UnsupportedSetting {
+                setting: format!("pipelines.{name}.deadletter_sink"),
+                value: "(none)".into(),
+                note: Some(
+                    "`deadletters replay` reads the files of a `File` deadletter sink".into(),
+                ),
+            }
+            .into());
+        };
+        // Replayed already: recorded in the state store, or named in a WAL batch.
+        let state_err = |source| PipelineError::State {
+            pipeline: name.clone(),
+            source,
+        };
+        let mut replayed: std::collections::BTreeSet<String> = store
+            .scan_prefix(partition, REPLAYED_SORT_PREFIX)
+            .map_err(state_err)?
+            .into_iter()
+            .filter_map(|(sort, _)| sort.strip_prefix(REPLAYED_SORT_PREFIX).map(str::to_owned))
+            .collect();
+        for meta in wal.batches() {
+            if meta.parts.iter().any(|p| p.namespace == REPLAYED_NAMESPACE) {
+                let parts = wal.read(meta.id).map_err(|source| PipelineError::Wal {
+                    pipeline: name.clone(),
+                    source,
+                })?;
+                replayed.extend(replayed_names(&parts));
+            }
+        }
+        let files =
+            crate::sources::replay::pending_files(sink.dir(), &replayed).map_err(|source| {
+                PipelineError::Source {
+                    pipeline: name.clone(),
+                    source,
+                }
+            })?;
+        let position = match position {
+            Some(p) => p.to_vec(),
+            // Never synced: the source's starting checkpoint.
+            None => super::source::open_source_at(pipeline, settings, base_dir, None)?
+                .checkpoint()
+                .map_err(|source| PipelineError::Source {
+                    pipeline: name.clone(),
+                    source,
+                })?,
+        };
+        Ok(ReplayPlan {
+            files,
+            position,
+            done_dir: sink.dir().join("replayed"),
+        })
+    }
+
+    /// Move the files replayed in this pass to `replayed/` (best effort: a file left behind
+    /// is recognised as replayed by its marker).
+    fn set_aside(&self, names: &[String]) {
+        for name in names {
+            let Some(from) = self.files.iter().find(|f| {
+                f.file_name()
+                    .is_some_and(|n| n.to_string_lossy() == name.as_str())
+            }) else {
+                continue;
+            };
+            let moved = std::fs::create_dir_all(&self.done_dir)
+                .and_then(|()| std::fs::rename(from, self.done_dir.join(name)));
+            if let Err(e) = moved {
+                tracing::warn!(file = %from.display(), error = %e, "Could not move a replayed deadletter file aside; it stays marked as replayed.");
+            }
+        }
+    }
 }

@@ -10,6 +10,7 @@
 
 pub mod error;
 pub mod file;
+pub mod replay;
 
 pub use error::SourceError;
 

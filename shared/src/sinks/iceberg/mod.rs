@@ -18,6 +18,9 @@
 //! that check race-free; commits of other writers to the same table (another pipeline,
 //! a reader's maintenance) are compare-and-swap conflicts, retried on fresh metadata.
 //!
+//! Parts whose namespace starts with `_` (`_deadletters`, `_replayed`) are the pipeline's
+//! own bookkeeping, never tables; data namespaces never start with `_`.
+//!
 //! # What is ours and what is iceberg-rust's
 //!
 //! iceberg-rust 0.10 gives the spec types, Parquet writing with column statistics,
@@ -266,7 +269,7 @@ impl IcebergSink {
             let namespaces: BTreeSet<&str> = batches
                 .iter()
                 .flat_map(|b| b.parts.iter())
-                .filter(|p| p.rows > 0 && p.namespace != crate::deadletter::WAL_NAMESPACE)
+                .filter(|p| p.rows > 0 && !p.namespace.starts_with('_'))
                 .map(|p| p.namespace.as_str())
                 .collect();
             let mut open: BTreeMap<String, Open> = BTreeMap::new();
