@@ -110,13 +110,17 @@ impl QueryEngine {
                 lake,
             });
         }
-        let runtime = tokio::runtime::Builder::new_current_thread()
+        // One worker per core: the landed Parquet files of a lake table are scanned in
+        // parallel (WAL tables stream in one partition either way).
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(threads)
+            .enable_time()
             .build()
             .map_err(QueryError::Runtime)?;
-        // One partition: the runtime has one thread, so splitting the work gains nothing.
         let mut session = SessionConfig::new()
             .with_information_schema(true)
-            .with_target_partitions(1);
+            .with_target_partitions(threads);
         if let [only] = wals.as_slice() {
             session = session.with_default_catalog_and_schema(CATALOG, &only.name);
         }
