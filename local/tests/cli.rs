@@ -899,9 +899,8 @@ fn maintain_without_a_destination_or_with_a_bad_setting_exits_2() {
     );
 }
 
-#[test]
-fn rejected_records_land_in_the_file_deadletter_sink_once_beside_a_lake() {
-    let config = "\
+/// Pipeline `p`: files in `in/`, a `Duckdb` lake in `lake/`, rejected records in `rejects/`.
+const LAKE_WITH_REJECTS: &str = "\
 pipelines:
   p:
     data_source: data_sources.f
@@ -920,6 +919,10 @@ deadletter_sinks:
     File:
       path: ./rejects
 ";
+
+#[test]
+fn rejected_records_land_in_the_file_deadletter_sink_once_beside_a_lake() {
+    let config = LAKE_WITH_REJECTS;
     let dir = project(
         config,
         &[("in/a.jsonl", "{\"id\":1}\nnot json\n{\"id\":2}\n")],
@@ -1025,25 +1028,7 @@ fn sync_evolves_the_schema_mid_pass_and_types_every_batch_after_it_with_the_new_
 
 #[test]
 fn fixed_deadletters_replay_into_the_lake_exactly_once() {
-    let config = "\
-pipelines:
-  p:
-    data_source: data_sources.f
-    data_sink: data_sinks.lake
-    deadletter_sink: deadletter_sinks.rejects
-data_sources:
-  f:
-    File:
-      path: in
-data_sinks:
-  lake:
-    Duckdb:
-      warehouse: file://./lake
-deadletter_sinks:
-  rejects:
-    File:
-      path: ./rejects
-";
+    let config = LAKE_WITH_REJECTS;
     let dir = project(
         config,
         &[("in/a.jsonl", "{\"id\":1}\n{\"id\": 3, oops}\n{\"id\":2}\n")],

@@ -628,36 +628,10 @@ impl Validator<'_> {
                 }
             },
         };
-        let buffer_threshold_bytes = match self.var("BUFFER_THRESHOLD_BYTES") {
-            None => DEFAULT_BUFFER_THRESHOLD_BYTES,
-            Some(v) => v
-                .trim()
-                .parse::<u64>()
-                .ok()
-                .filter(|n| *n > 0)
-                .ok_or_else(|| {
-                    self.invalid(
-                        &Origin::Var("BUFFER_THRESHOLD_BYTES".to_owned()),
-                        &v,
-                        "is not a positive number of bytes",
-                    )
-                })?,
-        };
-        let deliver_threshold_bytes = match self.var("DELIVER_THRESHOLD_BYTES") {
-            None => DEFAULT_DELIVER_THRESHOLD_BYTES,
-            Some(v) => v
-                .trim()
-                .parse::<u64>()
-                .ok()
-                .filter(|n| *n > 0)
-                .ok_or_else(|| {
-                    self.invalid(
-                        &Origin::Var("DELIVER_THRESHOLD_BYTES".to_owned()),
-                        &v,
-                        "is not a positive number of bytes",
-                    )
-                })?,
-        };
+        let buffer_threshold_bytes =
+            self.positive_bytes("BUFFER_THRESHOLD_BYTES", DEFAULT_BUFFER_THRESHOLD_BYTES)?;
+        let deliver_threshold_bytes =
+            self.positive_bytes("DELIVER_THRESHOLD_BYTES", DEFAULT_DELIVER_THRESHOLD_BYTES)?;
         Ok(Settings {
             tenant,
             workspace,
@@ -670,6 +644,25 @@ impl Validator<'_> {
             buffer_threshold_bytes,
             deliver_threshold_bytes,
         })
+    }
+
+    /// A byte count from the environment variable `var`, or `default` when it is unset.
+    fn positive_bytes(&self, var: &str, default: u64) -> Result<u64, ConfigError> {
+        match self.var(var) {
+            None => Ok(default),
+            Some(v) => v
+                .trim()
+                .parse::<u64>()
+                .ok()
+                .filter(|n| *n > 0)
+                .ok_or_else(|| {
+                    self.invalid(
+                        &Origin::Var(var.to_owned()),
+                        &v,
+                        "is not a positive number of bytes",
+                    )
+                }),
+        }
     }
 
     fn check_bucket(&self, key: &str, bucket: &str) -> Result<(), ConfigError> {

@@ -46,8 +46,6 @@ use iceberg::writer::file_writer::rolling_writer::RollingFileWriterBuilder;
 use iceberg::writer::{IcebergWriter, IcebergWriterBuilder};
 use iceberg::{ErrorKind, TableRequirement, TableUpdate};
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
-use parquet::basic::{Compression, ZstdLevel};
-use parquet::file::properties::WriterProperties;
 
 use super::expire::history;
 use super::{Policy, SUMMARY_MAINTENANCE, SUMMARY_SMALL_FILES, table_name};
@@ -323,12 +321,7 @@ async fn rewrite(
     let schema = Arc::clone(metadata.current_schema());
     let arrow = Arc::new(schema_to_arrow_schema(&schema)?);
     let spec = metadata.default_partition_spec();
-    let props = WriterProperties::builder()
-        .set_compression(Compression::ZSTD(ZstdLevel::try_new(1).map_err(|e| {
-            iceberg::Error::new(ErrorKind::Unexpected, e.to_string())
-        })?))
-        .set_max_row_group_row_count(Some(1 << 20))
-        .build();
+    let props = crate::sinks::iceberg::parquet_properties()?;
     let target = usize::try_from(policy.target_file_size).unwrap_or(usize::MAX);
     for bin in bins {
         let rows_in: u64 = bin.iter().map(|l| l.entry.record_count()).sum();
