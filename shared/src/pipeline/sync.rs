@@ -36,7 +36,7 @@ use crate::schema::{
     namespace_for,
 };
 use crate::state::{Condition, StateKey, StateStore};
-use crate::wal::{BatchId, BatchPart, DiskWal, ReadOnlyWal, WalOptions};
+use crate::wal::{BatchId, BatchPart, DiskWal, WalOptions};
 
 use super::discover::{schema_store, transform_options};
 use super::events::{Event, Observer};
@@ -937,27 +937,18 @@ impl<'a> Delivery<'a> {
         let dead = self.deadletters.as_ref().map(|d| d.sink);
         let pipeline = self.pipeline.to_owned();
         scope.spawn(move || {
-            let mut reader: Option<ReadOnlyWal> = None;
             while let Ok(job) = job_rx.recv() {
-                let wal_err = |source| PipelineError::Wal {
-                    pipeline: pipeline.clone(),
-                    source,
+                // The job's batches are committed and not reclaimed until it is done: read
+                // them by their listing entries, without scanning the WAL.
+                let mut read = |id: BatchId| match job.batches.iter().find(|b| b.id == id) {
+                    Some(meta) => crate::wal::read_committed(wal_dir, meta),
+                    None => Err(crate::wal::WalError::NotFound { batch: id }),
                 };
-                let result = (|| {
-                    let wal = match reader.as_mut() {
-                        Some(wal) => {
-                            wal.refresh().map_err(wal_err)?;
-                            wal
-                        }
-                        None => reader.insert(DiskWal::open_read_only(wal_dir).map_err(wal_err)?),
-                    };
-                    run_job(data, dead, &job, &mut |id| wal.read(id)).map_err(|source| {
-                        PipelineError::Sink {
-                            pipeline: pipeline.clone(),
-                            source: Box::new(source),
-                        }
-                    })
-                })();
+                let result =
+                    run_job(data, dead, &job, &mut read).map_err(|source| PipelineError::Sink {
+                        pipeline: pipeline.clone(),
+                        source: Box::new(source),
+                    });
                 if done_tx.send(result).is_err() {
                     break;
                 }

@@ -75,7 +75,7 @@ use std::path::PathBuf;
 
 use arrow::record_batch::RecordBatch;
 
-pub use disk::DiskWal;
+pub use disk::{DiskWal, read_committed};
 pub use error::WalError;
 pub use format::{
     FORMAT_VERSION, MAX_NAMESPACE_BYTES, MAX_PARTS, MAX_PAYLOAD_BYTES, MAX_POSITION_BYTES,
