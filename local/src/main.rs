@@ -37,45 +37,33 @@ fn main() -> ExitCode {
         Err(e) => {
             if mode == OutputMode::Json {
                 let (message, retryable) = (e.to_string(), e.is_retryable());
+                // The pipeline the error names, else the one the command line named.
+                let named =
+                    |flag: &Option<String>| e.pipeline().map(str::to_owned).or(flag.clone());
                 let event = match &cli.command {
                     Command::Discover(args) => Event::DiscoverError {
-                        pipeline: e
-                            .pipeline()
-                            .map(str::to_owned)
-                            .or_else(|| args.pipeline.pipeline.clone()),
+                        pipeline: named(&args.pipeline.pipeline),
                         message,
                         retryable,
                     },
                     Command::Schema(args) => Event::SchemaError {
-                        pipeline: e
-                            .pipeline()
-                            .map(str::to_owned)
-                            .or_else(|| args.pipeline.pipeline.clone()),
+                        pipeline: named(&args.pipeline.pipeline),
                         message,
                         retryable,
                     },
                     Command::Query(_) => Event::QueryError { message, retryable },
                     Command::Deadletters(DeadlettersCommand::Replay(args)) => Event::SyncError {
-                        pipeline: e
-                            .pipeline()
-                            .map(str::to_owned)
-                            .or_else(|| args.pipeline.pipeline.clone()),
+                        pipeline: named(&args.pipeline.pipeline),
                         message,
                         retryable,
                     },
                     Command::Maintain(args) => Event::MaintainError {
-                        pipeline: e
-                            .pipeline()
-                            .map(str::to_owned)
-                            .or_else(|| args.pipeline.pipeline.clone()),
+                        pipeline: named(&args.pipeline.pipeline),
                         message,
                         retryable,
                     },
                     Command::Sync(args) => Event::SyncError {
-                        pipeline: e
-                            .pipeline()
-                            .map(str::to_owned)
-                            .or_else(|| args.pipeline.clone()),
+                        pipeline: named(&args.pipeline),
                         message,
                         retryable,
                     },
