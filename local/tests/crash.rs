@@ -9,6 +9,10 @@
     reason = "a test binary: a failed set-up step should fail the test loudly"
 )]
 
+mod common;
+
+use common::Rng;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -16,22 +20,6 @@ use std::time::Duration;
 
 use arrow::array::{Array, Int32Array, Int64Array};
 use skipprd::wal::{DiskWal, WalOptions};
-
-/// A small deterministic generator (xorshift64*), so a failing run can be replayed by seed.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
 
 fn skipprd(dir: &Path) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_skipprd"));

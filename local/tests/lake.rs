@@ -17,6 +17,10 @@
     reason = "a test binary: a failed set-up step should fail the test loudly"
 )]
 
+mod common;
+
+use common::Rng;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -454,22 +458,6 @@ fn lake_tables_evolve_over_passes_and_read_back_in_duckdb_and_pyiceberg() {
 
 // ---------------------------------------------------------------------------------------------
 // Crashes: kill -9 at random moments, and every delivery failpoint.
-
-/// A small deterministic generator (xorshift64*), so a failing run can be replayed by seed.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
 
 /// Append `count` records with ids from `first` to `path`, noting the table each id must land
 /// in (`kind`, or the pipeline's own namespace `events` when `kind` is null). Now and then a
