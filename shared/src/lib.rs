@@ -4,6 +4,7 @@
 //! the binaries only parse their input and wire these pieces together. See
 //! `docs/architecture.md` for the module map and the I/O-edge traits.
 //!
+//! - [`aws`]: AWS clients from the standard configuration chain, and a request counter.
 //! - [`config`]: `skippr.yml` discovery, parsing, environment substitution, validation.
 //! - [`schema`]: type inference, the saved schema format, conversion of records to Arrow.
 //! - [`sources`]: connectors that read records (the File source first).
@@ -13,6 +14,7 @@
 //! - [`pipeline`]: the commands' core logic (`discover`), reporting progress through events.
 //! - [`query`]: SQL (DataFusion) over the batches committed in pipelines' WALs.
 
+pub mod aws;
 pub mod config;
 pub mod deadletter;
 pub mod pipeline;

@@ -36,7 +36,7 @@ use crate::schema::{
     namespace_for,
 };
 use crate::state::{Condition, StateKey, StateStore};
-use crate::wal::{BatchId, BatchPart, DiskWal, WalOptions};
+use crate::wal::{BatchId, BatchPart, DiskWal, Wal, WalOptions, WalReader};
 
 use super::discover::{schema_store, transform_options};
 use super::events::{Event, Observer};
@@ -153,8 +153,7 @@ pub fn sync_pass(
     let fence = Some(held.fence());
 
     // 2. Recover.
-    let (mut wal, recovery) =
-        DiskWal::open(&state_dir.join("wal"), options.wal.clone()).map_err(wal_err)?;
+    let (mut wal, recovery) = open_wal(&state_dir.join("wal"), options).map_err(wal_err)?;
     for warning in &recovery.warnings {
         tracing::warn!(pipeline = %name, "{warning}");
     }
@@ -233,7 +232,7 @@ pub fn sync_pass(
     )?;
     let mut report = SyncReport::default();
     if let Some(d) = delivery.as_mut() {
-        d.deliver(&mut wal, &schema, &mut report)?;
+        d.deliver(&mut *wal, &schema, &mut report)?;
     }
 
     // 4-7. Read, type, commit, record.
@@ -245,7 +244,7 @@ pub fn sync_pass(
             deadletter_sink.as_ref(),
             store,
             partition,
-            &wal,
+            &*wal,
             position.as_deref(),
         )?;
         let source: Box<dyn crate::sources::Source> = Box::new(
@@ -268,11 +267,11 @@ pub fn sync_pass(
     let mut reader_typer = crate::schema::JsonLineTyper::default();
     let mut typer = crate::schema::JsonLineTyper::default();
     let prepare = |batch| typing.prepare(batch, &mut reader_typer);
-    let wal_dir = state_dir.join("wal");
+    let wal_reader = wal.reader();
     let read_result = std::thread::scope(|scope| {
         // Deliveries during the pass run on their own thread, beside reading and committing.
         if let Some(d) = delivery.as_mut() {
-            d.start_worker(scope, &wal_dir);
+            d.start_worker(scope, wal_reader.clone());
         }
         let result = read_ahead_with(source, 2, prepare, |steps| -> Result<(), PipelineError> {
             for step in steps {
@@ -451,7 +450,7 @@ pub fn sync_pass(
                 // 8. Write to the destination once enough is outstanding (on the worker; and at
                 // the end of the pass).
                 if let Some(d) = delivery.as_mut() {
-                    d.poll(&mut wal, &schema, &mut report)?;
+                    d.poll(&mut *wal, &schema, &mut report)?;
                 }
                 if last_status.elapsed() >= options.progress_interval {
                     last_status = Instant::now();
@@ -475,7 +474,7 @@ pub fn sync_pass(
         // The worker finishes the job in hand (whose outcome is taken below, or redone by the
         // next pass) and ends when its queue closes.
         let finished = match (&result, delivery.as_mut()) {
-            (Ok(()), Some(d)) => d.wait_for_worker(&mut wal, &mut report),
+            (Ok(()), Some(d)) => d.wait_for_worker(&mut *wal, &mut report),
             _ => Ok(()),
         };
         if let Some(d) = delivery.as_mut() {
@@ -488,8 +487,8 @@ pub fn sync_pass(
         plan.set_aside(&replayed_now);
     }
     if let Some(d) = delivery.as_mut() {
-        d.deliver(&mut wal, &schema, &mut report)?;
-        report.pending = d.outstanding(&wal).len() as u64;
+        d.deliver(&mut *wal, &schema, &mut report)?;
+        report.pending = d.outstanding(&*wal).len() as u64;
     }
     drop(delivery);
     drop(sink);
@@ -509,6 +508,15 @@ pub fn sync_pass(
         seconds: (started.elapsed().as_secs_f64() * 1000.0).round() / 1000.0,
     });
     Ok(report)
+}
+
+/// Open the pipeline's WAL where the settings put it.
+fn open_wal(
+    dir: &std::path::Path,
+    options: &SyncOptions,
+) -> Result<(Box<dyn Wal>, crate::wal::Recovery), crate::wal::WalError> {
+    let (wal, recovery) = DiskWal::open(dir, options.wal.clone())?;
+    Ok((Box::new(wal), recovery))
 }
 
 /// Names of the failpoints of the pass (see [`crate::wal::failpoint`] for how to fire them).
@@ -759,7 +767,7 @@ impl<'a> Delivery<'a> {
     }
 
     /// Committed batches some sink has not acknowledged.
-    fn outstanding(&self, wal: &DiskWal) -> Vec<crate::wal::BatchMeta> {
+    fn outstanding(&self, wal: &dyn Wal) -> Vec<crate::wal::BatchMeta> {
         let acked = self.acked();
         wal.batches()
             .iter()
@@ -768,7 +776,7 @@ impl<'a> Delivery<'a> {
             .collect()
     }
 
-    fn outstanding_bytes(&self, wal: &DiskWal) -> u64 {
+    fn outstanding_bytes(&self, wal: &dyn Wal) -> u64 {
         let acked = self.acked();
         wal.batches()
             .iter()
@@ -792,7 +800,7 @@ impl<'a> Delivery<'a> {
     /// is repaired by the next pass: see `docs/commit-protocol.md`.
     fn deliver(
         &mut self,
-        wal: &mut DiskWal,
+        wal: &mut dyn Wal,
         schema: &PipelineSchema,
         report: &mut SyncReport,
     ) -> Result<(), PipelineError> {
@@ -814,7 +822,7 @@ impl<'a> Delivery<'a> {
             return Ok(());
         };
         let outcome = {
-            let wal_ref: &DiskWal = wal;
+            let wal_ref: &dyn Wal = wal;
             run_job(
                 self.data.as_ref().map(|d| d.sink),
                 self.deadletters.as_ref().map(|d| d.sink),
@@ -830,7 +838,7 @@ impl<'a> Delivery<'a> {
     }
 
     /// The outstanding batches as a job, or `None` when there are none.
-    fn job(&self, wal: &DiskWal, schema: &PipelineSchema) -> Option<Job> {
+    fn job(&self, wal: &dyn Wal, schema: &PipelineSchema) -> Option<Job> {
         let batches = self.outstanding(wal);
         if batches.is_empty() {
             return None;
@@ -847,7 +855,7 @@ impl<'a> Delivery<'a> {
     fn complete(
         &mut self,
         outcome: Outcome,
-        wal: &mut DiskWal,
+        wal: &mut dyn Wal,
         report: &mut SyncReport,
     ) -> Result<(), PipelineError> {
         let pipeline = self.pipeline.to_owned();
@@ -895,7 +903,7 @@ impl<'a> Delivery<'a> {
 
     /// Before the WAL forgets batches through `through`: record the deadletter files they
     /// replayed in the state store (`replayed#{file}`), so a file is never replayed twice.
-    fn keep_replay_markers(&self, wal: &DiskWal, through: u64) -> Result<(), PipelineError> {
+    fn keep_replay_markers(&self, wal: &dyn Wal, through: u64) -> Result<(), PipelineError> {
         let pipeline = self.pipeline.to_owned();
         for meta in wal.batches().iter().filter(|b| b.id.0 <= through) {
             if !meta.parts.iter().any(|p| p.namespace == REPLAYED_NAMESPACE) {
@@ -927,7 +935,7 @@ impl<'a> Delivery<'a> {
     fn start_worker<'scope>(
         &mut self,
         scope: &'scope std::thread::Scope<'scope, '_>,
-        wal_dir: &'scope std::path::Path,
+        reader: Arc<dyn WalReader>,
     ) where
         'a: 'scope,
     {
@@ -941,7 +949,7 @@ impl<'a> Delivery<'a> {
                 // The job's batches are committed and not reclaimed until it is done: read
                 // them by their listing entries, without scanning the WAL.
                 let mut read = |id: BatchId| match job.batches.iter().find(|b| b.id == id) {
-                    Some(meta) => crate::wal::read_committed(wal_dir, meta),
+                    Some(meta) => reader.read_committed(meta),
                     None => Err(crate::wal::WalError::NotFound { batch: id }),
                 };
                 let result =
@@ -966,7 +974,7 @@ impl<'a> Delivery<'a> {
     /// thus make one Iceberg commit and few, large data files).
     fn poll(
         &mut self,
-        wal: &mut DiskWal,
+        wal: &mut dyn Wal,
         schema: &PipelineSchema,
         report: &mut SyncReport,
     ) -> Result<(), PipelineError> {
@@ -1003,7 +1011,7 @@ impl<'a> Delivery<'a> {
     /// Wait for the job in hand, if any, and complete it.
     fn wait_for_worker(
         &mut self,
-        wal: &mut DiskWal,
+        wal: &mut dyn Wal,
         report: &mut SyncReport,
     ) -> Result<(), PipelineError> {
         let Some(worker) = self.worker.as_mut() else {
@@ -1142,7 +1150,7 @@ impl ReplayPlan {
         deadletters: Option<&crate::sinks::deadletter::FileDeadletterSink>,
         store: &dyn StateStore,
         partition: &str,
-        wal: &DiskWal,
+        wal: &dyn Wal,
         position: Option<&[u8]>,
     ) -> Result<Self, PipelineError> {
         let name = pipeline.name.clone();

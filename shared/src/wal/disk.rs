@@ -688,3 +688,51 @@ impl DiskWal {
             .collect()
     }
 }
+
+/// [`DiskWal::reader`]: reads by listing entry from the WAL directory.
+#[derive(Debug, Clone)]
+struct DiskReader {
+    dir: PathBuf,
+}
+
+impl super::WalReader for DiskReader {
+    fn read_committed(&self, meta: &BatchMeta) -> Result<Vec<BatchPart>, WalError> {
+        read_committed(&self.dir, meta)
+    }
+}
+
+impl super::Wal for DiskWal {
+    fn append(&mut self, position: &[u8], parts: &[BatchPart]) -> Result<BatchMeta, WalError> {
+        DiskWal::append(self, position, parts)
+    }
+
+    fn batches(&self) -> &[BatchMeta] {
+        DiskWal::batches(self)
+    }
+
+    fn last_position(&self) -> Option<&[u8]> {
+        DiskWal::last_position(self)
+    }
+
+    fn next_id(&self) -> BatchId {
+        DiskWal::next_id(self)
+    }
+
+    fn read(&self, id: BatchId) -> Result<Vec<BatchPart>, WalError> {
+        DiskWal::read(self, id)
+    }
+
+    fn reclaim_through(&mut self, id: BatchId) -> Result<u64, WalError> {
+        DiskWal::reclaim_through(self, id)
+    }
+
+    fn reader(&self) -> std::sync::Arc<dyn super::WalReader> {
+        std::sync::Arc::new(DiskReader {
+            dir: self.dir.clone(),
+        })
+    }
+
+    fn location(&self) -> String {
+        self.dir.display().to_string()
+    }
+}

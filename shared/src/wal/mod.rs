@@ -82,6 +82,39 @@ pub use format::{
 };
 pub use read_only::ReadOnlyWal;
 
+/// A write-ahead log as the pipeline uses it, whatever holds it: segment files on disk
+/// ([`DiskWal`]) or objects in S3 ([`s3::S3Wal`]). The guarantees are the same: when
+/// [`Wal::append`] returns `Ok` the batch is committed and survives a crash; batch ids grow by
+/// one and are never reused; only [`Wal::reclaim_through`] deletes committed data.
+pub trait Wal: Send {
+    /// Append a batch and make it durable (see [`DiskWal::append`]).
+    fn append(&mut self, position: &[u8], parts: &[BatchPart]) -> Result<BatchMeta, WalError>;
+    /// Committed batches that have not been reclaimed, ascending by id.
+    fn batches(&self) -> &[BatchMeta];
+    /// The position of the newest committed batch, even after it was reclaimed; `None` when
+    /// no batch was ever committed.
+    fn last_position(&self) -> Option<&[u8]>;
+    /// The id the next appended batch gets.
+    fn next_id(&self) -> BatchId;
+    /// Read a committed, unreclaimed batch back, verifying its checksum again.
+    fn read(&self, id: BatchId) -> Result<Vec<BatchPart>, WalError>;
+    /// Reclaim every batch up to and including `id` (acknowledged by the destination);
+    /// returns how many files or objects were deleted.
+    fn reclaim_through(&mut self, id: BatchId) -> Result<u64, WalError>;
+    /// A reader of committed batches by their listing entries, for another thread (the
+    /// delivery thread) while this handle goes on appending.
+    fn reader(&self) -> std::sync::Arc<dyn WalReader>;
+    /// Where the WAL lives, for messages: a directory or an `s3://` prefix.
+    fn location(&self) -> String;
+}
+
+/// Reads committed batches, given their [`BatchMeta`] (see [`Wal::reader`]).
+pub trait WalReader: Send + Sync {
+    /// Read the batch `meta` lists, verifying its checksums. The batch must be committed and
+    /// stay unreclaimed while this runs.
+    fn read_committed(&self, meta: &BatchMeta) -> Result<Vec<BatchPart>, WalError>;
+}
+
 /// A batch's id: stable, assigned by the WAL in order from 1, never reused for a committed
 /// batch (not after a restart, and not after its segment is reclaimed). Displays as `b{n}`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]

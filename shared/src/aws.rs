@@ -1,0 +1,335 @@
+//! AWS clients for the AWS backends (S3 source and WAL, DynamoDB store, Glue catalog, Athena).
+//!
+//! Every client comes from one [`Aws`] handle, built once per process (per Lambda init) from
+//! aws-config's default chain, so the same code talks to AWS in production and to a local
+//! server in tests:
+//!
+//! - **region**: the connector's `region` when given, else `AWS_REGION` / the profile;
+//! - **credentials**: the standard chain (environment, profile and SSO, web identity, ECS and
+//!   EC2 instance metadata); nothing is read from `skippr.yml`;
+//! - **endpoint**: `AWS_ENDPOINT_URL`, or a per-service `AWS_ENDPOINT_URL_<SERVICE>` (for example
+//!   `AWS_ENDPOINT_URL_S3`), or a connector's `endpoint`. S3 uses path-style addressing
+//!   whenever an endpoint other than AWS's own is set (local servers such as moto or MinIO
+//!   serve buckets by path);
+//! - **retries**: the SDK's standard mode (exponential backoff with jitter on throttling,
+//!   5xx and transport errors): `AWS_MAX_ATTEMPTS` (default 3) and `AWS_RETRY_MODE` tune it.
+//!   An error that survives the retries is reported with [`SdkFailure::retryable`] set when a
+//!   later attempt may still succeed.
+//!
+//! The core is synchronous (threads, not tasks): [`Aws::block_on`] runs an SDK call to the end
+//! on the handle's own small Tokio runtime. It may be called from any thread, including a
+//! thread of another Tokio runtime (the Lambda handler's): then the call runs on a helper
+//! thread, since a runtime cannot be entered twice.
+//!
+//! Every request the clients send is counted per service ([`Aws::requests`]), so a pass can
+//! report what it cost in API calls (see `bench/run`).
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::{Arc, Mutex};
+
+use aws_config::BehaviorVersion;
+use aws_sdk_s3::config::interceptors::BeforeTransmitInterceptorContextRef;
+use aws_sdk_s3::config::{ConfigBag, Intercept, RuntimeComponents};
+use aws_smithy_types::error::metadata::ProvideErrorMetadata;
+
+/// An AWS call that failed after the SDK's retries: what it was, and whether trying again later
+/// may succeed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SdkFailure {
+    /// The service's error code (`NoSuchKey`, `ConditionalCheckFailedException`, ...) or, for
+    /// errors that never reached the service, `timeout` / `dispatch` / `response`.
+    pub code: String,
+    /// The HTTP status, when a response came back.
+    pub status: Option<u16>,
+    /// The error with its context, one line.
+    pub message: String,
+    /// Throttling, a 5xx, a timeout or a transport error: a later attempt may succeed.
+    pub retryable: bool,
+}
+
+impl fmt::Display for SdkFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.status {
+            Some(status) => write!(f, "{} (HTTP {status}): {}", self.code, self.message),
+            None => write!(f, "{}: {}", self.code, self.message),
+        }
+    }
+}
+
+/// Error codes AWS services use for throttling.
+const THROTTLING_CODES: &[&str] = &[
+    "Throttling",
+    "ThrottlingException",
+    "ThrottledException",
+    "RequestThrottledException",
+    "TooManyRequestsException",
+    "ProvisionedThroughputExceededException",
+    "TransactionInProgressException",
+    "RequestLimitExceeded",
+    "BandwidthLimitExceeded",
+    "LimitExceededException",
+    "RequestThrottled",
+    "SlowDown",
+    "PriorRequestNotComplete",
+    "EC2ThrottledException",
+    "InternalError",
+    "InternalFailure",
+    "ServiceUnavailable",
+];
+
+impl SdkFailure {
+    /// Classify an SDK error.
+    pub fn from_sdk<E, R>(error: &aws_sdk_s3::error::SdkError<E, R>) -> SdkFailure
+    where
+        E: ProvideErrorMetadata + std::error::Error + 'static,
+        R: fmt::Debug + HasStatus,
+    {
+        use aws_sdk_s3::error::SdkError;
+        let message = aws_sdk_s3::error::DisplayErrorContext(error).to_string();
+        match error {
+            SdkError::ConstructionFailure(_) => SdkFailure {
+                code: "construction".into(),
+                status: None,
+                message,
+                retryable: false,
+            },
+            SdkError::TimeoutError(_) => SdkFailure {
+                code: "timeout".into(),
+                status: None,
+                message,
+                retryable: true,
+            },
+            SdkError::DispatchFailure(_) => SdkFailure {
+                code: "dispatch".into(),
+                status: None,
+                message,
+                retryable: true,
+            },
+            SdkError::ResponseError(e) => {
+                let status = e.raw().status_code();
+                SdkFailure {
+                    code: "response".into(),
+                    status: Some(status),
+                    message,
+                    retryable: status >= 500 || status == 429,
+                }
+            }
+            SdkError::ServiceError(e) => {
+                let status = e.raw().status_code();
+                let code = e.err().code().unwrap_or("unknown").to_owned();
+                let retryable =
+                    status >= 500 || status == 429 || THROTTLING_CODES.contains(&code.as_str());
+                SdkFailure {
+                    code,
+                    status: Some(status),
+                    message,
+                    retryable,
+                }
+            }
+            _ => SdkFailure {
+                code: "unknown".into(),
+                status: None,
+                message,
+                retryable: true,
+            },
+        }
+    }
+}
+
+/// A raw HTTP response with a status code (what the SDK's errors carry).
+pub trait HasStatus {
+    /// The HTTP status code.
+    fn status_code(&self) -> u16;
+}
+
+impl HasStatus for aws_smithy_runtime_api::http::Response {
+    fn status_code(&self) -> u16 {
+        self.status().as_u16()
+    }
+}
+
+/// Counts requests per service.
+#[derive(Debug, Default)]
+struct Counter {
+    by_service: Mutex<BTreeMap<String, u64>>,
+}
+
+#[derive(Debug)]
+struct Counting {
+    service: &'static str,
+    counter: Arc<Counter>,
+}
+
+impl Intercept for Counting {
+    fn name(&self) -> &'static str {
+        "skipprd-request-counter"
+    }
+
+    fn read_before_transmit(
+        &self,
+        _context: &BeforeTransmitInterceptorContextRef<'_>,
+        _runtime_components: &RuntimeComponents,
+        _cfg: &mut ConfigBag,
+    ) -> Result<(), aws_smithy_runtime_api::box_error::BoxError> {
+        if let Ok(mut map) = self.counter.by_service.lock() {
+            *map.entry(self.service.to_owned()).or_default() += 1;
+        }
+        Ok(())
+    }
+}
+
+/// Why the AWS configuration could not be built.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum AwsError {
+    /// The runtime for SDK calls could not be started.
+    #[error("cannot start the runtime for AWS calls: {0}")]
+    Runtime(#[source] std::io::Error),
+    /// No region is configured.
+    #[error(
+        "no AWS region is set: set AWS_REGION (or a profile's region), or `region` on the connector"
+    )]
+    NoRegion,
+}
+
+/// The shared SDK configuration, the runtime SDK calls run on, and the request counter.
+#[derive(Clone)]
+pub struct Aws {
+    config: aws_config::SdkConfig,
+    runtime: Arc<tokio::runtime::Runtime>,
+    counter: Arc<Counter>,
+}
+
+impl fmt::Debug for Aws {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Aws")
+            .field("region", &self.config.region())
+            .field("endpoint_url", &self.config.endpoint_url())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Aws {
+    /// Load the configuration from the environment (see the module docs); `region` overrides
+    /// the environment's.
+    pub fn load(region: Option<&str>) -> Result<Aws, AwsError> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("skipprd-aws")
+            .enable_all()
+            .build()
+            .map_err(AwsError::Runtime)?;
+        let mut loader = aws_config::defaults(BehaviorVersion::latest());
+        if let Some(region) = region {
+            loader = loader.region(aws_config::Region::new(region.to_owned()));
+        }
+        let config = runtime.block_on(loader.load());
+        if config.region().is_none() {
+            return Err(AwsError::NoRegion);
+        }
+        Ok(Aws {
+            config,
+            runtime: Arc::new(runtime),
+            counter: Arc::default(),
+        })
+    }
+
+    /// The same configuration in another region (clients built from it share the runtime and
+    /// the request counter).
+    pub fn with_region(&self, region: &str) -> Aws {
+        let config = self
+            .config
+            .to_builder()
+            .region(aws_config::Region::new(region.to_owned()))
+            .build();
+        Aws {
+            config,
+            runtime: self.runtime.clone(),
+            counter: self.counter.clone(),
+        }
+    }
+
+    /// The region.
+    pub fn region(&self) -> Option<&str> {
+        self.config.region().map(|r| r.as_ref())
+    }
+
+    fn counting(&self, service: &'static str) -> Counting {
+        Counting {
+            service,
+            counter: self.counter.clone(),
+        }
+    }
+
+    /// An S3 client; `endpoint` overrides the environment's endpoint (a connector's
+    /// `endpoint`). Path-style addressing is used with any endpoint other than AWS's.
+    pub fn s3(&self, endpoint: Option<&str>) -> aws_sdk_s3::Client {
+        let mut builder =
+            aws_sdk_s3::config::Builder::from(&self.config).interceptor(self.counting("s3"));
+        let custom_endpoint = endpoint.is_some()
+            || self.config.endpoint_url().is_some()
+            || std::env::var_os("AWS_ENDPOINT_URL_S3").is_some();
+        if let Some(endpoint) = endpoint {
+            builder = builder.endpoint_url(endpoint);
+        }
+        if custom_endpoint {
+            builder = builder.force_path_style(true);
+        }
+        aws_sdk_s3::Client::from_conf(builder.build())
+    }
+
+    /// A DynamoDB client.
+    pub fn dynamodb(&self) -> aws_sdk_dynamodb::Client {
+        let conf = aws_sdk_dynamodb::config::Builder::from(&self.config)
+            .interceptor(self.counting("dynamodb"))
+            .build();
+        aws_sdk_dynamodb::Client::from_conf(conf)
+    }
+
+    /// A Glue client.
+    pub fn glue(&self) -> aws_sdk_glue::Client {
+        let conf = aws_sdk_glue::config::Builder::from(&self.config)
+            .interceptor(self.counting("glue"))
+            .build();
+        aws_sdk_glue::Client::from_conf(conf)
+    }
+
+    /// An Athena client.
+    pub fn athena(&self) -> aws_sdk_athena::Client {
+        let conf = aws_sdk_athena::config::Builder::from(&self.config)
+            .interceptor(self.counting("athena"))
+            .build();
+        aws_sdk_athena::Client::from_conf(conf)
+    }
+
+    /// Requests sent so far, per service (`s3`, `dynamodb`, `glue`, `athena`), retries included.
+    pub fn requests(&self) -> BTreeMap<String, u64> {
+        self.counter
+            .by_service
+            .lock()
+            .map(|m| m.clone())
+            .unwrap_or_default()
+    }
+
+    /// Run `future` (an SDK call) to completion from synchronous code.
+    pub fn block_on<F>(&self, future: F) -> F::Output
+    where
+        F: std::future::Future + Send,
+        F::Output: Send,
+    {
+        if tokio::runtime::Handle::try_current().is_ok() {
+            // Inside another runtime (a Lambda handler's blocking section): a runtime cannot
+            // be entered from one of its own or another runtime's threads, so use a helper thread.
+            std::thread::scope(|scope| {
+                let runtime = &self.runtime;
+                match scope.spawn(move || runtime.block_on(future)).join() {
+                    Ok(output) => output,
+                    Err(panic) => std::panic::resume_unwind(panic),
+                }
+            })
+        } else {
+            self.runtime.block_on(future)
+        }
+    }
+}
