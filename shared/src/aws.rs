@@ -333,3 +333,38 @@ impl Aws {
         }
     }
 }
+
+#[cfg(test)]
+pub(crate) mod testing {
+    //! The local AWS of the tests: the moto server `tests/run` starts.
+
+    use super::Aws;
+
+    /// The [`Aws`] handle pointed at the test server. Fails, naming the fix, when the
+    /// server is not there (run the tests through `bash tests/run`).
+    pub(crate) fn moto() -> Aws {
+        let endpoint = std::env::var("SKIPPR_TEST_AWS_ENDPOINT").unwrap_or_default();
+        assert!(
+            !endpoint.is_empty(),
+            "SKIPPR_TEST_AWS_ENDPOINT is not set: the AWS tests need the moto server that `bash tests/run` starts (or start `moto_server -H 127.0.0.1 -p PORT` and export SKIPPR_TEST_AWS_ENDPOINT and AWS_ENDPOINT_URL=http://127.0.0.1:PORT, AWS_REGION, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY)"
+        );
+        assert_eq!(
+            std::env::var("AWS_ENDPOINT_URL").ok().as_deref(),
+            Some(endpoint.as_str()),
+            "AWS_ENDPOINT_URL must point at the test server too"
+        );
+        Aws::load(Some("us-east-1")).unwrap()
+    }
+
+    /// A fresh bucket with a unique name.
+    pub(crate) fn bucket(aws: &Aws, stem: &str) -> String {
+        let name = format!(
+            "{stem}-{}",
+            uuid::Uuid::new_v4().simple().to_string()[..12].to_owned()
+        );
+        let client = aws.s3(None);
+        aws.block_on(async { client.create_bucket().bucket(&name).send().await })
+            .unwrap();
+        name
+    }
+}

@@ -74,6 +74,14 @@ pub enum PipelineError {
         /// What went wrong.
         source: crate::state::StateError,
     },
+    /// The AWS configuration could not be loaded (no region, runtime).
+    #[error("pipeline '{pipeline}': AWS: {message}")]
+    Aws {
+        /// The pipeline.
+        pipeline: String,
+        /// What went wrong.
+        message: String,
+    },
     /// A file or directory of the pipeline's state could not be created or read.
     #[error("pipeline '{pipeline}': {path}: {message}")]
     Io {
@@ -110,6 +118,7 @@ impl PipelineError {
             | PipelineError::NothingRead { pipeline, .. }
             | PipelineError::State { pipeline, .. }
             | PipelineError::Io { pipeline, .. }
+            | PipelineError::Aws { pipeline, .. }
             | PipelineError::Wal { pipeline, .. }
             | PipelineError::Sink { pipeline, .. }
             | PipelineError::Maintain { pipeline, .. } => Some(pipeline),
@@ -123,7 +132,9 @@ impl PipelineError {
             PipelineError::Config(e) => e.is_retryable(),
             PipelineError::Source { source, .. } => source.is_retryable(),
             PipelineError::Schema { source, .. } => source.is_retryable(),
-            PipelineError::NothingRead { .. } | PipelineError::Io { .. } => false,
+            PipelineError::NothingRead { .. }
+            | PipelineError::Io { .. }
+            | PipelineError::Aws { .. } => false,
             PipelineError::State { source, .. } => source.is_retryable(),
             PipelineError::Wal { source, .. } => source.is_retryable(),
             PipelineError::Sink { source, .. } | PipelineError::Maintain { source, .. } => {

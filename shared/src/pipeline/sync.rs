@@ -60,6 +60,9 @@ pub struct SyncOptions {
     /// source (`skipprd deadletters replay`): each file's records go through typing, the WAL
     /// and the destination like any others, and the file moves to `replayed/`.
     pub replay: bool,
+    /// The AWS handle for the AWS backends (built once per process; loaded from the
+    /// environment on first need when `None`).
+    pub aws: Option<crate::aws::Aws>,
 }
 
 impl Default for SyncOptions {
@@ -70,6 +73,7 @@ impl Default for SyncOptions {
             progress_interval: Duration::from_millis(500),
             wal: WalOptions::default(),
             replay: false,
+            aws: None,
         }
     }
 }
@@ -116,14 +120,6 @@ pub fn sync_pass(
     let started = Instant::now();
     let name = pipeline.name.clone();
     let settings = &config.settings;
-    if settings.wal_storage == WalStorage::S3 {
-        return Err(ConfigError::UnsupportedSetting {
-            setting: "WAL_STORAGE".into(),
-            value: "s3".into(),
-            note: Some("the S3 WAL comes with the AWS backends; use `disk`".into()),
-        }
-        .into());
-    }
     if let StoreKind::Dynamodb { .. } = settings.store {
         return Err(ConfigError::UnsupportedSetting {
             setting: "skippr.store.type".into(),
@@ -153,23 +149,35 @@ pub fn sync_pass(
     let fence = Some(held.fence());
 
     // 2. Recover.
-    let (mut wal, recovery) = open_wal(&state_dir.join("wal"), options).map_err(wal_err)?;
-    for warning in &recovery.warnings {
-        tracing::warn!(pipeline = %name, "{warning}");
-    }
     let position_key = StateKey::new(partition.as_str(), POSITION_SORT_KEY);
-    // The recorded position names the newest WAL batch it follows. When that is the WAL's
-    // newest committed batch, the record is current (it may even be newer than the WAL's
-    // position: a batch whose every record was rejected moves the position without a WAL
-    // batch). Otherwise a crash came between a WAL commit and the position update, and the
-    // WAL, which carries the position each batch reached, is the authority.
-    let newest = wal.next_id().0.saturating_sub(1);
     let recorded = store
         .get(&position_key)
         .map_err(state_err)?
         .map(|item| decode_position(&position_key, &item.value))
         .transpose()
         .map_err(state_err)?;
+    let wal_dir = state_dir.join("wal");
+    let (mut wal, recovery) = open_wal(
+        WalPlace {
+            settings,
+            pipeline: &name,
+            dir: &wal_dir,
+            store,
+            partition,
+            fence,
+            recorded_through: recorded.as_ref().map_or(0, |(batch, _)| *batch),
+        },
+        options,
+    )?;
+    for warning in &recovery.warnings {
+        tracing::warn!(pipeline = %name, "{warning}");
+    }
+    // The recorded position names the newest WAL batch it follows. When that is the WAL's
+    // newest committed batch, the record is current (it may even be newer than the WAL's
+    // position: a batch whose every record was rejected moves the position without a WAL
+    // batch). Otherwise a crash came between a WAL commit and the position update, and the
+    // WAL, which carries the position each batch reached, is the authority.
+    let newest = wal.next_id().0.saturating_sub(1);
     let position: Option<Vec<u8>> = match recorded {
         Some((batch, bytes)) if batch == newest => Some(bytes),
         _ => match wal.last_position() {
@@ -510,13 +518,72 @@ pub fn sync_pass(
     Ok(report)
 }
 
-/// Open the pipeline's WAL where the settings put it.
-fn open_wal(
-    dir: &std::path::Path,
+/// What [`open_wal`] needs to know.
+struct WalPlace<'a> {
+    settings: &'a crate::config::validate::Settings,
+    pipeline: &'a str,
+    /// The disk WAL's directory.
+    dir: &'a std::path::Path,
+    store: &'a dyn StateStore,
+    partition: &'a str,
+    fence: Option<crate::state::Fence>,
+    /// The newest batch id whose position the state store recorded.
+    recorded_through: u64,
+}
+
+/// Open the pipeline's WAL where the settings put it: segment files under the state
+/// directory, or objects under `wal/{tenant}/{workspace}/{pipeline}/` in the WAL bucket.
+fn open_wal<'a>(
+    place: WalPlace<'a>,
     options: &SyncOptions,
-) -> Result<(Box<dyn Wal>, crate::wal::Recovery), crate::wal::WalError> {
-    let (wal, recovery) = DiskWal::open(dir, options.wal.clone())?;
-    Ok((Box::new(wal), recovery))
+) -> Result<(Box<dyn Wal + 'a>, crate::wal::Recovery), PipelineError> {
+    let wal_err = |source| PipelineError::Wal {
+        pipeline: place.pipeline.to_owned(),
+        source,
+    };
+    match place.settings.wal_storage {
+        WalStorage::Disk => {
+            let (wal, recovery) = DiskWal::open(place.dir, options.wal.clone()).map_err(wal_err)?;
+            Ok((Box::new(wal), recovery))
+        }
+        WalStorage::S3 => {
+            let settings = place.settings;
+            let bucket = settings
+                .wal_s3_bucket
+                .clone()
+                .or_else(|| settings.skippr_s3_bucket.clone())
+                .ok_or_else(|| ConfigError::UnsupportedSetting {
+                    setting: "WAL_STORAGE".into(),
+                    value: "s3".into(),
+                    note: Some(
+                        "the S3 WAL needs a bucket: set skippr.wal_s3_bucket (SKIPPR_WAL_S3_BUCKET) or skippr.skippr_s3_bucket (SKIPPR_S3_BUCKET)"
+                            .into(),
+                    ),
+                })?;
+            let aws = match &options.aws {
+                Some(aws) => aws.clone(),
+                None => crate::aws::Aws::load(None).map_err(|e| PipelineError::Aws {
+                    pipeline: place.pipeline.to_owned(),
+                    message: e.to_string(),
+                })?,
+            };
+            let prefix = format!(
+                "wal/{}/{}/{}/",
+                settings.tenant, settings.workspace, place.pipeline
+            );
+            let (wal, recovery) = crate::wal::s3::S3Wal::open(crate::wal::s3::S3WalConfig {
+                aws,
+                bucket,
+                prefix,
+                store: place.store,
+                partition: place.partition.to_owned(),
+                fence: place.fence,
+                recorded_through: place.recorded_through,
+            })
+            .map_err(wal_err)?;
+            Ok((Box::new(wal), recovery))
+        }
+    }
 }
 
 /// Names of the failpoints of the pass (see [`crate::wal::failpoint`] for how to fire them).

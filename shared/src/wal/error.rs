@@ -132,6 +132,36 @@ pub enum WalError {
         reason: String,
     },
 
+    /// An S3 request of the S3 WAL failed (after the SDK's retries).
+    #[error("cannot {op} `{uri}`: {failure}")]
+    ObjectStore {
+        /// What was being done: "read", "write", "delete", "list".
+        op: &'static str,
+        /// The object (or the WAL prefix, for a listing).
+        uri: String,
+        /// The SDK's error, classified.
+        failure: Box<crate::aws::SdkFailure>,
+    },
+
+    /// The state store refused or failed a write of the S3 WAL (its watermark, or the fenced
+    /// claim before replacing an orphaned body): a lease taken over reads as `Fenced`.
+    #[error("WAL state: {source}")]
+    State {
+        /// The store's error.
+        #[source]
+        source: crate::state::StateError,
+    },
+
+    /// Another writer (one whose lease was taken over) wrote this S3 WAL object at the same
+    /// batch id first: this append is not committed. The next pass recovers.
+    #[error(
+        "`{uri}` was written by another writer at the same batch id (a writer whose lease was taken over); this batch is not committed, the next pass recovers"
+    )]
+    CommitRace {
+        /// The object.
+        uri: String,
+    },
+
     /// A failpoint fired (unit tests only; a build with the `failpoints` feature aborts instead).
     #[error("failpoint `{name}` fired")]
     Failpoint {
@@ -154,6 +184,9 @@ impl WalError {
                     | io::ErrorKind::StorageFull
                     | io::ErrorKind::ResourceBusy
             ),
+            WalError::ObjectStore { failure, .. } => failure.retryable,
+            WalError::State { source } => source.is_retryable(),
+            WalError::CommitRace { .. } => true,
             WalError::Corrupt { .. }
             | WalError::BadMagic { .. }
             | WalError::UnsupportedVersion { .. }

@@ -67,6 +67,9 @@ mod error;
 pub mod failpoint;
 mod format;
 mod read_only;
+pub mod s3;
+#[cfg(test)]
+mod s3_tests;
 #[cfg(test)]
 mod tests;
 

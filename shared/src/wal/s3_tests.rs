@@ -1,0 +1,452 @@
+//! The S3 WAL against a real S3 API (the moto server `tests/run` starts): appends, reopen,
+//! reclaim, and each defect `docs/wal.md` lists, made by writing or deleting objects directly.
+
+use std::sync::Arc;
+
+use arrow::array::{Int64Array, RecordBatch, StringArray};
+use arrow::datatypes::{DataType, Field, Schema};
+
+use super::s3::{S3Wal, S3WalConfig, WATERMARK_SORT_KEY};
+use super::*;
+use crate::aws::Aws;
+use crate::aws::testing::{bucket, moto};
+use crate::state::{
+    Condition, Fence, LEASE_SORT_KEY, MemoryStore, StateError, StateKey, StateStore,
+};
+
+const PARTITION: &str = "t#w#p";
+const PREFIX: &str = "wal/t/w/p/";
+
+fn rows(n: usize, seed: i64) -> RecordBatch {
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("n", DataType::Int64, false),
+        Field::new("s", DataType::Utf8, false),
+    ]));
+    let a: Int64Array = (0..n as i64).map(|i| seed * 1000 + i).collect();
+    let s: StringArray = (0..n).map(|i| Some(format!("row {seed}-{i}"))).collect();
+    RecordBatch::try_new(schema, vec![Arc::new(a), Arc::new(s)]).unwrap()
+}
+
+fn parts(seed: i64) -> Vec<BatchPart> {
+    vec![
+        BatchPart {
+            namespace: "orders".into(),
+            schema_version: 1,
+            batch: rows(5, seed),
+        },
+        BatchPart {
+            namespace: "refunds".into(),
+            schema_version: 2,
+            batch: rows(2, seed + 100),
+        },
+    ]
+}
+
+struct Fixture {
+    aws: Aws,
+    bucket: String,
+    store: MemoryStore,
+    fence: Fence,
+}
+
+impl Fixture {
+    fn new() -> Fixture {
+        let aws = moto();
+        let bucket = bucket(&aws, "wal");
+        let store = MemoryStore::default();
+        let token = store
+            .put(
+                &StateKey::new(PARTITION, LEASE_SORT_KEY),
+                b"me",
+                Condition::Absent,
+                None,
+            )
+            .unwrap();
+        Fixture {
+            aws,
+            bucket,
+            store,
+            fence: Fence { token },
+        }
+    }
+
+    fn open_with(&self, recorded_through: u64) -> Result<(S3Wal<'_>, Recovery), WalError> {
+        S3Wal::open(S3WalConfig {
+            aws: self.aws.clone(),
+            bucket: self.bucket.clone(),
+            prefix: PREFIX.into(),
+            store: &self.store,
+            partition: PARTITION.into(),
+            fence: Some(self.fence),
+            recorded_through,
+        })
+    }
+
+    fn open(&self) -> (S3Wal<'_>, Recovery) {
+        self.open_with(0).unwrap()
+    }
+
+    fn objects(&self) -> Vec<String> {
+        let client = self.aws.s3(None);
+        let out = self
+            .aws
+            .block_on(async {
+                client
+                    .list_objects_v2()
+                    .bucket(&self.bucket)
+                    .prefix(PREFIX)
+                    .send()
+                    .await
+            })
+            .unwrap();
+        out.contents()
+            .iter()
+            .filter_map(|o| o.key())
+            .map(|k| k.trim_start_matches(PREFIX).to_owned())
+            .collect()
+    }
+
+    fn put(&self, name: &str, bytes: Vec<u8>) {
+        let client = self.aws.s3(None);
+        self.aws
+            .block_on(async {
+                client
+                    .put_object()
+                    .bucket(&self.bucket)
+                    .key(format!("{PREFIX}{name}"))
+                    .body(bytes.into())
+                    .send()
+                    .await
+            })
+            .unwrap();
+    }
+
+    fn get(&self, name: &str) -> Vec<u8> {
+        let client = self.aws.s3(None);
+        self.aws.block_on(async {
+            let out = client
+                .get_object()
+                .bucket(&self.bucket)
+                .key(format!("{PREFIX}{name}"))
+                .send()
+                .await
+                .unwrap();
+            out.body.collect().await.unwrap().into_bytes().to_vec()
+        })
+    }
+
+    fn delete(&self, name: &str) {
+        let client = self.aws.s3(None);
+        self.aws
+            .block_on(async {
+                client
+                    .delete_object()
+                    .bucket(&self.bucket)
+                    .key(format!("{PREFIX}{name}"))
+                    .send()
+                    .await
+            })
+            .unwrap();
+    }
+}
+
+fn ids(wal: &dyn Wal) -> Vec<u64> {
+    wal.batches().iter().map(|b| b.id.0).collect()
+}
+
+#[test]
+fn batches_survive_reopen_and_read_back_exactly() {
+    let f = Fixture::new();
+    let (mut wal, recovery) = f.open();
+    assert_eq!(recovery.batches, 0);
+    assert_eq!(wal.next_id(), BatchId(1));
+    for seed in 1..=3 {
+        let meta = wal
+            .append(format!("pos {seed}").as_bytes(), &parts(seed))
+            .unwrap();
+        assert_eq!(meta.id, BatchId(seed as u64));
+        assert_eq!(meta.parts[0].rows, 5);
+    }
+    assert_eq!(
+        f.objects(),
+        [
+            "b00000000000000000001.batch",
+            "b00000000000000000001.commit",
+            "b00000000000000000002.batch",
+            "b00000000000000000002.commit",
+            "b00000000000000000003.batch",
+            "b00000000000000000003.commit",
+        ]
+    );
+    drop(wal);
+    let (wal, recovery) = f.open();
+    assert_eq!(recovery.batches, 3);
+    assert!(recovery.warnings.is_empty(), "{:?}", recovery.warnings);
+    assert_eq!(ids(&wal), [1, 2, 3]);
+    assert_eq!(wal.last_position(), Some(&b"pos 3"[..]));
+    assert_eq!(wal.next_id(), BatchId(4));
+    let back = wal.read(BatchId(2)).unwrap();
+    assert_eq!(back, parts(2));
+    // The delivery thread's reader reads by listing entry.
+    let reader = wal.reader();
+    assert_eq!(reader.read_committed(&wal.batches()[2]).unwrap(), parts(3));
+    assert_eq!(wal.batches()[1].parts[1].namespace, "refunds");
+    assert_eq!(wal.batches()[1].parts[1].schema_version, 2);
+}
+
+#[test]
+fn reclaim_deletes_objects_and_ids_are_never_reused() {
+    let f = Fixture::new();
+    let (mut wal, _) = f.open();
+    for seed in 1..=3 {
+        wal.append(format!("pos {seed}").as_bytes(), &parts(seed))
+            .unwrap();
+    }
+    assert!(matches!(
+        wal.reclaim_through(BatchId(4)),
+        Err(WalError::ReclaimAhead { .. })
+    ));
+    assert_eq!(wal.reclaim_through(BatchId(2)).unwrap(), 4);
+    assert_eq!(ids(&wal), [3]);
+    assert_eq!(
+        f.objects(),
+        [
+            "b00000000000000000003.batch",
+            "b00000000000000000003.commit"
+        ]
+    );
+    assert_eq!(wal.reclaim_through(BatchId(3)).unwrap(), 2);
+    assert!(f.objects().is_empty());
+    drop(wal);
+    let (mut wal, recovery) = f.open();
+    assert_eq!(recovery.batches, 0);
+    assert_eq!(wal.next_id(), BatchId(4), "ids go on after a full reclaim");
+    assert_eq!(wal.last_position(), Some(&b"pos 3"[..]));
+    assert_eq!(wal.append(b"pos 4", &parts(4)).unwrap().id, BatchId(4));
+}
+
+#[test]
+fn an_interrupted_reclaim_is_finished_on_open() {
+    let f = Fixture::new();
+    let (mut wal, _) = f.open();
+    for seed in 1..=3 {
+        wal.append(format!("pos {seed}").as_bytes(), &parts(seed))
+            .unwrap();
+    }
+    drop(wal);
+    // The watermark was written, then the process died before deleting anything.
+    let mut value = 2u64.to_le_bytes().to_vec();
+    value.extend_from_slice(b"pos 3");
+    f.store
+        .put(
+            &StateKey::new(PARTITION, WATERMARK_SORT_KEY),
+            &value,
+            Condition::Any,
+            None,
+        )
+        .unwrap();
+    let (wal, recovery) = f.open();
+    assert_eq!(ids(&wal), [3]);
+    assert_eq!(recovery.warnings.len(), 1, "{:?}", recovery.warnings);
+    assert!(recovery.warnings[0].contains("interrupted reclaim"));
+    assert_eq!(
+        f.objects(),
+        [
+            "b00000000000000000003.batch",
+            "b00000000000000000003.commit"
+        ]
+    );
+}
+
+/// docs/wal.md: a body without its marker is a torn append. Not committed; discarded; the id
+/// is used again.
+#[test]
+fn a_body_without_marker_is_discarded_and_its_id_reused() {
+    let f = Fixture::new();
+    let (mut wal, _) = f.open();
+    wal.append(b"pos 1", &parts(1)).unwrap();
+    wal.append(b"pos 2", &parts(2)).unwrap();
+    drop(wal);
+    f.delete("b00000000000000000002.commit");
+    let (mut wal, recovery) = f.open_with(1).unwrap();
+    assert_eq!(ids(&wal), [1]);
+    assert_eq!(wal.last_position(), Some(&b"pos 1"[..]));
+    assert!(
+        recovery.warnings.iter().any(|w| w.contains("torn append")),
+        "{:?}",
+        recovery.warnings
+    );
+    assert_eq!(
+        f.objects(),
+        [
+            "b00000000000000000001.batch",
+            "b00000000000000000001.commit"
+        ]
+    );
+    let meta = wal.append(b"pos 2 again", &parts(22)).unwrap();
+    assert_eq!(meta.id, BatchId(2));
+    assert_eq!(wal.read(BatchId(2)).unwrap(), parts(22));
+}
+
+/// docs/wal.md: a marker that does not match its body (a writer whose lease was taken over
+/// wrote one of the two) is not a commit: discarded while the source never moved past it,
+/// corruption once it did.
+#[test]
+fn a_marker_that_does_not_match_its_body_is_torn_or_corrupt_by_the_recorded_position() {
+    let f = Fixture::new();
+    let (mut wal, _) = f.open();
+    wal.append(b"pos 1", &parts(1)).unwrap();
+    wal.append(b"pos 2", &parts(2)).unwrap();
+    drop(wal);
+    // Another writer's body of the same size, different content: swap the body.
+    let body = f.get("b00000000000000000002.batch");
+    let mut other = body.clone();
+    let last = other.len() - 1;
+    other[last] ^= 0x01;
+    f.put("b00000000000000000002.batch", other);
+
+    let err = f.open_with(2).unwrap_err();
+    assert!(matches!(err, WalError::Corrupt { .. }), "{err}");
+    let msg = err.to_string();
+    assert!(
+        msg.contains("b00000000000000000002.batch") && msg.contains("already recorded past it"),
+        "{msg}"
+    );
+    assert!(!err.is_retryable());
+
+    let (wal, recovery) = f.open_with(1).unwrap();
+    assert_eq!(ids(&wal), [1]);
+    assert!(
+        recovery.warnings.iter().any(|w| w.contains("b2")),
+        "{:?}",
+        recovery.warnings
+    );
+    assert_eq!(f.objects().len(), 2);
+}
+
+/// docs/wal.md: a marker without its body cannot come from our own reclaim (markers go
+/// first); it is a torn append above the recorded position, corruption at or below it.
+#[test]
+fn a_marker_without_body_is_torn_or_corrupt_by_the_recorded_position() {
+    let f = Fixture::new();
+    let (mut wal, _) = f.open();
+    wal.append(b"pos 1", &parts(1)).unwrap();
+    wal.append(b"pos 2", &parts(2)).unwrap();
+    drop(wal);
+    f.delete("b00000000000000000002.batch");
+    let err = f.open_with(2).unwrap_err();
+    assert!(matches!(err, WalError::Corrupt { .. }), "{err}");
+    let (mut wal, recovery) = f.open_with(1).unwrap();
+    assert_eq!(ids(&wal), [1]);
+    assert_eq!(recovery.warnings.len(), 1, "{:?}", recovery.warnings);
+    assert_eq!(wal.append(b"pos 2", &parts(2)).unwrap().id, BatchId(2));
+}
+
+#[test]
+fn a_missing_batch_in_the_middle_is_a_gap() {
+    let f = Fixture::new();
+    let (mut wal, _) = f.open();
+    for seed in 1..=3 {
+        wal.append(format!("pos {seed}").as_bytes(), &parts(seed))
+            .unwrap();
+    }
+    drop(wal);
+    f.delete("b00000000000000000002.batch");
+    f.delete("b00000000000000000002.commit");
+    let err = f.open_with(3).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            WalError::SegmentGap {
+                expected: BatchId(2),
+                found: BatchId(3),
+                ..
+            }
+        ),
+        "{err}"
+    );
+}
+
+/// A writer whose lease was taken over left a body at the next id after this writer opened:
+/// the append proves it still holds the lease (a fenced write), replaces the body, commits.
+/// With a stale fence it refuses instead.
+#[test]
+fn an_orphaned_body_at_the_next_id_is_replaced_only_under_the_lease() {
+    let f = Fixture::new();
+    let (mut wal, _) = f.open();
+    wal.append(b"pos 1", &parts(1)).unwrap();
+    f.put(
+        "b00000000000000000002.batch",
+        b"left by an older writer".to_vec(),
+    );
+    let meta = wal.append(b"pos 2", &parts(2)).unwrap();
+    assert_eq!(meta.id, BatchId(2));
+    assert_eq!(wal.read(BatchId(2)).unwrap(), parts(2));
+
+    // The lease moves on; this handle's fence is stale.
+    f.store
+        .put(
+            &StateKey::new(PARTITION, LEASE_SORT_KEY),
+            b"new holder",
+            Condition::Any,
+            None,
+        )
+        .unwrap();
+    f.put(
+        "b00000000000000000003.batch",
+        b"left by an older writer".to_vec(),
+    );
+    let err = wal.append(b"pos 3", &parts(3)).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            WalError::State {
+                source: StateError::Fenced { .. }
+            }
+        ),
+        "{err}"
+    );
+    assert_eq!(
+        f.get("b00000000000000000003.batch"),
+        b"left by an older writer"
+    );
+}
+
+/// Two writers at one id: the marker is written with `If-None-Match: *`, so the second
+/// writer's commit fails and its batch is not committed.
+#[test]
+fn a_marker_written_first_by_another_writer_fails_the_commit() {
+    let f = Fixture::new();
+    let (mut wal, _) = f.open();
+    wal.append(b"pos 1", &parts(1)).unwrap();
+    f.put("b00000000000000000002.commit", b"{}".to_vec());
+    let err = wal.append(b"pos 2", &parts(2)).unwrap_err();
+    assert!(matches!(err, WalError::CommitRace { .. }), "{err}");
+    assert!(err.is_retryable());
+    assert_eq!(ids(&wal), [1]);
+}
+
+/// S3 enforces `If-None-Match: *`: a batch id can be written once.
+#[test]
+fn s3_refuses_a_second_put_of_the_same_body() {
+    let f = Fixture::new();
+    let client = f.aws.s3(None);
+    let put = |body: &'static [u8]| {
+        f.aws
+            .block_on(async {
+                client
+                    .put_object()
+                    .bucket(&f.bucket)
+                    .key("x")
+                    .if_none_match("*")
+                    .body(body.to_vec().into())
+                    .send()
+                    .await
+            })
+            .map_err(|e| crate::aws::SdkFailure::from_sdk(&e))
+    };
+    put(b"first").unwrap();
+    let failure = put(b"second").unwrap_err();
+    assert_eq!(failure.status, Some(412), "{failure}");
+    assert!(!failure.retryable);
+}
