@@ -214,6 +214,7 @@ fn describe(event: &Event) -> Option<String> {
             pending,
             delivered,
             seconds,
+            aws_requests,
         } => {
             let mut line = format!(
                 "Synced '{pipeline}': {rows} row{} in {batches} batch{}, {deadletters} rejected, {} read in {seconds:.2} s",
@@ -232,6 +233,13 @@ fn describe(event: &Event) -> Option<String> {
             }
             if *pending > 0 {
                 line.push_str(&format!("; {pending} batches not yet delivered"));
+            }
+            if !aws_requests.is_empty() {
+                let calls: Vec<String> = aws_requests
+                    .iter()
+                    .map(|(s, n)| format!("{s} {n}"))
+                    .collect();
+                line.push_str(&format!("; AWS requests: {}", calls.join(", ")));
             }
             line
         }

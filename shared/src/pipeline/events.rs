@@ -132,6 +132,9 @@ pub enum Event {
         files_failed: u64,
         /// Wall time.
         seconds: f64,
+        /// AWS requests sent, per service (absent without AWS backends).
+        #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+        aws_requests: std::collections::BTreeMap<String, u64>,
     },
     /// A `sync` pass failed.
     SyncError {

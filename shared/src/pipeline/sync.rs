@@ -97,6 +97,9 @@ pub struct SyncReport {
     pub stopped: bool,
     /// Files skipped because they could not be read (tried again next pass).
     pub files_failed: u64,
+    /// AWS requests the pass sent, per service (`s3`, `dynamodb`, `glue`, `athena`); empty
+    /// without AWS backends.
+    pub aws_requests: BTreeMap<String, u64>,
 }
 
 /// The sort key of the source position item.
@@ -143,6 +146,14 @@ pub fn sync_pass(
         source,
     };
 
+    // The AWS backends share one handle (built once per process when the caller passes one),
+    // whose request counter reports what the pass cost.
+    let aws = pass_aws(settings, options).map_err(|e| PipelineError::Aws {
+        pipeline: name.clone(),
+        message: e.to_string(),
+    })?;
+    let requests_before = aws.as_ref().map(crate::aws::Aws::requests);
+
     // 1. Lease (the store is opened under it).
     let held = Held::take(settings, pipeline, options.lease_wait)?;
     let (store, partition, state_dir) = (&held.store, &held.partition, &held.state_dir);
@@ -166,6 +177,7 @@ pub fn sync_pass(
             partition,
             fence,
             recorded_through: recorded.as_ref().map_or(0, |(batch, _)| *batch),
+            aws: aws.as_ref(),
         },
         options,
     )?;
@@ -471,7 +483,9 @@ pub fn sync_pass(
                         deadletters: report.deadletters,
                     });
                 }
-                wait_for_disk(&disk_dir, &name, &options.stop);
+                if settings.wal_storage == WalStorage::Disk {
+                    wait_for_disk(&disk_dir, &name, &options.stop);
+                }
                 if options.stop.load(Ordering::SeqCst) {
                     report.stopped = true;
                     return Ok(());
@@ -504,6 +518,9 @@ pub fn sync_pass(
     // closed (redb admits one process at a time).
     drop(wal);
     drop(held);
+    if let (Some(aws), Some(before)) = (&aws, &requests_before) {
+        report.aws_requests = requests_since(aws, before);
+    }
     observer.event(&Event::SyncComplete {
         pipeline: name.clone(),
         rows: report.rows,
@@ -514,8 +531,36 @@ pub fn sync_pass(
         pending: report.pending,
         files_failed: report.files_failed,
         seconds: (started.elapsed().as_secs_f64() * 1000.0).round() / 1000.0,
+        aws_requests: report.aws_requests.clone(),
     });
     Ok(report)
+}
+
+/// The AWS handle of a pass whose backends need one: the caller's, or one loaded from the
+/// environment.
+fn pass_aws(
+    settings: &crate::config::validate::Settings,
+    options: &SyncOptions,
+) -> Result<Option<crate::aws::Aws>, crate::aws::AwsError> {
+    let needed = settings.wal_storage == WalStorage::S3
+        || matches!(settings.store, StoreKind::Dynamodb { .. });
+    match (&options.aws, needed) {
+        (Some(aws), _) => Ok(Some(aws.clone())),
+        (None, true) => crate::aws::Aws::load(None).map(Some),
+        (None, false) => Ok(None),
+    }
+}
+
+/// Requests per service since `before`.
+fn requests_since(aws: &crate::aws::Aws, before: &BTreeMap<String, u64>) -> BTreeMap<String, u64> {
+    aws.requests()
+        .into_iter()
+        .map(|(service, n)| {
+            let was = before.get(&service).copied().unwrap_or(0);
+            (service, n - was)
+        })
+        .filter(|(_, n)| *n > 0)
+        .collect()
 }
 
 /// What [`open_wal`] needs to know.
@@ -529,6 +574,8 @@ struct WalPlace<'a> {
     fence: Option<crate::state::Fence>,
     /// The newest batch id whose position the state store recorded.
     recorded_through: u64,
+    /// The pass's AWS handle, when a backend needs one.
+    aws: Option<&'a crate::aws::Aws>,
 }
 
 /// Open the pipeline's WAL where the settings put it: segment files under the state
@@ -560,19 +607,16 @@ fn open_wal<'a>(
                             .into(),
                     ),
                 })?;
-            let aws = match &options.aws {
-                Some(aws) => aws.clone(),
-                None => crate::aws::Aws::load(None).map_err(|e| PipelineError::Aws {
-                    pipeline: place.pipeline.to_owned(),
-                    message: e.to_string(),
-                })?,
-            };
+            let aws = place.aws.ok_or_else(|| PipelineError::Aws {
+                pipeline: place.pipeline.to_owned(),
+                message: "no AWS configuration was loaded for the S3 WAL".into(),
+            })?;
             let prefix = format!(
                 "wal/{}/{}/{}/",
                 settings.tenant, settings.workspace, place.pipeline
             );
             let (wal, recovery) = crate::wal::s3::S3Wal::open(crate::wal::s3::S3WalConfig {
-                aws,
+                aws: aws.clone(),
                 bucket,
                 prefix,
                 store: place.store,
@@ -700,7 +744,8 @@ fn decode_position(
 /// full; resume at 80%.
 fn wait_for_disk(dir: &std::path::Path, pipeline: &str, stop: &AtomicBool) {
     let Ok(stats) = fs4::statvfs(dir) else { return };
-    let used = |s: &fs4::FsStats| 1.0 - s.available_space() as f64 / s.total_space().max(1) as f64;
+    let used =
+        |s: &fs4::FsStats| disk_used_fraction(s.total_space(), s.free_space(), s.available_space());
     if stats.available_space() >= DISK_MIN_FREE && used(&stats) < 0.9 {
         return;
     }
@@ -718,6 +763,14 @@ fn wait_for_disk(dir: &std::path::Path, pipeline: &str, stop: &AtomicBool) {
         }
     }
     tracing::info!(pipeline, "Disk space recovered: reading resumes.");
+}
+
+/// How full a file system is, as `df` reports it: used blocks over the blocks an ordinary
+/// user could have (used + available), so blocks reserved for root do not count as used.
+fn disk_used_fraction(total: u64, free: u64, available: u64) -> f64 {
+    let used = total.saturating_sub(free) as f64;
+    let usable = used + available as f64;
+    if usable <= 0.0 { 0.0 } else { used / usable }
 }
 
 /// Step 8 of the pass: deliver committed batches, acknowledge them, reclaim them.
@@ -1291,5 +1344,24 @@ impl ReplayPlan {
                 tracing::warn!(file = %from.display(), error = %e, "Could not move a replayed deadletter file aside; it stays marked as replayed.");
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::disk_used_fraction;
+
+    /// Regression: the guard took `1 - available / total` for the used share, which counts
+    /// the blocks reserved for root (and any gap between size and used + available) as used.
+    /// On a 252 GB disk with 70 GB used and 22 GB available (`df`: 77%) it read 91% and
+    /// paused every pass.
+    #[test]
+    fn the_disk_guard_reads_usage_as_df_does() {
+        const G: u64 = 1 << 30;
+        let share = disk_used_fraction(252 * G, 182 * G, 22 * G);
+        assert!((share - 70.0 / 92.0).abs() < 1e-9, "{share}");
+        assert!(share < 0.8);
+        assert!(disk_used_fraction(100 * G, 5 * G, 0) > 0.99);
+        assert_eq!(disk_used_fraction(0, 0, 0), 0.0);
     }
 }

@@ -1,0 +1,354 @@
+//! `skipprd sync` on the AWS backends against a real local AWS API: the moto server that
+//! `tests/run` starts (`SKIPPR_TEST_AWS_ENDPOINT`), with a fault-injecting proxy
+//! (`tests/aws/fault_proxy.py`) in front of it where a test needs throttling and 5xx.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "a test binary: a failed set-up step should fail the test loudly"
+)]
+
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// The moto server of `tests/run`, or a failure naming the fix.
+fn endpoint() -> String {
+    let endpoint = std::env::var("SKIPPR_TEST_AWS_ENDPOINT").unwrap_or_default();
+    assert!(
+        !endpoint.is_empty(),
+        "SKIPPR_TEST_AWS_ENDPOINT is not set: the AWS tests need the moto server that `bash tests/run` starts"
+    );
+    endpoint
+}
+
+fn aws() -> skipprd::aws::Aws {
+    endpoint();
+    skipprd::aws::Aws::load(Some("us-east-1")).unwrap()
+}
+
+fn new_bucket(aws: &skipprd::aws::Aws, stem: &str) -> String {
+    let name = format!("{stem}-{}-{}", std::process::id(), rand_suffix());
+    let client = aws.s3(None);
+    aws.block_on(async { client.create_bucket().bucket(&name).send().await })
+        .unwrap();
+    name
+}
+
+fn rand_suffix() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos() as u64,
+    );
+    h.finish() % 1_000_000
+}
+
+/// The fault proxy, stopped on drop.
+struct Proxy {
+    child: Child,
+    url: String,
+}
+
+impl Proxy {
+    fn start(args: &[&str]) -> Proxy {
+        let dir = tempfile::tempdir().unwrap();
+        let port_file = dir.path().join("port");
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/aws/fault_proxy.py");
+        let python = std::env::var("SKIPPR_TEST_PYTHON").unwrap_or_else(|_| "python3".into());
+        let child = Command::new(python)
+            .arg(script)
+            .arg(endpoint())
+            .arg(&port_file)
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let started = Instant::now();
+        while !port_file.exists() {
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "the fault proxy did not start"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let port = std::fs::read_to_string(&port_file).unwrap();
+        Proxy {
+            child,
+            url: format!("http://127.0.0.1:{}", port.trim()),
+        }
+    }
+
+    /// (requests seen, faults injected).
+    fn counts(&self) -> (u64, u64) {
+        let out = Command::new("python3")
+            .args([
+                "-c",
+                &format!(
+                    "import urllib.request;print(urllib.request.urlopen('{}/_faults').read().decode())",
+                    self.url
+                ),
+            ])
+            .output()
+            .unwrap();
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+        (
+            v["requests"].as_u64().unwrap(),
+            v["faults"].as_u64().unwrap(),
+        )
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+const CONFIG: &str = "\
+pipelines:
+  events:
+    data_source: data_sources.files
+    data_sink: data_sinks.lake
+data_sources:
+  files:
+    File:
+      path: input
+      batch_size: 40
+data_sinks:
+  lake:
+    Duckdb:
+      warehouse: file://./lake
+      table_namespace: ns
+";
+
+fn project() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("skippr.yml"), CONFIG).unwrap();
+    std::fs::create_dir_all(dir.path().join("input")).unwrap();
+    dir
+}
+
+fn write_records(project: &Path, file: &str, ids: std::ops::Range<u64>) {
+    let text: String = ids
+        .map(|id| format!("{{\"id\":{id},\"name\":\"row {id}\"}}\n"))
+        .collect();
+    std::fs::write(project.join("input").join(file), text).unwrap();
+}
+
+fn skipprd(project: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_skipprd"))
+        .current_dir(project)
+        .args(args)
+        .env_remove("SKIPPR_CONFIG_FILE")
+        .env_remove("DATA_DIR")
+        .env_remove("PIPELINE_NAME")
+        .env_remove("DELIVER_THRESHOLD_BYTES")
+        .envs(env.iter().copied())
+        .output()
+        .unwrap()
+}
+
+fn events(out: &Output) -> Vec<Value> {
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+fn event(out: &Output, name: &str) -> Value {
+    events(out)
+        .into_iter()
+        .find(|e| e["event"] == name)
+        .unwrap_or_else(|| {
+            panic!(
+                "no {name} event; stdout: {} stderr: {}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            )
+        })
+}
+
+/// `(count(*), count(distinct id), sum(id))` of the landed table.
+fn landed(project: &Path) -> (u64, u64, u64) {
+    let out = skipprd(
+        project,
+        &[
+            "query",
+            "--plain",
+            "-s",
+            "select count(*) as n, count(distinct id) as d, sum(id) as s from events",
+        ],
+        &[],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let row = &v["rows"][0];
+    (
+        row[0].as_u64().unwrap(),
+        row[1].as_u64().unwrap(),
+        row[2].as_u64().unwrap_or(0),
+    )
+}
+
+fn s3_wal_objects(aws: &skipprd::aws::Aws, bucket: &str) -> i32 {
+    let client = aws.s3(None);
+    aws.block_on(async {
+        client
+            .list_objects_v2()
+            .bucket(bucket)
+            .prefix("wal/")
+            .send()
+            .await
+    })
+    .unwrap()
+    .key_count()
+    .unwrap_or(0)
+}
+
+/// Every third request to S3 fails with `503 SlowDown` or `500 InternalError`: the SDK's
+/// standard retry mode retries them with backoff, and every row lands exactly once.
+#[test]
+fn throttling_and_5xx_from_s3_are_retried_and_nothing_is_lost() {
+    let aws = aws();
+    let bucket = new_bucket(&aws, "faults");
+    let proxy = Proxy::start(&["--every", "3"]);
+    let dir = project();
+    let env = [
+        ("WAL_STORAGE", "s3"),
+        ("SKIPPR_WAL_S3_BUCKET", bucket.as_str()),
+        ("AWS_ENDPOINT_URL", proxy.url.as_str()),
+        ("AWS_MAX_ATTEMPTS", "4"),
+    ];
+    write_records(dir.path(), "a.jsonl", 0..300);
+    let out = skipprd(dir.path(), &["sync", "--once", "--output", "json"], &env);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let done = event(&out, "sync_complete");
+    assert_eq!(done["rows"], 300);
+    assert_eq!(done["pending"], 0);
+    write_records(dir.path(), "b.jsonl", 300..500);
+    let out = skipprd(dir.path(), &["sync", "--once", "--output", "json"], &env);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (requests, faults) = proxy.counts();
+    assert!(faults >= 5, "{faults} faults in {requests} requests");
+    assert_eq!(landed(dir.path()), (500, 500, (0..500).sum()));
+    assert_eq!(
+        s3_wal_objects(&aws, &bucket),
+        0,
+        "delivered batches are reclaimed"
+    );
+    println!("S3 faults: {faults} injected in {requests} requests; 500 rows landed once");
+}
+
+/// When S3 keeps failing, the pass fails, says so naming the object, and reports the error
+/// as retryable; the next pass (S3 back) lands everything once.
+#[test]
+fn an_s3_that_keeps_failing_is_reported_as_retryable_and_the_next_pass_recovers() {
+    let aws = aws();
+    let bucket = new_bucket(&aws, "down");
+    let dir = project();
+    write_records(dir.path(), "a.jsonl", 0..100);
+    {
+        let proxy = Proxy::start(&["--always"]);
+        let env = [
+            ("WAL_STORAGE", "s3"),
+            ("SKIPPR_WAL_S3_BUCKET", bucket.as_str()),
+            ("AWS_ENDPOINT_URL", proxy.url.as_str()),
+            ("AWS_MAX_ATTEMPTS", "2"),
+        ];
+        let out = skipprd(dir.path(), &["sync", "--once", "--output", "json"], &env);
+        assert_eq!(out.status.code(), Some(1));
+        let error = event(&out, "sync_error");
+        assert_eq!(error["retryable"], true, "{error}");
+        let message = error["message"].as_str().unwrap();
+        assert!(
+            message.contains(&format!("s3://{bucket}/wal/default/default/events/"))
+                && (message.contains("SlowDown") || message.contains("InternalError")),
+            "{message}"
+        );
+    }
+    let env = [
+        ("WAL_STORAGE", "s3"),
+        ("SKIPPR_WAL_S3_BUCKET", bucket.as_str()),
+    ];
+    let out = skipprd(dir.path(), &["sync", "--once", "--output", "json"], &env);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(landed(dir.path()), (100, 100, (0..100).sum()));
+}
+
+/// The cost model, measured: an idle pass costs a constant number of requests, and a batch
+/// a constant number whatever its row count.
+#[test]
+fn an_idle_pass_and_a_batch_cost_a_constant_number_of_requests() {
+    let aws = aws();
+    let bucket = new_bucket(&aws, "cost");
+    let env = [
+        ("WAL_STORAGE", "s3"),
+        ("SKIPPR_WAL_S3_BUCKET", bucket.as_str()),
+    ];
+    let requests = |out: &Output| -> u64 {
+        let done = event(out, "sync_complete");
+        done["aws_requests"]
+            .as_object()
+            .map_or(0, |m| m.values().filter_map(Value::as_u64).sum())
+    };
+    let mut per_batch = Vec::new();
+    for (rows, dir) in [(200u64, project()), (2000u64, project())] {
+        // Same batch count (5) whatever the rows: batches close on the byte threshold.
+        let config = CONFIG.replace("batch_size: 40", &format!("batch_size: {}", rows / 5));
+        std::fs::write(dir.path().join("skippr.yml"), config).unwrap();
+        write_records(dir.path(), "a.jsonl", 0..rows);
+        let busy = skipprd(dir.path(), &["sync", "--once", "--output", "json"], &env);
+        assert!(
+            busy.status.success(),
+            "{}",
+            String::from_utf8_lossy(&busy.stderr)
+        );
+        let batches = event(&busy, "sync_complete")["batches"].as_u64().unwrap();
+        assert_eq!(batches, 5);
+        let idle = skipprd(dir.path(), &["sync", "--once", "--output", "json"], &env);
+        assert!(
+            idle.status.success(),
+            "{}",
+            String::from_utf8_lossy(&idle.stderr)
+        );
+        let idle_requests = requests(&idle);
+        assert!(
+            (1..=3).contains(&idle_requests),
+            "an idle pass sent {idle_requests} requests"
+        );
+        per_batch.push((requests(&busy) - idle_requests) as f64 / batches as f64);
+        println!(
+            "{rows} rows in {batches} batches: {} requests, idle pass {idle_requests}: {:?}",
+            requests(&busy),
+            event(&idle, "sync_complete")["aws_requests"]
+        );
+    }
+    assert_eq!(
+        per_batch[0], per_batch[1],
+        "requests per batch must not depend on rows"
+    );
+}
