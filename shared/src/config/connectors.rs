@@ -373,7 +373,7 @@ connector_set! {
         /// Iceberg tables whose catalog pointers live in the state store. Exactly once.
         SkipprLake(SkipprLakeSinkConfig) = true,
         /// Iceberg tables in S3 registered in AWS Glue, queryable by Athena. Exactly once.
-        AthenaIceberg(AthenaIcebergSinkConfig) = false,
+        AthenaIceberg(AthenaIcebergSinkConfig) = true,
         /// Iceberg tables on a local `file://` warehouse, readable by DuckDB. Exactly once.
         Duckdb(DuckdbSinkConfig) = true,
         /// PostgreSQL tables. Exactly once.

@@ -10,7 +10,7 @@ use futures::TryStreamExt;
 use iceberg::Catalog;
 use iceberg::spec::{PrimitiveType, Type};
 
-use super::catalog::{HadoopPointer, Pointer, VERSION_HINT};
+use super::catalog::{Current, HadoopPointer, Pointer, TableRef, VERSION_HINT};
 use super::*;
 use crate::schema::{Field, FieldType, NamespaceSchema};
 use crate::wal::{DiskWal, WalOptions};
@@ -311,7 +311,14 @@ fn the_hadoop_pointer_rolls_forward_past_a_stale_hint_and_refuses_a_taken_versio
     let schema = pipeline_schema(&[("a", vec![Field::new("id", FieldType::Int)])]);
     f.wal.append(b"p1", &[part("a", ids_batch(0..2))])?;
     f.deliver_all(&schema)?;
-    let dir = f.sink.catalog().table_dir(&f.sink.table_ident("a"));
+    let ident = f.sink.table_ident("a");
+    let dir = f.sink.catalog().table_dir(&ident);
+    let location = f.sink.catalog().table_location(&ident);
+    let at = TableRef {
+        ident: &ident,
+        location: &location,
+    };
+    let current = || f.sink.block_on(HadoopPointer.current(at));
     let hint = dir.join("metadata").join(VERSION_HINT);
     assert_eq!(
         std::fs::read_to_string(&hint)?,
@@ -321,17 +328,18 @@ fn the_hadoop_pointer_rolls_forward_past_a_stale_hint_and_refuses_a_taken_versio
 
     // A crash between the metadata link and the hint: the hint says 1.
     std::fs::write(&hint, "1")?;
-    let (version, location) = HadoopPointer.current(&dir)?.ok_or("no table")?;
-    assert_eq!(version, 2);
+    let read = current()?.ok_or("no table")?;
+    assert_eq!(read.version, 2);
     assert!(
-        location.ends_with("/metadata/v2.metadata.json"),
-        "{location}"
+        read.location.ends_with("/metadata/v2.metadata.json"),
+        "{}",
+        read.location
     );
     // A damaged hint falls back to listing.
     std::fs::write(&hint, "garbage")?;
-    assert_eq!(HadoopPointer.current(&dir)?.map(|c| c.0), Some(2));
+    assert_eq!(current()?.map(|c| c.version), Some(2));
     std::fs::remove_file(&hint)?;
-    assert_eq!(HadoopPointer.current(&dir)?.map(|c| c.0), Some(2));
+    assert_eq!(current()?.map(|c| c.version), Some(2));
 
     // Commits go on after all that.
     f.wal.append(b"p2", &[part("a", ids_batch(2..4))])?;
@@ -342,8 +350,15 @@ fn the_hadoop_pointer_rolls_forward_past_a_stale_hint_and_refuses_a_taken_versio
     // Publishing a version that exists is a retryable conflict, and leaves it untouched.
     let table = f.table("a")?;
     let before = std::fs::read(dir.join("metadata/v3.metadata.json"))?;
-    let err = HadoopPointer
-        .publish(&dir, 3, table.metadata())
+    let v2 = Current::new(2, format!("{location}/metadata/v2.metadata.json"));
+    let err = f
+        .sink
+        .block_on(HadoopPointer.publish(
+            f.sink.catalog().file_io(),
+            at,
+            Some(&v2),
+            table.metadata(),
+        ))
         .err()
         .ok_or("published over an existing version")?;
     assert_eq!(err.kind(), iceberg::ErrorKind::CatalogCommitConflicts);
@@ -517,7 +532,14 @@ fn a_skipprlake_table_keeps_its_pointer_in_the_catalog_store_and_swaps_it_by_cas
     assert_eq!(f.count("a")?, 6);
 
     let dir = warehouse.join("ns/a");
-    let (version, location) = pointer.current(&dir)?.ok_or("no pointer")?;
+    let ident = f.sink.table_ident("a");
+    let table_location = format!("file://{}", dir.display());
+    let at = TableRef {
+        ident: &ident,
+        location: &table_location,
+    };
+    let read = f.sink.block_on(pointer.current(at))?.ok_or("no pointer")?;
+    let (version, location) = (read.version, read.location.clone());
     assert_eq!(version, 3, "create, then two appends");
     assert!(location.contains("/metadata/00003-"), "{location}");
     assert!(pointer.store_file().is_file());
@@ -527,9 +549,12 @@ fn a_skipprlake_table_keeps_its_pointer_in_the_catalog_store_and_swaps_it_by_cas
     );
     // Another writer that read version 3 loses the swap to version 4 once it is taken.
     let table = f.table("a")?;
-    pointer.publish(&dir, 4, table.metadata())?;
-    let err = pointer
-        .publish(&dir, 4, table.metadata())
+    let io = f.sink.catalog().file_io().clone();
+    f.sink
+        .block_on(pointer.publish(&io, at, Some(&read), table.metadata()))?;
+    let err = f
+        .sink
+        .block_on(pointer.publish(&io, at, Some(&read), table.metadata()))
         .err()
         .ok_or("two writers both published version 4")?;
     assert_eq!(err.kind(), iceberg::ErrorKind::CatalogCommitConflicts);
