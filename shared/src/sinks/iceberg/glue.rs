@@ -531,7 +531,7 @@ struct MemoryState {
 pub struct MemoryGlue {
     state: Mutex<MemoryState>,
     versions: AtomicU64,
-    update_barrier: Option<(Arc<Barrier>, usize)>,
+    update_barrier: Mutex<Option<(Arc<Barrier>, usize)>>,
     updates: AtomicUsize,
     conflicts: AtomicUsize,
 }
@@ -542,13 +542,13 @@ impl MemoryGlue {
         Self::default()
     }
 
-    /// An empty catalog whose first `updates` `UpdateTable` calls each wait at a barrier of
-    /// `updates` parties before they are applied (they block their thread: run each writer on
-    /// its own thread).
-    pub fn with_update_barrier(updates: usize) -> Self {
-        MemoryGlue {
-            update_barrier: Some((Arc::new(Barrier::new(updates)), updates)),
-            ..Self::default()
+    /// Make the next `parties` `UpdateTable` calls each wait at a barrier of `parties`
+    /// before they are applied, so that many writers have read the same version before any
+    /// swaps. The waits block their threads: run each writer on its own thread.
+    pub fn arm_update_barrier(&self, parties: usize) {
+        if let Ok(mut barrier) = self.update_barrier.lock() {
+            *barrier = Some((Arc::new(Barrier::new(parties)), parties));
+            self.updates.store(0, Ordering::SeqCst);
         }
     }
 
@@ -635,8 +635,9 @@ impl GlueApi for MemoryGlue {
         table: &GlueTable,
         version_id: Option<&str>,
     ) -> GlueResult<()> {
-        if let Some((barrier, parties)) = &self.update_barrier
-            && self.updates.fetch_add(1, Ordering::SeqCst) < *parties
+        let barrier = self.update_barrier.lock().ok().and_then(|b| b.clone());
+        if let Some((barrier, parties)) = barrier
+            && self.updates.fetch_add(1, Ordering::SeqCst) < parties
         {
             barrier.wait();
         }
