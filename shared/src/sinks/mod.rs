@@ -386,4 +386,51 @@ mod tests {
             matches!(err, Err(SinkError::Config { ref message, .. }) if message.contains("a/b"))
         );
     }
+
+    fn athena(warehouse: &str, database: &str) -> Named<SinkConnector> {
+        Named {
+            name: "lake".into(),
+            connector: SinkConnector::AthenaIceberg(
+                crate::config::connectors::AthenaIcebergSinkConfig {
+                    version: None,
+                    warehouse: warehouse.into(),
+                    glue_database_name: database.into(),
+                    athena_workgroup_name: None,
+                    athena_results_s3_bucket: None,
+                    region: Some("eu-west-1".into()),
+                    catalog_id: None,
+                    object_store: None,
+                },
+            ),
+        }
+    }
+
+    #[test]
+    fn athena_iceberg_locations_are_s3_with_a_glue_database() -> Result<(), SinkError> {
+        let loc = lake_location(&athena("s3://bucket/lake/", "shop_1"), Path::new("/p"))?;
+        assert_eq!(
+            loc,
+            Some(LakeLocation {
+                warehouse: "s3://bucket/lake".into(),
+                namespace: "shop_1".into(),
+                catalog: LakeCatalog::Glue {
+                    region: Some("eu-west-1".into()),
+                    catalog_id: None,
+                },
+            })
+        );
+        for (warehouse, database, key) in [
+            ("file://./x", "shop", "`warehouse`"),
+            ("s3://", "shop", "`warehouse`"),
+            ("s3://bucket/lake", "Shop-1", "`glue_database_name`"),
+            ("s3://bucket/lake", "", "`glue_database_name`"),
+        ] {
+            let err = lake_location(&athena(warehouse, database), Path::new("/p")).map(|_| ());
+            assert!(
+                matches!(err, Err(SinkError::Config { ref message, .. }) if message.contains(key)),
+                "{warehouse} {database}: {err:?}"
+            );
+        }
+        Ok(())
+    }
 }
