@@ -186,6 +186,9 @@ pub enum AwsError {
     /// The runtime for SDK calls could not be started.
     #[error("cannot start the runtime for AWS calls: {0}")]
     Runtime(#[source] std::io::Error),
+    /// The runtime SDK calls run on has shut down (the process is exiting).
+    #[error("the runtime for AWS calls has shut down")]
+    Stopped,
     /// No region is configured.
     #[error(
         "no AWS region is set: set AWS_REGION (or a profile's region), or `region` on the connector"
@@ -310,6 +313,21 @@ impl Aws {
             .lock()
             .map(|m| m.clone())
             .unwrap_or_default()
+    }
+
+    /// Run `future` (an SDK call) on the handle's runtime and wait for it from async code of
+    /// any runtime (the SDK's HTTP client needs a runtime with I/O, which the sinks' own
+    /// small runtimes do not have). A panic in `future` is resumed here.
+    pub async fn run<F>(&self, future: F) -> Result<F::Output, AwsError>
+    where
+        F: std::future::Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        match self.runtime.spawn(future).await {
+            Ok(output) => Ok(output),
+            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+            Err(_) => Err(AwsError::Stopped),
+        }
     }
 
     /// Run `future` (an SDK call) to completion from synchronous code.

@@ -373,7 +373,7 @@ connector_set! {
         /// Iceberg tables whose catalog pointers live in the state store. Exactly once.
         SkipprLake(SkipprLakeSinkConfig) = true,
         /// Iceberg tables in S3 registered in AWS Glue, queryable by Athena. Exactly once.
-        AthenaIceberg(AthenaIcebergSinkConfig) = false,
+        AthenaIceberg(AthenaIcebergSinkConfig) = true,
         /// Iceberg tables on a local `file://` warehouse, readable by DuckDB. Exactly once.
         Duckdb(DuckdbSinkConfig) = true,
         /// PostgreSQL tables. Exactly once.
@@ -435,7 +435,9 @@ pub struct SkipprLakeSinkConfig {
     pub object_store: Option<ObjectStoreKind>,
 }
 
-/// `AthenaIceberg` sink.
+/// `AthenaIceberg` sink: Iceberg tables in S3, each registered in Glue (`table_type=ICEBERG`,
+/// `metadata_location`), queryable by Athena. Exactly once. Table maintenance is not run on
+/// S3 warehouses yet (skipped with a log line).
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AthenaIcebergSinkConfig {
@@ -444,7 +446,7 @@ pub struct AthenaIcebergSinkConfig {
     pub version: Option<String>,
     /// Warehouse root, `s3://bucket/prefix`; tables live at `{warehouse}/{glue_database_name}/{table}`.
     pub warehouse: String,
-    /// Glue database the tables are registered in.
+    /// Glue database the tables are registered in: lowercase letters, digits and `_`. Created when missing.
     pub glue_database_name: String,
     /// Athena workgroup for queries. Default `primary`.
     #[serde(default)]
@@ -452,13 +454,13 @@ pub struct AthenaIcebergSinkConfig {
     /// Bucket name (not a URI) for Athena query results.
     #[serde(default)]
     pub athena_results_s3_bucket: Option<String>,
-    /// AWS region.
+    /// AWS region. Default: the environment's (`AWS_REGION`, the profile).
     #[serde(default)]
     pub region: Option<String>,
     /// Glue catalog id (AWS account id). Default: the caller's account.
     #[serde(default)]
     pub catalog_id: Option<String>,
-    /// Object store kind. Default `s3`.
+    /// Object store kind: only `s3`. Default `s3`.
     #[serde(default)]
     pub object_store: Option<ObjectStoreKind>,
 }

@@ -790,7 +790,7 @@ impl Validator<'_> {
                         return Err(self.bad_value(&at(&key), &message));
                     }
                     match crate::sinks::lake_location(&named, self.base_dir) {
-                        Ok(Some(l)) => Some((l.warehouse.display().to_string(), Some(l.namespace))),
+                        Ok(Some(l)) => Some((l.warehouse, Some(l.namespace))),
                         Ok(None) => None,
                         Err(crate::sinks::SinkError::Config { message, .. }) => {
                             let key = ["table_namespace", "catalog_table", "object_store"]
@@ -811,7 +811,24 @@ impl Validator<'_> {
                     if let Some(b) = &c.athena_results_s3_bucket {
                         self.check_bucket(&at("athena_results_s3_bucket"), b)?;
                     }
-                    None
+                    let named = Named {
+                        name: name.clone(),
+                        connector: entry.connector.clone(),
+                    };
+                    match crate::sinks::lake_location(&named, self.base_dir) {
+                        Ok(Some(l)) => Some((l.warehouse, Some(l.namespace))),
+                        Ok(None) => None,
+                        Err(crate::sinks::SinkError::Config { message, .. }) => {
+                            let key = ["glue_database_name", "object_store"]
+                                .into_iter()
+                                .find(|k| message.contains(k))
+                                .unwrap_or("warehouse");
+                            return Err(self.bad_value(&at(key), &message));
+                        }
+                        Err(other) => {
+                            return Err(self.bad_value(&at("warehouse"), &other.to_string()));
+                        }
+                    }
                 }
                 SinkConnector::Athena(c) => {
                     self.check_bucket(&at("s3_bucket"), &c.s3_bucket)?;

@@ -37,7 +37,6 @@ pub use output::QueryOutput;
 use crate::config::validate::WalStorage;
 use crate::config::{ValidatedConfig, ValidatedPipeline};
 use crate::sinks::iceberg::catalog::{FileCatalog, LakePointer};
-use crate::sinks::iceberg::storage::durable_file_io;
 use crate::wal::{DiskWal, ReadOnlyWal};
 
 /// The DataFusion catalog the pipelines' schemas are registered in.
@@ -273,13 +272,18 @@ fn lake_source(
             reason: e.to_string(),
         }
     })?;
-    Ok(location.map(|location| {
+    let Some(location) = location else {
+        return Ok(None);
+    };
+    let catalog = location
+        .catalog(&sink.name)
+        .map_err(|e| QueryError::Unsupported {
+            pipeline: pipeline.name.clone(),
+            reason: e.to_string(),
+        })?;
+    Ok(Some({
         Arc::new(LakeSource {
-            catalog: Arc::new(FileCatalog::new(
-                location.warehouse.clone(),
-                durable_file_io(),
-                location.pointer(),
-            )),
+            catalog: Arc::new(catalog),
             namespace: iceberg::NamespaceIdent::new(location.namespace),
             identity: crate::state::partition_key(
                 &config.settings.tenant,
@@ -308,7 +312,7 @@ async fn load_lake(
         .map_err(lake_error)?
     {
         let table = catalog.load_table(&ident).await.map_err(lake_error)?;
-        let landed = crate::sinks::iceberg::landed_through(&table, &lake.identity);
+        let landed = crate::sinks::iceberg::landed_through(table.metadata(), &lake.identity);
         if landed == 0 {
             continue;
         }

@@ -67,6 +67,15 @@ pub enum SinkError {
         #[source]
         source: std::io::Error,
     },
+    /// The AWS configuration of the sink could not be loaded (no region, ...).
+    #[error("data sink `{sink}`: {source}")]
+    Aws {
+        /// The sink's name in `data_sinks`.
+        sink: String,
+        /// The cause.
+        #[source]
+        source: crate::aws::AwsError,
+    },
     /// A failpoint fired (tests only).
     #[error("failpoint `{name}` fired")]
     Failpoint {
@@ -79,7 +88,9 @@ impl SinkError {
     /// Whether trying again later may succeed (the batches stay in the WAL either way).
     pub fn is_retryable(&self) -> bool {
         match self {
-            SinkError::Config { .. } | SinkError::IncompatibleColumn { .. } => false,
+            SinkError::Config { .. }
+            | SinkError::IncompatibleColumn { .. }
+            | SinkError::Aws { .. } => false,
             SinkError::Iceberg { source, .. } => {
                 source.retryable()
                     || matches!(

@@ -6,9 +6,12 @@
 //! deliver them again (see `docs/commit-protocol.md`). The pipeline acknowledges delivered
 //! batches in the state store, and only then reclaims them from the WAL.
 //!
-//! This build delivers to the Iceberg destinations on a local warehouse ([`iceberg`]):
-//! `Duckdb` (Hadoop layout, read by DuckDB's `iceberg_scan` and PyIceberg) and `SkipprLake`
-//! (each table's current metadata recorded in a catalog store).
+//! This build delivers to the Iceberg destinations ([`iceberg`]): `Duckdb` (a local
+//! warehouse in the Hadoop layout, read by DuckDB's `iceberg_scan` and PyIceberg),
+//! `SkipprLake` (a local warehouse, each table's current metadata recorded in a catalog
+//! store) and `AthenaIceberg` (an `s3://` warehouse, each table registered in Glue with its
+//! current metadata as the `metadata_location` parameter, swapped with Glue's `VersionId`
+//! lock; see [`iceberg::glue`]).
 
 pub mod deadletter;
 pub mod error;
@@ -24,9 +27,10 @@ use crate::config::validate::{Named, Settings, ValidatedPipeline};
 /// Where an Iceberg sink's tables live.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LakeLocation {
-    /// The warehouse directory (absolute).
-    pub warehouse: PathBuf,
-    /// The Iceberg namespace (a directory under the warehouse).
+    /// The warehouse URI, no trailing `/`: `file:///absolute/dir` or `s3://bucket/prefix`.
+    pub warehouse: String,
+    /// The Iceberg namespace (a directory under the warehouse; the Glue database for
+    /// `AthenaIceberg`).
     pub namespace: String,
     /// Where each table's current metadata is recorded.
     pub catalog: LakeCatalog,
@@ -43,27 +47,65 @@ pub enum LakeCatalog {
         /// The store's name (`catalog_table`, default `catalog`).
         name: String,
     },
+    /// `AthenaIceberg`: the Glue table of each Iceberg table (database = the namespace).
+    Glue {
+        /// The AWS region (`None`: the environment's).
+        region: Option<String>,
+        /// The Glue catalog id (`None`: the caller's account).
+        catalog_id: Option<String>,
+    },
 }
 
 impl LakeLocation {
-    /// The catalog pointer of this location.
-    pub fn pointer(&self) -> iceberg::catalog::LakePointer {
-        match &self.catalog {
-            LakeCatalog::Hadoop => {
-                iceberg::catalog::LakePointer::Hadoop(iceberg::catalog::HadoopPointer)
-            }
-            LakeCatalog::Store { name } => iceberg::catalog::LakePointer::Store(
-                iceberg::catalog::StorePointer::embedded(self.warehouse.clone(), name),
+    /// The warehouse directory of a `file://` warehouse.
+    pub fn warehouse_dir(&self) -> Option<PathBuf> {
+        self.warehouse
+            .starts_with("file:")
+            .then(|| iceberg::storage::local_path(&self.warehouse))
+    }
+
+    /// The catalog of this location: its file I/O and pointer. For Glue this loads the AWS
+    /// configuration (no request is sent).
+    pub fn catalog(
+        &self,
+        sink: &str,
+    ) -> Result<iceberg::catalog::FileCatalog<iceberg::catalog::LakePointer>, SinkError> {
+        use iceberg::catalog::{FileCatalog, HadoopPointer, LakePointer, StorePointer};
+        let dir = || iceberg::storage::local_path(&self.warehouse);
+        Ok(match &self.catalog {
+            LakeCatalog::Hadoop => FileCatalog::at(
+                self.warehouse.clone(),
+                iceberg::storage::durable_file_io(),
+                LakePointer::Hadoop(HadoopPointer),
             ),
-        }
+            LakeCatalog::Store { name } => FileCatalog::at(
+                self.warehouse.clone(),
+                iceberg::storage::durable_file_io(),
+                LakePointer::Store(StorePointer::embedded(dir(), name)),
+            ),
+            LakeCatalog::Glue { region, catalog_id } => {
+                let aws =
+                    crate::aws::Aws::load(region.as_deref()).map_err(|source| SinkError::Aws {
+                        sink: sink.to_owned(),
+                        source,
+                    })?;
+                let glue = iceberg::glue::SdkGlue::new(&aws, catalog_id.clone());
+                FileCatalog::at(
+                    self.warehouse.clone(),
+                    iceberg::s3::s3_file_io(&aws, None),
+                    LakePointer::Glue(iceberg::glue::GluePointer::new(std::sync::Arc::new(glue))),
+                )
+            }
+        })
     }
 }
 
 /// The default `table_namespace`.
 pub const DEFAULT_TABLE_NAMESPACE: &str = "default";
 
-/// The warehouse and namespace of a `file://` lake sink, relative paths resolved against
-/// `base_dir` (the config file's directory) and then the working directory. Reads no files.
+/// The warehouse and namespace of a lake sink: `file://` paths resolved against `base_dir`
+/// (the config file's directory) and then the working directory; `s3://` warehouses as
+/// given. Reads no files and calls no service.
 pub fn lake_location(
     sink: &Named<SinkConnector>,
     base_dir: &Path,
@@ -107,6 +149,7 @@ pub fn lake_location(
                 LakeCatalog::Store { name },
             )
         }
+        SinkConnector::AthenaIceberg(c) => return glue_location(c).map(Some).map_err(config_err),
         _ => return Ok(None),
     };
     let Some(rest) = warehouse.strip_prefix("file://") else {
@@ -141,10 +184,62 @@ pub fn lake_location(
         )));
     }
     Ok(Some(LakeLocation {
-        warehouse,
+        warehouse: format!("file://{}", warehouse.display()),
         namespace,
         catalog,
     }))
+}
+
+/// The location of an `AthenaIceberg` sink; the error names the key at fault.
+fn glue_location(
+    c: &crate::config::connectors::AthenaIcebergSinkConfig,
+) -> Result<LakeLocation, String> {
+    let warehouse = c.warehouse.trim_end_matches('/');
+    let bucket = warehouse
+        .strip_prefix("s3://")
+        .map(|rest| rest.split('/').next().unwrap_or(""));
+    match bucket {
+        None => {
+            return Err(format!(
+                "`warehouse` must be an `s3://bucket/prefix` URI, got `{}`",
+                c.warehouse
+            ));
+        }
+        Some(bucket) if bucket.len() < 3 => {
+            return Err(format!(
+                "`warehouse` `{}` names no S3 bucket (`s3://bucket/prefix`)",
+                c.warehouse
+            ));
+        }
+        Some(_) => {}
+    }
+    if matches!(
+        c.object_store,
+        Some(crate::config::connectors::ObjectStoreKind::File)
+    ) {
+        return Err(
+            "`object_store` must be `s3` for AthenaIceberg (its warehouse is in S3)".to_owned(),
+        );
+    }
+    let database = &c.glue_database_name;
+    if database.is_empty()
+        || database.len() > 255
+        || !database
+            .chars()
+            .all(|ch| ch.is_ascii_lowercase() || ch.is_ascii_digit() || ch == '_')
+    {
+        return Err(format!(
+            "`glue_database_name` `{database}` must be lowercase letters, digits or `_` (Athena's rule for database names)"
+        ));
+    }
+    Ok(LakeLocation {
+        warehouse: warehouse.to_owned(),
+        namespace: database.clone(),
+        catalog: LakeCatalog::Glue {
+            region: c.region.clone(),
+            catalog_id: c.catalog_id.clone(),
+        },
+    })
 }
 
 /// `a/./b/../c` as `a/c`, without touching the file system.
@@ -184,8 +279,11 @@ pub fn open(
         crate::state::partition_key(&settings.tenant, &settings.workspace, &pipeline.name);
     let policy = maintenance_policy(sink)?;
     let layout = iceberg::layout::Layout::from_transform(&pipeline.transform);
-    let pointer = location.pointer();
-    iceberg::IcebergSink::new(location.warehouse, &location.namespace, identity, pointer)
+    let catalog = location.catalog(&sink.name)?;
+    if let LakeCatalog::Glue { .. } = location.catalog {
+        tracing::info!(sink = %sink.name, warehouse = %location.warehouse, database = %location.namespace, "Delivering to Iceberg tables on S3 registered in Glue (the database is created when missing).");
+    }
+    iceberg::IcebergSink::with_catalog(catalog, &location.namespace, identity)
         .map(|sink| Some(sink.with_layout(layout).with_maintenance(policy)))
 }
 
@@ -264,13 +362,16 @@ mod tests {
         assert_eq!(
             loc,
             Some(LakeLocation {
-                warehouse: PathBuf::from("/p/wh"),
+                warehouse: "file:///p/wh".into(),
                 namespace: "default".into(),
                 catalog: LakeCatalog::Hadoop,
             })
         );
         let loc = lake_location(&duckdb("file:///abs/wh", Some("ns_1")), Path::new("/p"))?;
-        assert_eq!(loc.map(|l| l.warehouse), Some(PathBuf::from("/abs/wh")));
+        assert_eq!(
+            loc.and_then(|l| l.warehouse_dir()),
+            Some(PathBuf::from("/abs/wh"))
+        );
         Ok(())
     }
 
@@ -284,5 +385,52 @@ mod tests {
         assert!(
             matches!(err, Err(SinkError::Config { ref message, .. }) if message.contains("a/b"))
         );
+    }
+
+    fn athena(warehouse: &str, database: &str) -> Named<SinkConnector> {
+        Named {
+            name: "lake".into(),
+            connector: SinkConnector::AthenaIceberg(
+                crate::config::connectors::AthenaIcebergSinkConfig {
+                    version: None,
+                    warehouse: warehouse.into(),
+                    glue_database_name: database.into(),
+                    athena_workgroup_name: None,
+                    athena_results_s3_bucket: None,
+                    region: Some("eu-west-1".into()),
+                    catalog_id: None,
+                    object_store: None,
+                },
+            ),
+        }
+    }
+
+    #[test]
+    fn athena_iceberg_locations_are_s3_with_a_glue_database() -> Result<(), SinkError> {
+        let loc = lake_location(&athena("s3://bucket/lake/", "shop_1"), Path::new("/p"))?;
+        assert_eq!(
+            loc,
+            Some(LakeLocation {
+                warehouse: "s3://bucket/lake".into(),
+                namespace: "shop_1".into(),
+                catalog: LakeCatalog::Glue {
+                    region: Some("eu-west-1".into()),
+                    catalog_id: None,
+                },
+            })
+        );
+        for (warehouse, database, key) in [
+            ("file://./x", "shop", "`warehouse`"),
+            ("s3://", "shop", "`warehouse`"),
+            ("s3://bucket/lake", "Shop-1", "`glue_database_name`"),
+            ("s3://bucket/lake", "", "`glue_database_name`"),
+        ] {
+            let err = lake_location(&athena(warehouse, database), Path::new("/p")).map(|_| ());
+            assert!(
+                matches!(err, Err(SinkError::Config { ref message, .. }) if message.contains(key)),
+                "{warehouse} {database}: {err:?}"
+            );
+        }
+        Ok(())
     }
 }

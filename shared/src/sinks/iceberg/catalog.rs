@@ -1,4 +1,5 @@
-//! Iceberg catalogs over a `file://` warehouse: tables at `{warehouse}/{namespace}/{table}`.
+//! Iceberg catalogs over a warehouse URI (`file://` or `s3://`): tables at
+//! `{warehouse}/{namespace}/{table}`.
 //!
 //! iceberg-rust 0.10 has no catalog for the Hadoop layout (`metadata/vN.metadata.json` plus
 //! `metadata/version-hint.text`), which is what DuckDB's `iceberg_scan('<table dir>')` and
@@ -15,6 +16,10 @@
 //!   Loading reads the hint and rolls forward while `v{N+1}` exists, so a crash between the
 //!   link and the hint never wedges later commits, and a missing or damaged hint falls
 //!   back to listing the directory.
+//! - [`StorePointer`] (the `SkipprLake` sink): an item in a state store, swapped by
+//!   compare-and-swap.
+//! - [`super::glue::GluePointer`] (the `AthenaIceberg` sink): the Glue table's
+//!   `metadata_location` parameter, swapped by Glue's `UpdateTable` with the `VersionId` read.
 //!
 //! The catalog applies a commit itself (requirements checked against the current metadata,
 //! updates applied through `TableMetadataBuilder`), because iceberg-rust's
@@ -39,17 +44,121 @@ use super::storage::{create_dir_durable, local_path, sync_dir, write_atomic};
 /// Name of the version hint file in a table's `metadata/` directory.
 pub const VERSION_HINT: &str = "version-hint.text";
 
-/// Where a table's current metadata is recorded, and how a new version is published.
-pub trait Pointer: Debug + Send + Sync {
-    /// The current version of the table in `table_dir` and its metadata file location, or
-    /// `None` when the table does not exist.
-    fn current(&self, table_dir: &Path) -> Result<Option<(u64, String)>>;
+/// A table as a pointer sees it: its identifier and its location (a URI: `file:///...` or
+/// `s3://bucket/...`).
+#[derive(Debug, Clone, Copy)]
+pub struct TableRef<'a> {
+    /// The table.
+    pub ident: &'a TableIdent,
+    /// The table's root location (no trailing `/`).
+    pub location: &'a str,
+}
 
-    /// Publish `metadata` as version `next` of the table in `table_dir` (the current version
-    /// being `next - 1`, or none when `next` is 1) and return its location. Fails with a
-    /// retryable [`ErrorKind::CatalogCommitConflicts`] when another writer published
-    /// `next` first.
-    fn publish(&self, table_dir: &Path, next: u64, metadata: &TableMetadata) -> Result<String>;
+/// The current version of a table, as its pointer read it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Current {
+    /// The version number (the `N` of `vN.metadata.json` / `0000N-<uuid>.metadata.json`).
+    pub version: u64,
+    /// The current metadata file.
+    pub location: String,
+    /// What Glue returned with it, for the [`super::glue::GluePointer`]'s compare-and-swap
+    /// (its `VersionId`) and to keep the table's other parameters; `None` for the others.
+    pub glue: Option<Box<super::glue::GlueTable>>,
+}
+
+impl Current {
+    /// A version without pointer-specific state.
+    pub fn new(version: u64, location: String) -> Self {
+        Current {
+            version,
+            location,
+            glue: None,
+        }
+    }
+}
+
+/// Where a table's current metadata is recorded, and how a new version is published.
+///
+/// Namespaces default to directories of a local warehouse; a pointer whose tables are
+/// registered elsewhere (Glue) overrides the namespace methods.
+#[async_trait]
+pub trait Pointer: Debug + Send + Sync {
+    /// The current version of `table`, or `None` when the table does not exist.
+    async fn current(&self, table: TableRef<'_>) -> Result<Option<Current>>;
+
+    /// Publish `metadata` as the version after `previous` (`None`: the table's first) and
+    /// return its location. Fails with a retryable [`ErrorKind::CatalogCommitConflicts`] when
+    /// another writer published over `previous` first. `file_io` is the catalog's.
+    async fn publish(
+        &self,
+        file_io: &FileIO,
+        table: TableRef<'_>,
+        previous: Option<&Current>,
+        metadata: &TableMetadata,
+    ) -> Result<String>;
+
+    /// The namespaces under `warehouse` (default: its directories).
+    async fn list_namespaces(&self, warehouse: &str) -> Result<Vec<String>> {
+        list_dirs(&local_path(warehouse))
+    }
+
+    /// Create `namespace` at `location` if it does not exist (default: a directory).
+    async fn create_namespace(&self, namespace: &NamespaceIdent, location: &str) -> Result<()> {
+        let _ = namespace;
+        let dir = local_path(location);
+        create_dir_durable(&dir).map_err(|e| io_error("cannot create directory", &dir, e))
+    }
+
+    /// Whether `namespace` at `location` exists (default: the directory exists).
+    async fn namespace_exists(&self, namespace: &NamespaceIdent, location: &str) -> Result<bool> {
+        let _ = namespace;
+        Ok(local_path(location).is_dir())
+    }
+
+    /// The names of the tables of `namespace` at `location` (default: its directories with a
+    /// current version).
+    async fn list_tables(&self, namespace: &NamespaceIdent, location: &str) -> Result<Vec<String>> {
+        let mut tables = Vec::new();
+        for name in list_dirs(&local_path(location))? {
+            let ident = TableIdent::new(namespace.clone(), name.clone());
+            let table_location = format!("{location}/{name}");
+            let table = TableRef {
+                ident: &ident,
+                location: &table_location,
+            };
+            if self.current(table).await?.is_some() {
+                tables.push(name);
+            }
+        }
+        Ok(tables)
+    }
+}
+
+/// The conflict error of a compare-and-swap that another writer won.
+pub fn commit_conflict(table: &str, version: u64) -> Error {
+    Error::new(
+        ErrorKind::CatalogCommitConflicts,
+        format!("another writer committed version {version} of {table} first"),
+    )
+    .with_retryable(true)
+}
+
+/// The subdirectories of `dir`, sorted (none when it does not exist).
+fn list_dirs(dir: &Path) -> Result<Vec<String>> {
+    let entries = match fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(io_error("cannot list", dir, e)),
+    };
+    let mut names = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(|e| io_error("cannot list", dir, e))?;
+        if entry.path().is_dir() {
+            names.push(entry.file_name().to_string_lossy().into_owned());
+        }
+    }
+    names.sort();
+    Ok(names)
 }
 
 /// The Hadoop layout's pointer: `metadata/vN.metadata.json` and `metadata/version-hint.text`
@@ -98,8 +207,11 @@ impl HadoopPointer {
     }
 }
 
+#[async_trait]
 impl Pointer for HadoopPointer {
-    fn current(&self, table_dir: &Path) -> Result<Option<(u64, String)>> {
+    async fn current(&self, table: TableRef<'_>) -> Result<Option<Current>> {
+        let table_dir = local_path(table.location);
+        let table_dir = table_dir.as_path();
         let metadata_dir = table_dir.join("metadata");
         let hinted = fs::read_to_string(metadata_dir.join(VERSION_HINT))
             .ok()
@@ -116,14 +228,23 @@ impl Pointer for HadoopPointer {
             None => Self::highest_listed(&metadata_dir)?,
         };
         Ok(version.map(|v| {
-            (
+            Current::new(
                 v,
                 format!("file://{}", version_file(table_dir, v).display()),
             )
         }))
     }
 
-    fn publish(&self, table_dir: &Path, next: u64, metadata: &TableMetadata) -> Result<String> {
+    async fn publish(
+        &self,
+        _file_io: &FileIO,
+        table: TableRef<'_>,
+        previous: Option<&Current>,
+        metadata: &TableMetadata,
+    ) -> Result<String> {
+        let next = previous.map_or(1, |c| c.version + 1);
+        let table_dir = local_path(table.location);
+        let table_dir = table_dir.as_path();
         let metadata_dir = table_dir.join("metadata");
         create_dir_durable(&metadata_dir)
             .map_err(|e| io_error("cannot create directory", &metadata_dir, e))?;
@@ -150,14 +271,7 @@ impl Pointer for HadoopPointer {
         match linked {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                return Err(Error::new(
-                    ErrorKind::CatalogCommitConflicts,
-                    format!(
-                        "another writer committed version {next} of {} first",
-                        table_dir.display()
-                    ),
-                )
-                .with_retryable(true));
+                return Err(commit_conflict(table.location, next));
             }
             Err(e) => return Err(io_error("cannot create", &target, e)),
         }
@@ -174,57 +288,101 @@ impl Pointer for HadoopPointer {
     }
 }
 
-/// An Iceberg catalog over a local warehouse directory (see the module docs).
+/// An Iceberg catalog over a warehouse (see the module docs).
 #[derive(Debug)]
 pub struct FileCatalog<P: Pointer> {
-    warehouse: PathBuf,
+    warehouse: String,
     file_io: FileIO,
     pointer: P,
 }
 
 impl<P: Pointer> FileCatalog<P> {
-    /// A catalog of the tables under `warehouse` (an absolute directory).
+    /// A catalog of the tables under the local directory `warehouse` (absolute).
     pub fn new(warehouse: PathBuf, file_io: FileIO, pointer: P) -> Self {
+        Self::at(format!("file://{}", warehouse.display()), file_io, pointer)
+    }
+
+    /// A catalog of the tables under the warehouse URI `warehouse` (`file:///dir` or
+    /// `s3://bucket/prefix`); `file_io` must reach it.
+    pub fn at(warehouse: String, file_io: FileIO, pointer: P) -> Self {
         FileCatalog {
-            warehouse,
+            warehouse: warehouse.trim_end_matches('/').to_owned(),
             file_io,
             pointer,
         }
     }
 
-    /// The warehouse directory.
-    pub fn warehouse(&self) -> &Path {
+    /// The warehouse URI (no trailing `/`).
+    pub fn warehouse(&self) -> &str {
         &self.warehouse
     }
 
-    /// The directory of a table: `{warehouse}/{namespace...}/{name}`.
+    /// Whether the warehouse is a local directory (`file://`).
+    pub fn is_local(&self) -> bool {
+        self.warehouse.starts_with("file:")
+    }
+
+    /// The pointer.
+    pub fn pointer(&self) -> &P {
+        &self.pointer
+    }
+
+    /// The catalog's file I/O.
+    pub fn file_io(&self) -> &FileIO {
+        &self.file_io
+    }
+
+    /// The location of a table: `{warehouse}/{namespace...}/{name}`.
+    pub fn table_location(&self, ident: &TableIdent) -> String {
+        format!(
+            "{}/{}",
+            self.namespace_location(ident.namespace()),
+            ident.name()
+        )
+    }
+
+    /// The directory of a table of a local warehouse: `{warehouse}/{namespace...}/{name}`.
     pub fn table_dir(&self, ident: &TableIdent) -> PathBuf {
-        let mut dir = self.warehouse.clone();
-        for part in ident.namespace().iter() {
-            dir.push(part);
-        }
-        dir.push(ident.name());
-        dir
+        local_path(&self.table_location(ident))
     }
 
-    fn namespace_dir(&self, namespace: &NamespaceIdent) -> PathBuf {
-        let mut dir = self.warehouse.clone();
+    fn namespace_location(&self, namespace: &NamespaceIdent) -> String {
+        let mut location = self.warehouse.clone();
         for part in namespace.iter() {
-            dir.push(part);
+            location.push('/');
+            location.push_str(part);
         }
-        dir
+        location
     }
 
-    fn read_table(&self, ident: &TableIdent, location: &str) -> Result<Table> {
-        let path = local_path(location);
-        let bytes = fs::read(&path).map_err(|e| io_error("cannot read", &path, e))?;
+    async fn current(&self, ident: &TableIdent) -> Result<Option<Current>> {
+        let location = self.table_location(ident);
+        self.pointer
+            .current(TableRef {
+                ident,
+                location: &location,
+            })
+            .await
+    }
+
+    async fn read_table(&self, ident: &TableIdent, location: &str) -> Result<Table> {
+        let bytes = self.file_io.new_input(location)?.read().await?;
         let metadata: TableMetadata = serde_json::from_slice(&bytes).map_err(|e| {
             Error::new(
                 ErrorKind::DataInvalid,
-                format!("{} is not valid table metadata", path.display()),
+                format!("{location} is not valid table metadata"),
             )
             .with_source(e)
         })?;
+        self.table(ident, metadata, location.to_owned())
+    }
+
+    fn table(
+        &self,
+        ident: &TableIdent,
+        metadata: TableMetadata,
+        location: String,
+    ) -> Result<Table> {
         Table::builder()
             .metadata(metadata)
             .metadata_location(location)
@@ -242,51 +400,48 @@ impl<P: Pointer> FileCatalog<P> {
     }
 
     /// Apply `updates` to the table if `requirements` hold, publishing a new version.
-    pub fn commit_updates(
+    ///
+    /// Besides the requirements, a commit that adds a snapshot of skipprd WAL batches is
+    /// refused (non-retryable [`ErrorKind::CatalogCommitConflicts`]) when the current metadata
+    /// shows those batches already landed (see [`super::check_not_landed`]): the check runs on
+    /// the version the compare-and-swap is conditioned on, so it is atomic with the commit.
+    pub async fn commit_updates(
         &self,
         ident: &TableIdent,
         requirements: Vec<TableRequirement>,
         updates: Vec<TableUpdate>,
     ) -> Result<Table> {
-        let dir = self.table_dir(ident);
-        let (version, location) = self
-            .pointer
-            .current(&dir)?
+        let location = self.table_location(ident);
+        let current = self
+            .current(ident)
+            .await?
             .ok_or_else(|| Self::not_found(ident))?;
-        let current = self.read_table(ident, &location)?;
+        let table = self.read_table(ident, &current.location).await?;
         for requirement in &requirements {
-            requirement.check(Some(current.metadata()))?;
+            requirement.check(Some(table.metadata()))?;
         }
-        let mut builder = current.metadata().clone().into_builder(Some(location));
+        super::check_not_landed(table.metadata(), &updates)?;
+        let mut builder = table
+            .metadata()
+            .clone()
+            .into_builder(Some(current.location.clone()));
         for update in updates {
             builder = update.apply(builder)?;
         }
         let metadata = builder.build()?.metadata;
-        let location = self.pointer.publish(&dir, version + 1, &metadata)?;
-        Table::builder()
-            .metadata(metadata)
-            .metadata_location(location)
-            .identifier(ident.clone())
-            .file_io(self.file_io.clone())
-            .runtime(iceberg::Runtime::try_current()?)
-            .build()
-    }
-
-    fn list_dirs(dir: &Path) -> Result<Vec<String>> {
-        let entries = match fs::read_dir(dir) {
-            Ok(entries) => entries,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-            Err(e) => return Err(io_error("cannot list", dir, e)),
-        };
-        let mut names = Vec::new();
-        for entry in entries {
-            let entry = entry.map_err(|e| io_error("cannot list", dir, e))?;
-            if entry.path().is_dir() {
-                names.push(entry.file_name().to_string_lossy().into_owned());
-            }
-        }
-        names.sort();
-        Ok(names)
+        let published = self
+            .pointer
+            .publish(
+                &self.file_io,
+                TableRef {
+                    ident,
+                    location: &location,
+                },
+                Some(&current),
+                &metadata,
+            )
+            .await?;
+        self.table(ident, metadata, published)
     }
 
     fn unsupported(what: &str) -> Error {
@@ -306,7 +461,9 @@ impl<P: Pointer> Catalog for FileCatalog<P> {
         if parent.is_some() {
             return Ok(Vec::new());
         }
-        Self::list_dirs(&self.warehouse)?
+        self.pointer
+            .list_namespaces(&self.warehouse)
+            .await?
             .into_iter()
             .map(|name| NamespaceIdent::from_vec(vec![name]))
             .collect()
@@ -317,13 +474,14 @@ impl<P: Pointer> Catalog for FileCatalog<P> {
         namespace: &NamespaceIdent,
         properties: HashMap<String, String>,
     ) -> Result<Namespace> {
-        let dir = self.namespace_dir(namespace);
-        create_dir_durable(&dir).map_err(|e| io_error("cannot create directory", &dir, e))?;
+        self.pointer
+            .create_namespace(namespace, &self.namespace_location(namespace))
+            .await?;
         Ok(Namespace::with_properties(namespace.clone(), properties))
     }
 
     async fn get_namespace(&self, namespace: &NamespaceIdent) -> Result<Namespace> {
-        if self.namespace_dir(namespace).is_dir() {
+        if self.namespace_exists(namespace).await? {
             Ok(Namespace::new(namespace.clone()))
         } else {
             Err(Error::new(
@@ -334,7 +492,9 @@ impl<P: Pointer> Catalog for FileCatalog<P> {
     }
 
     async fn namespace_exists(&self, namespace: &NamespaceIdent) -> Result<bool> {
-        Ok(self.namespace_dir(namespace).is_dir())
+        self.pointer
+            .namespace_exists(namespace, &self.namespace_location(namespace))
+            .await
     }
 
     async fn update_namespace(
@@ -350,14 +510,13 @@ impl<P: Pointer> Catalog for FileCatalog<P> {
     }
 
     async fn list_tables(&self, namespace: &NamespaceIdent) -> Result<Vec<TableIdent>> {
-        let dir = self.namespace_dir(namespace);
-        let mut tables = Vec::new();
-        for name in Self::list_dirs(&dir)? {
-            if self.pointer.current(&dir.join(&name))?.is_some() {
-                tables.push(TableIdent::new(namespace.clone(), name));
-            }
-        }
-        Ok(tables)
+        Ok(self
+            .pointer
+            .list_tables(namespace, &self.namespace_location(namespace))
+            .await?
+            .into_iter()
+            .map(|name| TableIdent::new(namespace.clone(), name))
+            .collect())
     }
 
     async fn create_table(
@@ -366,28 +525,39 @@ impl<P: Pointer> Catalog for FileCatalog<P> {
         creation: TableCreation,
     ) -> Result<Table> {
         let ident = TableIdent::new(namespace.clone(), creation.name.clone());
-        let dir = self.table_dir(&ident);
-        if self.pointer.current(&dir)?.is_some() {
+        let location = self.table_location(&ident);
+        if self.current(&ident).await?.is_some() {
             return Err(Error::new(
                 ErrorKind::TableAlreadyExists,
-                format!("table {} already exists", dir.display()),
+                format!("table {location} already exists"),
             ));
         }
         let mut creation = creation;
-        creation.location = Some(format!("file://{}", dir.display()));
+        creation.location = Some(location.clone());
         let metadata = TableMetadataBuilder::from_table_creation(creation)?
             .build()?
             .metadata;
-        let location = self.pointer.publish(&dir, 1, &metadata)?;
-        self.read_table(&ident, &location)
+        let published = self
+            .pointer
+            .publish(
+                &self.file_io,
+                TableRef {
+                    ident: &ident,
+                    location: &location,
+                },
+                None,
+                &metadata,
+            )
+            .await?;
+        self.table(&ident, metadata, published)
     }
 
     async fn load_table(&self, ident: &TableIdent) -> Result<Table> {
-        let (_, location) = self
-            .pointer
-            .current(&self.table_dir(ident))?
+        let current = self
+            .current(ident)
+            .await?
             .ok_or_else(|| Self::not_found(ident))?;
-        self.read_table(ident, &location)
+        self.read_table(ident, &current.location).await
     }
 
     async fn drop_table(&self, _table: &TableIdent) -> Result<()> {
@@ -399,7 +569,7 @@ impl<P: Pointer> Catalog for FileCatalog<P> {
     }
 
     async fn table_exists(&self, ident: &TableIdent) -> Result<bool> {
-        Ok(self.pointer.current(&self.table_dir(ident))?.is_some())
+        Ok(self.current(ident).await?.is_some())
     }
 
     async fn rename_table(&self, _src: &TableIdent, _dest: &TableIdent) -> Result<()> {
@@ -414,7 +584,7 @@ impl<P: Pointer> Catalog for FileCatalog<P> {
         let ident = commit.identifier().clone();
         let requirements = commit.take_requirements();
         let updates = commit.take_updates();
-        self.commit_updates(&ident, requirements, updates)
+        self.commit_updates(&ident, requirements, updates).await
     }
 }
 
@@ -464,12 +634,18 @@ impl StorePointer {
         &self.store_file
     }
 
-    fn key(&self, table_dir: &Path) -> crate::state::StateKey {
-        let relative = table_dir
-            .strip_prefix(&self.warehouse)
-            .unwrap_or(table_dir)
-            .to_string_lossy()
-            .into_owned();
+    /// The warehouse directory.
+    pub fn warehouse(&self) -> &Path {
+        &self.warehouse
+    }
+
+    fn key(&self, ident: &TableIdent) -> crate::state::StateKey {
+        let mut relative = String::new();
+        for part in ident.namespace().iter() {
+            relative.push_str(part);
+            relative.push('/');
+        }
+        relative.push_str(ident.name());
         crate::state::StateKey::new(CATALOG_PARTITION, format!("table#{relative}"))
     }
 
@@ -511,9 +687,10 @@ fn state_error(e: crate::state::StateError) -> Error {
     Error::new(ErrorKind::Unexpected, e.to_string()).with_retryable(retryable)
 }
 
+#[async_trait]
 impl Pointer for StorePointer {
-    fn current(&self, table_dir: &Path) -> Result<Option<(u64, String)>> {
-        let key = self.key(table_dir);
+    async fn current(&self, table: TableRef<'_>) -> Result<Option<Current>> {
+        let key = self.key(table.ident);
         if !self.store_file.exists() {
             return Ok(None);
         }
@@ -522,23 +699,30 @@ impl Pointer for StorePointer {
             match store.get(&key).map_err(state_error)? {
                 Some(item) => {
                     let value = Self::read(&item, &key)?;
-                    Ok(Some((value.version, value.location)))
+                    Ok(Some(Current::new(value.version, value.location)))
                 }
                 None => Ok(None),
             }
         })
     }
 
-    fn publish(&self, table_dir: &Path, next: u64, metadata: &TableMetadata) -> Result<String> {
+    async fn publish(
+        &self,
+        _file_io: &FileIO,
+        table: TableRef<'_>,
+        previous: Option<&Current>,
+        metadata: &TableMetadata,
+    ) -> Result<String> {
         use crate::state::{Condition, StateStore as _};
-        let metadata_dir = table_dir.join("metadata");
+        let next = previous.map_or(1, |c| c.version + 1);
+        let metadata_dir = local_path(table.location).join("metadata");
         let path = metadata_dir.join(format!("{next:05}-{}.metadata.json", uuid::Uuid::new_v4()));
         let bytes = serde_json::to_vec(metadata).map_err(|e| {
             Error::new(ErrorKind::DataInvalid, "cannot serialize table metadata").with_source(e)
         })?;
         write_atomic(&path, &bytes).map_err(|e| io_error("cannot write", &path, e))?;
         let location = format!("file://{}", path.display());
-        let key = self.key(table_dir);
+        let key = self.key(table.ident);
         let value = serde_json::to_vec(&PointerValue {
             version: next,
             location: location.clone(),
@@ -567,14 +751,7 @@ impl Pointer for StorePointer {
             Ok(true) => Ok(location),
             Ok(false) => {
                 let _ = fs::remove_file(&path);
-                Err(Error::new(
-                    ErrorKind::CatalogCommitConflicts,
-                    format!(
-                        "another writer committed version {next} of {} first",
-                        table_dir.display()
-                    ),
-                )
-                .with_retryable(true))
+                Err(commit_conflict(table.location, next))
             }
             Err(e) => {
                 // The pointer may or may not have moved (a failure after the write): keep the
@@ -592,20 +769,63 @@ pub enum LakePointer {
     Hadoop(HadoopPointer),
     /// `SkipprLake`: a state-store item.
     Store(StorePointer),
+    /// `AthenaIceberg`: the Glue table's `metadata_location`.
+    Glue(super::glue::GluePointer),
 }
 
+#[async_trait]
 impl Pointer for LakePointer {
-    fn current(&self, table_dir: &Path) -> Result<Option<(u64, String)>> {
+    async fn current(&self, table: TableRef<'_>) -> Result<Option<Current>> {
         match self {
-            LakePointer::Hadoop(p) => p.current(table_dir),
-            LakePointer::Store(p) => p.current(table_dir),
+            LakePointer::Hadoop(p) => p.current(table).await,
+            LakePointer::Store(p) => p.current(table).await,
+            LakePointer::Glue(p) => p.current(table).await,
         }
     }
 
-    fn publish(&self, table_dir: &Path, next: u64, metadata: &TableMetadata) -> Result<String> {
+    async fn publish(
+        &self,
+        file_io: &FileIO,
+        table: TableRef<'_>,
+        previous: Option<&Current>,
+        metadata: &TableMetadata,
+    ) -> Result<String> {
         match self {
-            LakePointer::Hadoop(p) => p.publish(table_dir, next, metadata),
-            LakePointer::Store(p) => p.publish(table_dir, next, metadata),
+            LakePointer::Hadoop(p) => p.publish(file_io, table, previous, metadata).await,
+            LakePointer::Store(p) => p.publish(file_io, table, previous, metadata).await,
+            LakePointer::Glue(p) => p.publish(file_io, table, previous, metadata).await,
+        }
+    }
+
+    async fn list_namespaces(&self, warehouse: &str) -> Result<Vec<String>> {
+        match self {
+            LakePointer::Hadoop(p) => p.list_namespaces(warehouse).await,
+            LakePointer::Store(p) => p.list_namespaces(warehouse).await,
+            LakePointer::Glue(p) => p.list_namespaces(warehouse).await,
+        }
+    }
+
+    async fn create_namespace(&self, namespace: &NamespaceIdent, location: &str) -> Result<()> {
+        match self {
+            LakePointer::Hadoop(p) => p.create_namespace(namespace, location).await,
+            LakePointer::Store(p) => p.create_namespace(namespace, location).await,
+            LakePointer::Glue(p) => p.create_namespace(namespace, location).await,
+        }
+    }
+
+    async fn namespace_exists(&self, namespace: &NamespaceIdent, location: &str) -> Result<bool> {
+        match self {
+            LakePointer::Hadoop(p) => p.namespace_exists(namespace, location).await,
+            LakePointer::Store(p) => p.namespace_exists(namespace, location).await,
+            LakePointer::Glue(p) => p.namespace_exists(namespace, location).await,
+        }
+    }
+
+    async fn list_tables(&self, namespace: &NamespaceIdent, location: &str) -> Result<Vec<String>> {
+        match self {
+            LakePointer::Hadoop(p) => p.list_tables(namespace, location).await,
+            LakePointer::Store(p) => p.list_tables(namespace, location).await,
+            LakePointer::Glue(p) => p.list_tables(namespace, location).await,
         }
     }
 }

@@ -25,15 +25,18 @@
 //!
 //! iceberg-rust 0.10 gives the spec types, Parquet writing with column statistics,
 //! manifests, and the append transaction. Ours: the [`catalog`] (Hadoop layout with
-//! `version-hint.text`; iceberg-rust has none), [`storage`] (local files fsynced before the
-//! metadata that references them), and [`schema`] (our schema -> Iceberg with stable field
+//! `version-hint.text`; iceberg-rust has none; the same catalog over Glue in [`glue`]),
+//! [`storage`] (local files fsynced before the metadata that references them), [`s3`] (S3
+//! objects through our own SDK client), and [`schema`] (our schema -> Iceberg with stable field
 //! ids; type promotion, which iceberg-rust's `UpdateSchemaAction` cannot do, is committed as
 //! a new schema through our catalog), and [`maintain`] (snapshot expiry, compaction,
 //! deleting unreferenced files; run after commits once a threshold is crossed).
 
 pub mod catalog;
+pub mod glue;
 pub mod layout;
 pub mod maintain;
+pub mod s3;
 pub mod schema;
 pub mod storage;
 
@@ -151,7 +154,8 @@ struct Open {
     rows: u64,
 }
 
-/// Iceberg tables on a local warehouse (the `Duckdb` and `SkipprLake` sinks).
+/// Iceberg tables on a local warehouse (the `Duckdb` and `SkipprLake` sinks) or on S3 and
+/// registered in Glue (the `AthenaIceberg` sink).
 pub struct IcebergSink {
     catalog: Arc<FileCatalog<LakePointer>>,
     namespace: NamespaceIdent,
@@ -216,6 +220,30 @@ impl IcebergSink {
         })
     }
 
+    /// A sink writing the tables of `catalog` (any warehouse and pointer, such as an `s3://`
+    /// warehouse with the Glue pointer) in `namespace` for the pipeline `identity`.
+    pub fn with_catalog(
+        catalog: FileCatalog<LakePointer>,
+        namespace: &str,
+        identity: String,
+    ) -> Result<Self, SinkError> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .map_err(|source| SinkError::Io {
+                path: PathBuf::from(catalog.warehouse()),
+                source,
+            })?;
+        Ok(IcebergSink {
+            catalog: Arc::new(catalog),
+            namespace: NamespaceIdent::new(namespace.to_owned()),
+            identity,
+            layout: layout::Layout::default(),
+            runtime,
+            maintenance: maintain::Policy::default(),
+        })
+    }
+
     /// Partition and sort the tables as `layout` says.
     pub fn with_layout(mut self, layout: layout::Layout) -> Self {
         self.layout = layout;
@@ -243,7 +271,7 @@ impl IcebergSink {
 
     /// The highest WAL batch id of this pipeline that has landed in `table` (0 for none).
     pub fn landed_through(&self, table: &Table) -> u64 {
-        landed_through(table, &self.identity)
+        landed_through(table.metadata(), &self.identity)
     }
 
     /// Run a future of this sink's on its runtime.
@@ -397,15 +425,50 @@ impl IcebergSink {
             .get(ns)
             .map(|n| n.fields.as_slice())
             .unwrap_or_default();
+        // Another writer may create or evolve the table meanwhile: a lost race is retried on
+        // the winner's version.
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            match self.prepare_table_once(ns, &ident, fields).await {
+                Err(iceberg_error)
+                    if attempt < PREPARE_ATTEMPTS
+                        && matches!(
+                            iceberg_error.kind(),
+                            iceberg::ErrorKind::CatalogCommitConflicts
+                                | iceberg::ErrorKind::TableAlreadyExists
+                        ) =>
+                {
+                    tracing::debug!(table = %ident, error = %iceberg_error, "Preparing the table lost a race; reloading.");
+                }
+                Err(iceberg_error) => return Err(self.iceberg_err(ns, iceberg_error)),
+                Ok(Err(sink_error)) => return Err(sink_error),
+                Ok(Ok(table)) => return Ok(table),
+            }
+        }
+    }
+
+    /// One attempt of [`Self::prepare_table`]: an Iceberg error is returned as such, so a lost
+    /// race can be told apart.
+    async fn prepare_table_once(
+        &self,
+        ns: &str,
+        ident: &TableIdent,
+        fields: &[crate::schema::Field],
+    ) -> iceberg::Result<Result<Table, SinkError>> {
         let catalog = self.catalog.as_ref();
-        let exists = catalog
-            .table_exists(&ident)
-            .await
-            .map_err(|e| self.iceberg_err(ns, e))?;
-        let table = if exists {
-            catalog.load_table(&ident).await
+        let table = if catalog.table_exists(ident).await? {
+            catalog.load_table(ident).await?
         } else {
-            let initial = schema::initial_schema(fields).map_err(|e| self.iceberg_err(ns, e))?;
+            if !catalog.namespace_exists(&self.namespace).await? {
+                catalog
+                    .create_namespace(&self.namespace, HashMap::new())
+                    .await?;
+            }
+            let initial = match schema::initial_schema(fields) {
+                Ok(initial) => initial,
+                Err(e) => return Ok(Err(self.iceberg_err(ns, e))),
+            };
             let creation = TableCreation::builder()
                 .name(ns.to_owned())
                 .schema(initial)
@@ -414,36 +477,35 @@ impl IcebergSink {
                     "zstd".to_owned(),
                 )]))
                 .build();
-            catalog.create_table(&self.namespace, creation).await
-        }
-        .map_err(|e| self.iceberg_err(ns, e))?;
+            catalog.create_table(&self.namespace, creation).await?
+        };
         let current = table.metadata().current_schema();
-        let evolved =
-            schema::evolved_schema(current, fields).map_err(|i| SinkError::IncompatibleColumn {
-                table: format!("{}.{ns}", self.namespace.to_url_string()),
-                column: i.column,
-                table_type: i.table_type,
-                data_type: i.data_type,
-            })?;
+        let evolved = match schema::evolved_schema(current, fields) {
+            Ok(evolved) => evolved,
+            Err(i) => {
+                return Ok(Err(SinkError::IncompatibleColumn {
+                    table: format!("{}.{ns}", self.namespace.to_url_string()),
+                    column: i.column,
+                    table_type: i.table_type,
+                    data_type: i.data_type,
+                }));
+            }
+        };
         let table = match evolved {
             None => table,
-            Some(evolved) => self.evolve_schema(ns, &ident, &table, evolved)?,
+            Some(evolved) => self.evolve_schema(ident, &table, evolved).await?,
         };
-        self.evolve_spec(ns, &ident, table)
+        self.evolve_spec(ident, table).await.map(Ok)
     }
 
     /// Commit `evolved` as the table's new current schema.
-    fn evolve_schema(
+    async fn evolve_schema(
         &self,
-        ns: &str,
         ident: &TableIdent,
         table: &Table,
         evolved: Vec<iceberg::spec::NestedFieldRef>,
-    ) -> Result<Table, SinkError> {
-        let new_schema = IcebergSchema::builder()
-            .with_fields(evolved)
-            .build()
-            .map_err(|e| self.iceberg_err(ns, e))?;
+    ) -> iceberg::Result<Table> {
+        let new_schema = IcebergSchema::builder().with_fields(evolved).build()?;
         tracing::info!(table = %ident, "Evolving the Iceberg table schema.");
         self.catalog
             .commit_updates(
@@ -456,16 +518,13 @@ impl IcebergSink {
                     TableUpdate::SetCurrentSchema { schema_id: -1 },
                 ],
             )
-            .map_err(|e| self.iceberg_err(ns, e))
+            .await
     }
 
     /// Give the table the partition spec the layout asks for, if it has another.
-    fn evolve_spec(&self, ns: &str, ident: &TableIdent, table: Table) -> Result<Table, SinkError> {
+    async fn evolve_spec(&self, ident: &TableIdent, table: Table) -> iceberg::Result<Table> {
         let metadata = table.metadata();
-        let (desired, warnings) = self
-            .layout
-            .partition_spec(metadata.current_schema())
-            .map_err(|e| self.iceberg_err(ns, e))?;
+        let (desired, warnings) = self.layout.partition_spec(metadata.current_schema())?;
         for warning in warnings {
             tracing::warn!(table = %ident, "{warning}");
         }
@@ -484,7 +543,7 @@ impl IcebergSink {
                     TableUpdate::SetDefaultSpec { spec_id: -1 },
                 ],
             )
-            .map_err(|e| self.iceberg_err(ns, e))
+            .await
     }
 
     async fn writer(
@@ -541,9 +600,50 @@ pub fn parquet_properties() -> iceberg::Result<WriterProperties> {
         .build())
 }
 
-/// The highest WAL batch id of the pipeline `identity` that has landed in `table`.
-pub fn landed_through(table: &Table, identity: &str) -> u64 {
-    let metadata = table.metadata();
+/// Attempts of preparing a table (load or create, evolve) when other writers win races.
+const PREPARE_ATTEMPTS: u32 = 5;
+
+/// Refuse `updates` when they add a snapshot of WAL batches that `current` shows already
+/// landed: a snapshot whose summary names pipeline `P` and first batch `F`, on a table where
+/// `P` landed through `F` or beyond. The catalog runs this on the version its
+/// compare-and-swap is conditioned on, so two writers of one pipeline racing with the same
+/// batches (a lost lease, a retried commit whose first attempt did land) cannot both land
+/// them. The error is a non-retryable [`iceberg::ErrorKind::CatalogCommitConflicts`]: the
+/// delivery fails, and the next one skips what landed.
+pub fn check_not_landed(
+    current: &iceberg::spec::TableMetadata,
+    updates: &[TableUpdate],
+) -> iceberg::Result<()> {
+    for update in updates {
+        let TableUpdate::AddSnapshot { snapshot } = update else {
+            continue;
+        };
+        let props = &snapshot.summary().additional_properties;
+        let (Some(identity), Some(first)) = (
+            props.get(SUMMARY_PIPELINE),
+            props
+                .get(SUMMARY_FIRST_BATCH)
+                .and_then(|v| v.parse::<u64>().ok()),
+        ) else {
+            continue;
+        };
+        let landed = landed_through(current, identity);
+        if landed >= first {
+            return Err(iceberg::Error::new(
+                iceberg::ErrorKind::CatalogCommitConflicts,
+                format!(
+                    "WAL batches from {first} of pipeline {identity} already landed in this table (through batch {landed}): another writer of the pipeline committed them first; nothing was committed, and the next delivery skips them"
+                ),
+            )
+            .with_retryable(false));
+        }
+    }
+    Ok(())
+}
+
+/// The highest WAL batch id of the pipeline `identity` that has landed in the table of
+/// `metadata`.
+pub fn landed_through(metadata: &iceberg::spec::TableMetadata, identity: &str) -> u64 {
     let property = metadata
         .properties()
         .get(&format!("{PROPERTY_LANDED_PREFIX}{identity}"))

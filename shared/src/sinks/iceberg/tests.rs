@@ -10,7 +10,7 @@ use futures::TryStreamExt;
 use iceberg::Catalog;
 use iceberg::spec::{PrimitiveType, Type};
 
-use super::catalog::{HadoopPointer, Pointer, VERSION_HINT};
+use super::catalog::{Current, HadoopPointer, Pointer, TableRef, VERSION_HINT};
 use super::*;
 use crate::schema::{Field, FieldType, NamespaceSchema};
 use crate::wal::{DiskWal, WalOptions};
@@ -311,7 +311,14 @@ fn the_hadoop_pointer_rolls_forward_past_a_stale_hint_and_refuses_a_taken_versio
     let schema = pipeline_schema(&[("a", vec![Field::new("id", FieldType::Int)])]);
     f.wal.append(b"p1", &[part("a", ids_batch(0..2))])?;
     f.deliver_all(&schema)?;
-    let dir = f.sink.catalog().table_dir(&f.sink.table_ident("a"));
+    let ident = f.sink.table_ident("a");
+    let dir = f.sink.catalog().table_dir(&ident);
+    let location = f.sink.catalog().table_location(&ident);
+    let at = TableRef {
+        ident: &ident,
+        location: &location,
+    };
+    let current = || f.sink.block_on(HadoopPointer.current(at));
     let hint = dir.join("metadata").join(VERSION_HINT);
     assert_eq!(
         std::fs::read_to_string(&hint)?,
@@ -321,17 +328,18 @@ fn the_hadoop_pointer_rolls_forward_past_a_stale_hint_and_refuses_a_taken_versio
 
     // A crash between the metadata link and the hint: the hint says 1.
     std::fs::write(&hint, "1")?;
-    let (version, location) = HadoopPointer.current(&dir)?.ok_or("no table")?;
-    assert_eq!(version, 2);
+    let read = current()?.ok_or("no table")?;
+    assert_eq!(read.version, 2);
     assert!(
-        location.ends_with("/metadata/v2.metadata.json"),
-        "{location}"
+        read.location.ends_with("/metadata/v2.metadata.json"),
+        "{}",
+        read.location
     );
     // A damaged hint falls back to listing.
     std::fs::write(&hint, "garbage")?;
-    assert_eq!(HadoopPointer.current(&dir)?.map(|c| c.0), Some(2));
+    assert_eq!(current()?.map(|c| c.version), Some(2));
     std::fs::remove_file(&hint)?;
-    assert_eq!(HadoopPointer.current(&dir)?.map(|c| c.0), Some(2));
+    assert_eq!(current()?.map(|c| c.version), Some(2));
 
     // Commits go on after all that.
     f.wal.append(b"p2", &[part("a", ids_batch(2..4))])?;
@@ -342,8 +350,15 @@ fn the_hadoop_pointer_rolls_forward_past_a_stale_hint_and_refuses_a_taken_versio
     // Publishing a version that exists is a retryable conflict, and leaves it untouched.
     let table = f.table("a")?;
     let before = std::fs::read(dir.join("metadata/v3.metadata.json"))?;
-    let err = HadoopPointer
-        .publish(&dir, 3, table.metadata())
+    let v2 = Current::new(2, format!("{location}/metadata/v2.metadata.json"));
+    let err = f
+        .sink
+        .block_on(HadoopPointer.publish(
+            f.sink.catalog().file_io(),
+            at,
+            Some(&v2),
+            table.metadata(),
+        ))
         .err()
         .ok_or("published over an existing version")?;
     assert_eq!(err.kind(), iceberg::ErrorKind::CatalogCommitConflicts);
@@ -517,7 +532,14 @@ fn a_skipprlake_table_keeps_its_pointer_in_the_catalog_store_and_swaps_it_by_cas
     assert_eq!(f.count("a")?, 6);
 
     let dir = warehouse.join("ns/a");
-    let (version, location) = pointer.current(&dir)?.ok_or("no pointer")?;
+    let ident = f.sink.table_ident("a");
+    let table_location = format!("file://{}", dir.display());
+    let at = TableRef {
+        ident: &ident,
+        location: &table_location,
+    };
+    let read = f.sink.block_on(pointer.current(at))?.ok_or("no pointer")?;
+    let (version, location) = (read.version, read.location.clone());
     assert_eq!(version, 3, "create, then two appends");
     assert!(location.contains("/metadata/00003-"), "{location}");
     assert!(pointer.store_file().is_file());
@@ -527,9 +549,12 @@ fn a_skipprlake_table_keeps_its_pointer_in_the_catalog_store_and_swaps_it_by_cas
     );
     // Another writer that read version 3 loses the swap to version 4 once it is taken.
     let table = f.table("a")?;
-    pointer.publish(&dir, 4, table.metadata())?;
-    let err = pointer
-        .publish(&dir, 4, table.metadata())
+    let io = f.sink.catalog().file_io().clone();
+    f.sink
+        .block_on(pointer.publish(&io, at, Some(&read), table.metadata()))?;
+    let err = f
+        .sink
+        .block_on(pointer.publish(&io, at, Some(&read), table.metadata()))
         .err()
         .ok_or("two writers both published version 4")?;
     assert_eq!(err.kind(), iceberg::ErrorKind::CatalogCommitConflicts);
@@ -538,5 +563,202 @@ fn a_skipprlake_table_keeps_its_pointer_in_the_catalog_store_and_swaps_it_by_cas
         .filter(|e| e.file_name().to_string_lossy().starts_with("00004-"))
         .count();
     assert_eq!(metadata_files, 1, "the loser's metadata file is removed");
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// The Glue pointer's compare-and-swap, against the in-process Glue double
+// ---------------------------------------------------------------------------------------------
+
+/// A sink of pipeline `identity` on the `file://` warehouse `warehouse`, its tables registered
+/// in `glue` (the pointer writes metadata through whatever file I/O the catalog has, so the
+/// Glue logic runs here without S3).
+fn glue_sink(
+    warehouse: &std::path::Path,
+    glue: &Arc<super::glue::MemoryGlue>,
+    identity: &str,
+) -> Result<IcebergSink, SinkError> {
+    use super::catalog::{FileCatalog, LakePointer};
+    let api: Arc<dyn super::glue::GlueApi> = glue.clone();
+    let catalog = FileCatalog::new(
+        warehouse.to_path_buf(),
+        storage::durable_file_io(),
+        LakePointer::Glue(super::glue::GluePointer::new(api)),
+    );
+    IcebergSink::with_catalog(catalog, "ns", identity.to_owned())
+}
+
+fn disk_wal(dir: &std::path::Path) -> Result<DiskWal, Box<dyn std::error::Error>> {
+    let (wal, _) = DiskWal::open(
+        dir,
+        WalOptions {
+            fsync: false,
+            ..WalOptions::default()
+        },
+    )?;
+    Ok(wal)
+}
+
+fn deliver(
+    sink: &IcebergSink,
+    wal: &DiskWal,
+    schema: &PipelineSchema,
+) -> Result<Delivered, SinkError> {
+    let batches = wal.batches().to_vec();
+    sink.deliver(&batches, &mut |id| wal.read(id), schema)
+}
+
+/// The metadata files in the table's `metadata/` directory that its current metadata neither
+/// is nor lists in its metadata log: what a lost commit left behind.
+fn unreferenced_metadata(
+    f: &Fixture,
+    ident: &TableIdent,
+) -> Result<Vec<String>, Box<dyn std::error::Error>> {
+    let table = f
+        .sink
+        .block_on(async { f.sink.catalog().load_table(ident).await })?;
+    let mut referenced: BTreeSet<String> = table
+        .metadata()
+        .metadata_log()
+        .iter()
+        .map(|m| m.metadata_file.clone())
+        .collect();
+    referenced.insert(table.metadata_location().unwrap_or_default().to_owned());
+    let dir = f.sink.catalog().table_dir(ident).join("metadata");
+    let mut orphans = Vec::new();
+    for entry in std::fs::read_dir(&dir)? {
+        let name = entry?.file_name().to_string_lossy().into_owned();
+        if name.ends_with(".metadata.json")
+            && !referenced.contains(&format!("file://{}/{name}", dir.display()))
+        {
+            orphans.push(name);
+        }
+    }
+    Ok(orphans)
+}
+
+/// Two pipelines append to one Glue-registered table at the same moment: both read the same
+/// Glue `VersionId`, the double lets one `UpdateTable` win and refuses the other (the
+/// compare-and-swap); iceberg's transaction reloads and appends again on the winner's
+/// version. Both batches land exactly once and the loser's metadata file is deleted.
+///
+/// This runs against [`super::glue::MemoryGlue`], an in-process double that enforces
+/// `VersionId`, because the local AWS server (moto 5.2.5) accepts a stale `VersionId`:
+/// against moto this race would silently lose a commit, which is moto's gap, not Glue's.
+#[test]
+fn two_pipelines_racing_on_a_glue_table_both_land_exactly_once() -> TestResult {
+    let mut f = fixture()?;
+    let glue = Arc::new(super::glue::MemoryGlue::new());
+    let warehouse = f._dir.path().join("glue-wh");
+    let schema = pipeline_schema(&[("a", vec![Field::new("id", FieldType::Int)])]);
+    let mut wal_a = disk_wal(&f._dir.path().join("wal-a"))?;
+    let mut wal_b = disk_wal(&f._dir.path().join("wal-b"))?;
+    wal_a.append(b"a1", &[part("a", ids_batch(0..10))])?;
+    let sink_a = glue_sink(&warehouse, &glue, "t#w#a")?;
+    let sink_b = glue_sink(&warehouse, &glue, "t#w#b")?;
+    // The table exists (created by A's first batch) before the race.
+    assert_eq!(deliver(&sink_a, &wal_a, &schema)?.rows, 10);
+    wal_a.append(b"a2", &[part("a", ids_batch(10..15))])?;
+    wal_b.append(b"b1", &[part("a", ids_batch(100..107))])?;
+
+    glue.arm_update_barrier(2);
+    let (a, b) = std::thread::scope(|s| {
+        let a = s.spawn(|| deliver(&sink_a, &wal_a, &schema));
+        let b = s.spawn(|| deliver(&sink_b, &wal_b, &schema));
+        (a.join(), b.join())
+    });
+    let (a, b) = (
+        a.map_err(|_| "pipeline A panicked")??,
+        b.map_err(|_| "pipeline B panicked")??,
+    );
+    assert_eq!((a.rows, b.rows), (5, 7));
+    assert_eq!(glue.conflicts(), 1, "exactly one UpdateTable lost the swap");
+
+    f.sink = glue_sink(&warehouse, &glue, "t#w#a")?;
+    let mut ids: Vec<i64> = f
+        .rows("a")?
+        .iter()
+        .flat_map(|b| {
+            b.column(0)
+                .as_primitive::<arrow::datatypes::Int32Type>()
+                .values()
+                .iter()
+                .map(|v| i64::from(*v))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    ids.sort_unstable();
+    let expected: Vec<i64> = (0..15).chain(100..107).collect();
+    assert_eq!(ids, expected, "every row once");
+    let table = f.table("a")?;
+    assert_eq!(landed_through(table.metadata(), "t#w#a"), 2);
+    assert_eq!(landed_through(table.metadata(), "t#w#b"), 1);
+    assert_eq!(
+        unreferenced_metadata(&f, &f.sink.table_ident("a"))?,
+        Vec::<String>::new(),
+        "the losing attempt's metadata file is deleted"
+    );
+    let registered = glue.table("ns", "a").ok_or("no Glue table")?;
+    assert_eq!(
+        registered
+            .parameters
+            .get("metadata_location")
+            .map(String::as_str),
+        table.metadata_location()
+    );
+    Ok(())
+}
+
+/// Two writers of the SAME pipeline (a writer that lost its lease and did not notice yet)
+/// deliver the same batch to a Glue-registered table at once. The swap lets one commit in;
+/// the other's transaction reloads, and the catalog's landed check refuses to append batches
+/// the winner already landed, so the rows land once. Against the in-process Glue double (moto
+/// does not enforce `VersionId`, see the test above).
+#[test]
+fn two_writers_of_one_pipeline_racing_on_a_glue_table_land_the_batch_once() -> TestResult {
+    let mut f = fixture()?;
+    let glue = Arc::new(super::glue::MemoryGlue::new());
+    let warehouse = f._dir.path().join("glue-wh");
+    let schema = pipeline_schema(&[("a", vec![Field::new("id", FieldType::Int)])]);
+    let mut wal_1 = disk_wal(&f._dir.path().join("wal-1"))?;
+    let mut wal_2 = disk_wal(&f._dir.path().join("wal-2"))?;
+    for wal in [&mut wal_1, &mut wal_2] {
+        wal.append(b"p1", &[part("a", ids_batch(0..4))])?;
+    }
+    let sink_1 = glue_sink(&warehouse, &glue, "t#w#p")?;
+    let sink_2 = glue_sink(&warehouse, &glue, "t#w#p")?;
+    deliver(&sink_1, &wal_1, &schema)?;
+    deliver(&sink_2, &wal_2, &schema)?;
+    for wal in [&mut wal_1, &mut wal_2] {
+        wal.append(b"p2", &[part("a", ids_batch(4..9))])?;
+    }
+
+    glue.arm_update_barrier(2);
+    let (one, two) = std::thread::scope(|s| {
+        let one = s.spawn(|| deliver(&sink_1, &wal_1, &schema));
+        let two = s.spawn(|| deliver(&sink_2, &wal_2, &schema));
+        (one.join(), two.join())
+    });
+    let results = [
+        one.map_err(|_| "writer 1 panicked")?,
+        two.map_err(|_| "writer 2 panicked")?,
+    ];
+    let landed: Vec<_> = results.iter().filter_map(|r| r.as_ref().ok()).collect();
+    assert_eq!(landed.len(), 1, "one writer lands batch 2: {results:?}");
+    assert_eq!(landed[0].rows, 5);
+    let refused = results
+        .iter()
+        .find_map(|r| r.as_ref().err())
+        .ok_or("both writers succeeded")?;
+    assert!(refused.to_string().contains("already landed"), "{refused}");
+    assert!(refused.is_retryable(), "the pipeline tries again later");
+    assert_eq!(glue.conflicts(), 1);
+
+    // The refused writer delivers again: everything is skipped.
+    let again = deliver(&sink_2, &wal_2, &schema)?;
+    assert_eq!((again.rows, again.commits), (0, 0));
+    f.sink = glue_sink(&warehouse, &glue, "t#w#p")?;
+    assert_eq!(f.count("a")?, 9, "rows 0..9 once");
+    assert_eq!(f.sink.landed_through(&f.table("a")?), 2);
     Ok(())
 }

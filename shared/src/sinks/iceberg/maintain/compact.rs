@@ -252,19 +252,21 @@ pub async fn compact(
     };
     let removed: u64 = bins.iter().map(|b| b.len() as u64).sum();
     let added = written.len() as u64;
-    let committed = catalog.commit_updates(
-        ident,
-        vec![
-            TableRequirement::UuidMatch {
-                uuid: metadata.uuid(),
-            },
-            TableRequirement::RefSnapshotIdMatch {
-                r#ref: MAIN_BRANCH.to_owned(),
-                snapshot_id: Some(current.snapshot_id()),
-            },
-        ],
-        updates,
-    );
+    let committed = catalog
+        .commit_updates(
+            ident,
+            vec![
+                TableRequirement::UuidMatch {
+                    uuid: metadata.uuid(),
+                },
+                TableRequirement::RefSnapshotIdMatch {
+                    r#ref: MAIN_BRANCH.to_owned(),
+                    snapshot_id: Some(current.snapshot_id()),
+                },
+            ],
+            updates,
+        )
+        .await;
     match committed {
         Ok(after) => {
             tracing::info!(table = %name, removed, added, "Compacted small data files.");

@@ -79,21 +79,23 @@ pub async fn expire(
 ) -> Result<Option<Table>, SinkError> {
     let metadata = table.metadata();
     let ident = table.identifier();
-    let result = catalog.commit_updates(
-        ident,
-        vec![
-            TableRequirement::UuidMatch {
-                uuid: metadata.uuid(),
-            },
-            TableRequirement::RefSnapshotIdMatch {
-                r#ref: MAIN_BRANCH.to_owned(),
-                snapshot_id: metadata.current_snapshot_id(),
-            },
-        ],
-        vec![TableUpdate::RemoveSnapshots {
-            snapshot_ids: ids.to_vec(),
-        }],
-    );
+    let result = catalog
+        .commit_updates(
+            ident,
+            vec![
+                TableRequirement::UuidMatch {
+                    uuid: metadata.uuid(),
+                },
+                TableRequirement::RefSnapshotIdMatch {
+                    r#ref: MAIN_BRANCH.to_owned(),
+                    snapshot_id: metadata.current_snapshot_id(),
+                },
+            ],
+            vec![TableUpdate::RemoveSnapshots {
+                snapshot_ids: ids.to_vec(),
+            }],
+        )
+        .await;
     match result {
         Ok(table) => Ok(Some(table)),
         Err(e) if e.kind() == ErrorKind::CatalogCommitConflicts => {

@@ -246,7 +246,7 @@ fn many_small_deliveries_compact_into_one_file_with_the_same_rows_and_land_nothi
     assert_eq!(props.get("total-data-files").map(String::as_str), Some("1"));
     assert_eq!(props.get("total-records").map(String::as_str), Some("1000"));
     assert_eq!(table.metadata().snapshots().count(), 1);
-    assert_eq!(landed_through(&table, IDENTITY), 20);
+    assert_eq!(landed_through(table.metadata(), IDENTITY), 20);
 
     // Delivering the same WAL batches again lands nothing.
     let again = f.deliver_all_again()?;
@@ -257,7 +257,7 @@ fn many_small_deliveries_compact_into_one_file_with_the_same_rows_and_land_nothi
     // And new batches still land once, after the compacted file.
     f.deliver_many(2, 50)?;
     assert_eq!(f.rows()?, expected_rows(1100));
-    assert_eq!(landed_through(&f.table()?, IDENTITY), 22);
+    assert_eq!(landed_through(f.table()?.metadata(), IDENTITY), 22);
     Ok(())
 }
 
@@ -288,7 +288,7 @@ fn expiry_keeps_the_current_snapshot_and_the_landed_id() -> TestResult {
         })
         .collect::<Vec<_>>();
     assert_eq!(summary_max, vec!["5".to_owned()]);
-    assert_eq!(landed_through(&table, IDENTITY), 5);
+    assert_eq!(landed_through(table.metadata(), IDENTITY), 5);
     assert_eq!(f.rows()?, expected_rows(50));
 
     // Expire the last delivery snapshot too (behind a compaction): the property alone says 5.
@@ -299,7 +299,7 @@ fn expiry_keeps_the_current_snapshot_and_the_landed_id() -> TestResult {
             .additional_properties
             .contains_key(crate::sinks::iceberg::SUMMARY_LAST_BATCH)
     }));
-    assert_eq!(landed_through(&table, IDENTITY), 5);
+    assert_eq!(landed_through(table.metadata(), IDENTITY), 5);
     assert_eq!(f.deliver_all_again()?.rows, 0);
     assert_eq!(f.rows()?, expected_rows(50));
     Ok(())
@@ -427,7 +427,7 @@ fn deliveries_compact_and_expire_on_their_own_once_thresholds_are_crossed() -> T
     );
     assert!(files_in(&f.table_dir().join("data"), ".parquet") < 20);
     assert_eq!(f.rows()?, expected_rows(175));
-    assert_eq!(landed_through(&table, IDENTITY), 35);
+    assert_eq!(landed_through(table.metadata(), IDENTITY), 35);
     Ok(())
 }
 
@@ -553,7 +553,7 @@ fn files_written_before_a_struct_gained_a_field_compact_with_nulls() -> TestResu
             (3, 30, Some("why".to_owned()))
         ]
     );
-    assert_eq!(landed_through(&f.table()?, IDENTITY), 2);
+    assert_eq!(landed_through(f.table()?.metadata(), IDENTITY), 2);
     drop(f.dir);
     Ok(())
 }
