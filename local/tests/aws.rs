@@ -14,6 +14,10 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+mod common;
+
+use common::Rng;
+
 /// The moto server of `tests/run`, or a failure naming the fix.
 fn endpoint() -> String {
     let endpoint = std::env::var("SKIPPR_TEST_AWS_ENDPOINT").unwrap_or_default();
@@ -351,4 +355,236 @@ fn an_idle_pass_and_a_batch_cost_a_constant_number_of_requests() {
         per_batch[0], per_batch[1],
         "requests per batch must not depend on rows"
     );
+}
+
+/// The reader venv's Python (PyIceberg with Glue support), or a failure naming the fix.
+fn reader_python() -> String {
+    match std::env::var("SKIPPR_TEST_PYTHON") {
+        Ok(p) if !p.is_empty() => p,
+        _ => panic!(
+            "SKIPPR_TEST_PYTHON is not set: run `bash tests/run` (it builds the reader venv with pyiceberg[pyarrow,glue])"
+        ),
+    }
+}
+
+/// Every row of the Glue tables, read by PyIceberg's `GlueCatalog`: table -> ids.
+fn glue_ids(database: &str, tables: &[&str]) -> std::collections::BTreeMap<String, Vec<u64>> {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/readers/read_glue_table.py");
+    let out = Command::new(reader_python())
+        .arg(script)
+        .args(["--database", database, "--values", "--key", "id"])
+        .args(tables)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "read_glue_table.py: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let mut found = std::collections::BTreeMap::new();
+    for table in tables {
+        let t = &v["tables"][table]["pyiceberg"];
+        let ids: Vec<u64> = t["values"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|row| row["id"].as_u64().unwrap())
+            .collect();
+        assert_eq!(t["rows"].as_u64().unwrap() as usize, ids.len());
+        found.insert((*table).to_owned(), ids);
+    }
+    found
+}
+
+/// The backends of a kill loop on AWS: the WAL bucket, the warehouse, the Glue database.
+struct AwsProject {
+    dir: tempfile::TempDir,
+    bucket: String,
+    database: String,
+}
+
+impl AwsProject {
+    fn new(aws: &skipprd::aws::Aws, store: &str) -> AwsProject {
+        let bucket = new_bucket(aws, "kill");
+        let database = format!("kill_{}_{}", std::process::id(), rand_suffix());
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("skippr.yml"),
+            format!(
+                "\
+{store}pipelines:
+  events:
+    data_source: data_sources.files
+    data_sink: data_sinks.lake
+    transform:
+      namespace_fields: kind
+data_sources:
+  files:
+    File:
+      path: input
+      batch_size: 150
+data_sinks:
+  lake:
+    AthenaIceberg:
+      warehouse: s3://{bucket}/lake
+      glue_database_name: {database}
+      region: us-east-1
+"
+            ),
+        )
+        .unwrap();
+        std::fs::create_dir_all(dir.path().join("input")).unwrap();
+        AwsProject {
+            dir,
+            bucket,
+            database,
+        }
+    }
+
+    fn env(&self) -> Vec<(&'static str, String)> {
+        vec![
+            ("WAL_STORAGE", "s3".to_owned()),
+            ("SKIPPR_WAL_S3_BUCKET", self.bucket.clone()),
+        ]
+    }
+
+    fn command(&self) -> Command {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_skipprd"));
+        cmd.current_dir(self.dir.path())
+            .args(["sync", "--once", "--output", "json"])
+            .env_remove("SKIPPR_CONFIG_FILE")
+            .env_remove("DATA_DIR")
+            .env_remove("PIPELINE_NAME")
+            .env_remove("DELIVER_THRESHOLD_BYTES")
+            .envs(self.env());
+        cmd
+    }
+}
+
+/// Append `count` records with ids from `first` to `path`: kinds `order` and `refund`.
+fn append_kinds(
+    path: &Path,
+    first: u64,
+    count: u64,
+    expected: &mut std::collections::BTreeMap<String, Vec<u64>>,
+) {
+    use std::io::Write;
+    let mut text = String::new();
+    for id in first..first + count {
+        let kind = if id % 3 == 0 { "refund" } else { "order" };
+        text.push_str(&format!(
+            "{{\"kind\":\"{kind}\",\"id\":{id},\"note\":\"n{id}\"}}\n"
+        ));
+        expected.entry(kind.to_owned()).or_default().push(id);
+    }
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .unwrap();
+    f.write_all(text.as_bytes()).unwrap();
+}
+
+/// The kill -9 loop of the durable core on the AWS backends: WAL in S3, tables in S3
+/// registered in Glue (AthenaIceberg), `store` selecting the state store. Passes are killed at
+/// random moments while records keep arriving; after a final pass PyIceberg's `GlueCatalog`
+/// must find every id exactly once.
+fn aws_kill_loop(store: &str, label: &str) {
+    reader_python();
+    let aws = aws();
+    let kills: u64 = std::env::var("SKIPPR_KILL_LOOPS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(30);
+    let mut rng = Rng(0x5eed_a115 | 1);
+    let project = AwsProject::new(&aws, store);
+    let dir = project.dir.path().to_path_buf();
+    let mut expected = std::collections::BTreeMap::new();
+    let mut next_id = 0u64;
+    for file in 0..3 {
+        append_kinds(
+            &dir.join(format!("input/part-{file}.jsonl")),
+            next_id,
+            600,
+            &mut expected,
+        );
+        next_id += 600;
+    }
+    let (mut killed, mut finished, mut round) = (0u64, 0u64, 0u64);
+    while killed < kills && round < kills * 4 {
+        round += 1;
+        let target = dir.join(format!("input/part-{}.jsonl", rng.below(3)));
+        append_kinds(&target, next_id, 200, &mut expected);
+        next_id += 200;
+        let log = std::fs::File::create(dir.join(format!("round-{round:03}.log"))).unwrap();
+        let threshold = if round % 2 == 0 { "20000" } else { "67108864" };
+        let mut child = project
+            .command()
+            .env("DELIVER_THRESHOLD_BYTES", threshold)
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(20 + rng.below(1200)));
+        match child.try_wait().unwrap() {
+            Some(status) => {
+                let log =
+                    std::fs::read_to_string(dir.join(format!("round-{round:03}.log"))).unwrap();
+                assert!(
+                    status.success(),
+                    "round {round}: sync failed on its own: {log}"
+                );
+                finished += 1;
+            }
+            None => {
+                child.kill().unwrap();
+                child.wait().unwrap();
+                killed += 1;
+            }
+        }
+    }
+    let out = project.command().output().unwrap();
+    assert!(
+        out.status.success(),
+        "final pass: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(event(&out, "sync_complete")["pending"], 0);
+    let found = glue_ids(&project.database, &["order", "refund"]);
+    let mut rows = 0;
+    for (table, mut want) in expected {
+        let mut got = found[&table].clone();
+        let total = got.len();
+        got.sort_unstable();
+        got.dedup();
+        assert_eq!(
+            total,
+            got.len(),
+            "{table}: {} duplicated ids",
+            total - got.len()
+        );
+        want.sort_unstable();
+        assert_eq!(got.len(), want.len(), "{table}: row count");
+        assert_eq!(got, want, "{table}: ids");
+        rows += total;
+    }
+    assert_eq!(
+        s3_wal_objects(&aws, &project.bucket),
+        0,
+        "delivered batches are reclaimed"
+    );
+    println!(
+        "{label}: {killed} kills, {finished} passes finished on their own, rows expected {next_id}, found by pyiceberg (GlueCatalog) {rows}, duplicates 0, missing 0"
+    );
+    assert!(
+        killed >= kills,
+        "only {killed} of {kills} passes were killed"
+    );
+    assert_eq!(rows as u64, next_id);
+}
+
+#[test]
+fn the_kill_loop_on_s3_wal_and_glue_lands_every_row_exactly_once() {
+    aws_kill_loop("", "AWS kill loop (S3 WAL, embedded store, AthenaIceberg)");
 }
