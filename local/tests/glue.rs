@@ -132,8 +132,12 @@ fn the_glue_sink_lands_evolves_and_never_lands_a_batch_twice_on_s3() {
         },
     };
     let open = || {
-        IcebergSink::with_catalog(location.catalog("lake").unwrap(), &database, "t#w#p".into())
-            .unwrap()
+        IcebergSink::with_catalog(
+            location.catalog("lake", None).unwrap(),
+            &database,
+            "t#w#p".into(),
+        )
+        .unwrap()
     };
     let sink = open();
     let dir = tempfile::tempdir().unwrap();

@@ -148,7 +148,7 @@ pub fn sync_pass(
 
     // The AWS backends share one handle (built once per process when the caller passes one),
     // whose request counter reports what the pass cost.
-    let aws = pass_aws(settings, options).map_err(|e| PipelineError::Aws {
+    let aws = pass_aws(settings, pipeline, options).map_err(|e| PipelineError::Aws {
         pipeline: name.clone(),
         message: e.to_string(),
     })?;
@@ -227,12 +227,11 @@ pub fn sync_pass(
     };
 
     // 3. Deliver outstanding batches (without a destination the WAL is the dataset).
-    let sink = crate::sinks::open(pipeline, settings, &config.base_dir).map_err(|source| {
-        PipelineError::Sink {
+    let sink = crate::sinks::open_with_aws(pipeline, settings, &config.base_dir, aws.as_ref())
+        .map_err(|source| PipelineError::Sink {
             pipeline: name.clone(),
             source: Box::new(source),
-        }
-    })?;
+        })?;
     let deadletter_sink = match &pipeline.deadletter_sink {
         Some(dl) => crate::sinks::deadletter::FileDeadletterSink::open(dl, &name, &config.base_dir)
             .map_err(|source| PipelineError::Sink {
@@ -540,14 +539,22 @@ pub fn sync_pass(
 /// environment.
 fn pass_aws(
     settings: &crate::config::validate::Settings,
+    pipeline: &ValidatedPipeline,
     options: &SyncOptions,
 ) -> Result<Option<crate::aws::Aws>, crate::aws::AwsError> {
-    let needed = settings.wal_storage == WalStorage::S3
+    use crate::config::connectors::SinkConnector;
+    // The sink's region, when it is the only AWS user, so no AWS_REGION is needed then.
+    let sink_region = match pipeline.sink.as_ref().map(|s| &s.connector) {
+        Some(SinkConnector::AthenaIceberg(c)) => Some(c.region.clone()),
+        _ => None,
+    };
+    let backends = settings.wal_storage == WalStorage::S3
         || matches!(settings.store, StoreKind::Dynamodb { .. });
-    match (&options.aws, needed) {
-        (Some(aws), _) => Ok(Some(aws.clone())),
-        (None, true) => crate::aws::Aws::load(None).map(Some),
-        (None, false) => Ok(None),
+    match (&options.aws, backends, sink_region) {
+        (Some(aws), _, _) => Ok(Some(aws.clone())),
+        (None, true, _) => crate::aws::Aws::load(None).map(Some),
+        (None, false, Some(region)) => crate::aws::Aws::load(region.as_deref()).map(Some),
+        (None, false, None) => Ok(None),
     }
 }
 

@@ -276,7 +276,7 @@ fn lake_source(
         return Ok(None);
     };
     let catalog = location
-        .catalog(&sink.name)
+        .catalog(&sink.name, None)
         .map_err(|e| QueryError::Unsupported {
             pipeline: pipeline.name.clone(),
             reason: e.to_string(),

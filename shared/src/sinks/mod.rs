@@ -66,9 +66,13 @@ impl LakeLocation {
 
     /// The catalog of this location: its file I/O and pointer. For Glue this loads the AWS
     /// configuration (no request is sent).
+    ///
+    /// `aws` is the caller's AWS handle, when it has one: clients are then built from it (the
+    /// connector's region applied), so its request counter sees the sink's requests too.
     pub fn catalog(
         &self,
         sink: &str,
+        aws: Option<&crate::aws::Aws>,
     ) -> Result<iceberg::catalog::FileCatalog<iceberg::catalog::LakePointer>, SinkError> {
         use iceberg::catalog::{FileCatalog, HadoopPointer, LakePointer, StorePointer};
         let dir = || iceberg::storage::local_path(&self.warehouse);
@@ -84,11 +88,16 @@ impl LakeLocation {
                 LakePointer::Store(StorePointer::embedded(dir(), name)),
             ),
             LakeCatalog::Glue { region, catalog_id } => {
-                let aws =
-                    crate::aws::Aws::load(region.as_deref()).map_err(|source| SinkError::Aws {
-                        sink: sink.to_owned(),
-                        source,
-                    })?;
+                let aws = match (aws, region.as_deref()) {
+                    (Some(aws), Some(region)) => aws.with_region(region),
+                    (Some(aws), None) => aws.clone(),
+                    (None, region) => {
+                        crate::aws::Aws::load(region).map_err(|source| SinkError::Aws {
+                            sink: sink.to_owned(),
+                            source,
+                        })?
+                    }
+                };
                 let glue = iceberg::glue::SdkGlue::new(&aws, catalog_id.clone());
                 FileCatalog::at(
                     self.warehouse.clone(),
@@ -263,6 +272,16 @@ pub fn open(
     settings: &Settings,
     base_dir: &Path,
 ) -> Result<Option<iceberg::IcebergSink>, SinkError> {
+    open_with_aws(pipeline, settings, base_dir, None)
+}
+
+/// [`open`], building any AWS client from `aws` (see [`LakeLocation::catalog`]).
+pub fn open_with_aws(
+    pipeline: &ValidatedPipeline,
+    settings: &Settings,
+    base_dir: &Path,
+    aws: Option<&crate::aws::Aws>,
+) -> Result<Option<iceberg::IcebergSink>, SinkError> {
     let Some(sink) = &pipeline.sink else {
         return Ok(None);
     };
@@ -279,7 +298,7 @@ pub fn open(
         crate::state::partition_key(&settings.tenant, &settings.workspace, &pipeline.name);
     let policy = maintenance_policy(sink)?;
     let layout = iceberg::layout::Layout::from_transform(&pipeline.transform);
-    let catalog = location.catalog(&sink.name)?;
+    let catalog = location.catalog(&sink.name, aws)?;
     if let LakeCatalog::Glue { .. } = location.catalog {
         tracing::info!(sink = %sink.name, warehouse = %location.warehouse, database = %location.namespace, "Delivering to Iceberg tables on S3 registered in Glue (the database is created when missing).");
     }
