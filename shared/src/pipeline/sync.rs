@@ -29,7 +29,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::config::ConfigError;
-use crate::config::validate::{StoreKind, ValidatedConfig, ValidatedPipeline, WalStorage};
+use crate::config::validate::{ValidatedConfig, ValidatedPipeline, WalStorage};
 use crate::deadletter::Deadletter;
 use crate::schema::{
     PipelineSchema, RecordBatchBuilder, SchemaError, SchemaInferrer, SchemaStore, evolve,
@@ -121,16 +121,6 @@ pub fn sync_pass(
             setting: "WAL_STORAGE".into(),
             value: "s3".into(),
             note: Some("the S3 WAL comes with the AWS backends; use `disk`".into()),
-        }
-        .into());
-    }
-    if let StoreKind::Dynamodb { .. } = settings.store {
-        return Err(ConfigError::UnsupportedSetting {
-            setting: "skippr.store.type".into(),
-            value: "dynamodb".into(),
-            note: Some(
-                "the DynamoDB store comes with the AWS backends; use `sled` (embedded)".into(),
-            ),
         }
         .into());
     }
