@@ -74,6 +74,9 @@ pub enum PipelineError {
         /// What went wrong.
         source: crate::state::StateError,
     },
+    /// The state store itself (not one pipeline's use of it) failed: `skipprd store create`.
+    #[error("state store: {0}")]
+    Store(crate::state::StateError),
     /// A file or directory of the pipeline's state could not be created or read.
     #[error("pipeline '{pipeline}': {path}: {message}")]
     Io {
@@ -102,9 +105,10 @@ impl PipelineError {
     /// The pipeline the error is about, when known.
     pub fn pipeline(&self) -> Option<&str> {
         match self {
-            PipelineError::Config(_) | PipelineError::Query(_) | PipelineError::Session { .. } => {
-                None
-            }
+            PipelineError::Config(_)
+            | PipelineError::Query(_)
+            | PipelineError::Session { .. }
+            | PipelineError::Store(_) => None,
             PipelineError::Source { pipeline, .. }
             | PipelineError::Schema { pipeline, .. }
             | PipelineError::NothingRead { pipeline, .. }
@@ -124,7 +128,9 @@ impl PipelineError {
             PipelineError::Source { source, .. } => source.is_retryable(),
             PipelineError::Schema { source, .. } => source.is_retryable(),
             PipelineError::NothingRead { .. } | PipelineError::Io { .. } => false,
-            PipelineError::State { source, .. } => source.is_retryable(),
+            PipelineError::State { source, .. } | PipelineError::Store(source) => {
+                source.is_retryable()
+            }
             PipelineError::Wal { source, .. } => source.is_retryable(),
             PipelineError::Sink { source, .. } | PipelineError::Maintain { source, .. } => {
                 source.is_retryable()
