@@ -70,6 +70,19 @@ pub enum Command {
     /// Work with rejected records (the files of the pipeline's `File` deadletter sink).
     #[command(subcommand)]
     Deadletters(DeadlettersCommand),
+    /// Work with the state store (`skippr.store`).
+    #[command(subcommand)]
+    Store(StoreCommand),
+}
+
+/// `store` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum StoreCommand {
+    /// Create the DynamoDB table named by `skippr.store.name` (with `store.type: dynamodb`):
+    /// on-demand capacity, partition key `pk`, sort key `sk`; waits until it is active. A table
+    /// that already exists with those keys is left as it is. `sync` and `discover` never
+    /// create it themselves.
+    Create,
 }
 
 /// `deadletters` subcommands.
@@ -226,6 +239,13 @@ mod tests {
             };
             assert_eq!(args.pipeline.pipeline.as_deref(), Some("x"));
         }
+    }
+
+    #[test]
+    fn store_create_parses() {
+        let cli = Cli::try_parse_from(["skipprd", "store", "create", "--output", "json"]).unwrap();
+        assert!(matches!(cli.command, Command::Store(StoreCommand::Create)));
+        assert!(Cli::try_parse_from(["skipprd", "store"]).is_err());
     }
 
     #[test]

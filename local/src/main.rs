@@ -16,7 +16,7 @@ use skipprd::config::{self, ProcessEnv, ValidatedConfig};
 use skipprd::pipeline::{self, DiscoverOptions, Event, PipelineError};
 use skipprd::schema::SchemaStore;
 
-use cli::{Cli, Command, DeadlettersCommand, OutputMode};
+use cli::{Cli, Command, DeadlettersCommand, OutputMode, StoreCommand};
 
 /// Parsing allocates and frees many small values; mimalloc does that markedly faster than
 /// the system allocator (see bench/run).
@@ -52,6 +52,7 @@ fn main() -> ExitCode {
                         retryable,
                     },
                     Command::Query(_) => Event::QueryError { message, retryable },
+                    Command::Store(_) => Event::StoreError { message, retryable },
                     Command::Deadletters(DeadlettersCommand::Replay(args)) => Event::SyncError {
                         pipeline: named(&args.pipeline.pipeline),
                         message,
@@ -141,6 +142,10 @@ fn run(cli: &Cli, mode: OutputMode) -> Result<(), PipelineError> {
                 observer.as_mut(),
             )?;
             Ok(())
+        }
+        Command::Store(StoreCommand::Create) => {
+            let mut observer = output::observer(mode);
+            pipeline::create_store(&config.settings, observer.as_mut())
         }
         Command::Schema(args) => {
             let pipeline = config.pipeline(args.pipeline.pipeline.as_deref())?;

@@ -260,6 +260,14 @@ fn describe(event: &Event) -> Option<String> {
             plural(*files_deleted),
             human_bytes(*bytes_freed)
         ),
+        Event::StoreReady {
+            table,
+            region,
+            created: true,
+        } => format!("Created DynamoDB table '{table}' (region {region}); it is active."),
+        Event::StoreReady { table, region, .. } => {
+            format!("DynamoDB table '{table}' (region {region}) already exists; left as it is.")
+        }
         _ => return None,
     })
 }

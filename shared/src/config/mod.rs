@@ -121,10 +121,12 @@ pub enum StorageMode {
 #[serde(deny_unknown_fields)]
 pub struct StoreConfig {
     /// `sled`: the embedded local store (default; the name is kept for compatibility);
-    /// `dynamodb`: one DynamoDB table. `cloud-tables` is recognised and rejected.
+    /// `dynamodb`: one DynamoDB table, with an expiring writer lease (TTL: env
+    /// `SKIPPR_LEASE_TTL_SECONDS`, default 30). `cloud-tables` is recognised and rejected.
     #[serde(rename = "type")]
     pub store_type: StoreType,
-    /// DynamoDB table name, when `type` is `dynamodb`.
+    /// DynamoDB table name, when `type` is `dynamodb`. Never created implicitly: create it
+    /// with `skipprd store create` (or keys `pk` (S) and `sk` (S) in your infrastructure).
     #[serde(default)]
     pub name: Option<String>,
 }

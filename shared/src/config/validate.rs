@@ -70,6 +70,10 @@ pub struct Settings {
     /// WAL during a pass, beside reading, and at the end of every pass
     /// (`DELIVER_THRESHOLD_BYTES`, default 64 MiB).
     pub deliver_threshold_bytes: u64,
+    /// The time to live of the DynamoDB writer lease, renewed every third of it
+    /// (`SKIPPR_LEASE_TTL_SECONDS`, default 30 s). A crashed writer's lease is taken over once
+    /// it has expired.
+    pub lease_ttl: std::time::Duration,
 }
 
 /// Default of `DELIVER_THRESHOLD_BYTES`: 64 MiB.
@@ -632,6 +636,22 @@ impl Validator<'_> {
             self.positive_bytes("BUFFER_THRESHOLD_BYTES", DEFAULT_BUFFER_THRESHOLD_BYTES)?;
         let deliver_threshold_bytes =
             self.positive_bytes("DELIVER_THRESHOLD_BYTES", DEFAULT_DELIVER_THRESHOLD_BYTES)?;
+        let lease_ttl = match self.var("SKIPPR_LEASE_TTL_SECONDS") {
+            None => crate::state::DEFAULT_LEASE_TTL,
+            Some(v) => v
+                .trim()
+                .parse::<u64>()
+                .ok()
+                .filter(|n| *n > 0)
+                .map(std::time::Duration::from_secs)
+                .ok_or_else(|| {
+                    self.invalid(
+                        &Origin::Var("SKIPPR_LEASE_TTL_SECONDS".to_owned()),
+                        &v,
+                        "is not a positive whole number of seconds",
+                    )
+                })?,
+        };
         Ok(Settings {
             tenant,
             workspace,
@@ -643,6 +663,7 @@ impl Validator<'_> {
             wal_storage,
             buffer_threshold_bytes,
             deliver_threshold_bytes,
+            lease_ttl,
         })
     }
 

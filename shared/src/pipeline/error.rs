@@ -82,6 +82,9 @@ pub enum PipelineError {
         /// What went wrong.
         message: String,
     },
+    /// The state store itself (not one pipeline's use of it) failed: `skipprd store create`.
+    #[error("state store: {0}")]
+    Store(crate::state::StateError),
     /// A file or directory of the pipeline's state could not be created or read.
     #[error("pipeline '{pipeline}': {path}: {message}")]
     Io {
@@ -110,9 +113,10 @@ impl PipelineError {
     /// The pipeline the error is about, when known.
     pub fn pipeline(&self) -> Option<&str> {
         match self {
-            PipelineError::Config(_) | PipelineError::Query(_) | PipelineError::Session { .. } => {
-                None
-            }
+            PipelineError::Config(_)
+            | PipelineError::Query(_)
+            | PipelineError::Session { .. }
+            | PipelineError::Store(_) => None,
             PipelineError::Source { pipeline, .. }
             | PipelineError::Schema { pipeline, .. }
             | PipelineError::NothingRead { pipeline, .. }
@@ -135,7 +139,9 @@ impl PipelineError {
             PipelineError::NothingRead { .. }
             | PipelineError::Io { .. }
             | PipelineError::Aws { .. } => false,
-            PipelineError::State { source, .. } => source.is_retryable(),
+            PipelineError::State { source, .. } | PipelineError::Store(source) => {
+                source.is_retryable()
+            }
             PipelineError::Wal { source, .. } => source.is_retryable(),
             PipelineError::Sink { source, .. } | PipelineError::Maintain { source, .. } => {
                 source.is_retryable()

@@ -3,7 +3,8 @@
 //! With `--output json` each event is printed as one JSON object per line, tagged by `event`
 //! (`discover_start`, `discover_progress`, `namespace_discovered`, `discover_complete`,
 //! `discover_error`; `sync_start`, `sync_status`, `schema_evolved`, `sync_complete`,
-//! `sync_error`; `maintain_complete`, `maintain_error`; `schema_error`). Field names are stable: scripts depend on them.
+//! `sync_error`; `maintain_complete`, `maintain_error`; `schema_error`; `store_ready`,
+//! `store_error`). Field names are stable: scripts depend on them.
 
 use std::path::PathBuf;
 
@@ -175,6 +176,22 @@ pub enum Event {
     },
     /// `query` failed.
     QueryError {
+        /// The error, one line.
+        message: String,
+        /// Whether running again unchanged might succeed.
+        retryable: bool,
+    },
+    /// `store create` made sure the state store's DynamoDB table exists.
+    StoreReady {
+        /// The table.
+        table: String,
+        /// Its region.
+        region: String,
+        /// Whether it was created now (`false`: it already existed).
+        created: bool,
+    },
+    /// `store create` failed.
+    StoreError {
         /// The error, one line.
         message: String,
         /// Whether running again unchanged might succeed.

@@ -10,6 +10,7 @@ pub mod events;
 mod held;
 pub mod maintain;
 pub mod source;
+pub mod store;
 pub mod sync;
 mod typing;
 
@@ -17,6 +18,7 @@ pub use discover::{DiscoverOptions, DiscoverReport, discover};
 pub use error::PipelineError;
 pub use events::{Event, Observer};
 pub use maintain::{MaintainOptions, maintain};
+pub use store::create_store;
 
 /// Logs rejected records: every one with its source, line and error (never silently
 /// dropped), the first [`DeadletterLog::RAW_LOGGED`] of a run also with the start of their text.

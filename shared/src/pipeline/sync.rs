@@ -123,16 +123,6 @@ pub fn sync_pass(
     let started = Instant::now();
     let name = pipeline.name.clone();
     let settings = &config.settings;
-    if let StoreKind::Dynamodb { .. } = settings.store {
-        return Err(ConfigError::UnsupportedSetting {
-            setting: "skippr.store.type".into(),
-            value: "dynamodb".into(),
-            note: Some(
-                "the DynamoDB store comes with the AWS backends; use `sled` (embedded)".into(),
-            ),
-        }
-        .into());
-    }
     let state_err = |source| PipelineError::State {
         pipeline: name.clone(),
         source,
@@ -155,7 +145,7 @@ pub fn sync_pass(
     let requests_before = aws.as_ref().map(crate::aws::Aws::requests);
 
     // 1. Lease (the store is opened under it).
-    let held = Held::take(settings, pipeline, options.lease_wait)?;
+    let held = Held::take_with(settings, pipeline, options.lease_wait, aws.as_ref())?;
     let (store, partition, state_dir) = (&held.store, &held.partition, &held.state_dir);
     let fence = Some(held.fence());
 

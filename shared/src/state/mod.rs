@@ -14,14 +14,22 @@
 //!   A writer that stalled past its lease, and was replaced, can therefore not write.
 //!
 //! Implementations: [`embedded::EmbeddedStore`] (redb, one file per pipeline, ACID; what
-//! `store.type: sled` means, the name being kept for compatibility) and
+//! `store.type: sled` means, the name being kept for compatibility),
+//! [`dynamodb::DynamoStore`] (one DynamoDB table, `store.type: dynamodb`) and
 //! [`memory::MemoryStore`] (tests).
+//!
+//! Leases: [`lease::LocalLease`] (an OS file lock, with the embedded store) and
+//! [`dynamo_lease::DynamoLease`] (an expiring item kept alive by heartbeats, with DynamoDB).
 
+pub mod dynamo_lease;
+pub mod dynamodb;
 pub mod embedded;
 pub mod error;
 pub mod lease;
 pub mod memory;
 
+pub use dynamo_lease::{DEFAULT_LEASE_TTL, DynamoLease, LeaseRecord, LeaseTable};
+pub use dynamodb::DynamoStore;
 pub use embedded::EmbeddedStore;
 pub use error::StateError;
 pub use lease::{DEFAULT_LEASE_WAIT, LEASE_SORT_KEY, LocalLease};
@@ -119,6 +127,40 @@ pub trait StateStore: Send + Sync {
 }
 
 impl<T: StateStore + ?Sized> StateStore for &T {
+    fn get(&self, key: &StateKey) -> Result<Option<Item>, StateError> {
+        (**self).get(key)
+    }
+
+    fn put(
+        &self,
+        key: &StateKey,
+        value: &[u8],
+        condition: Condition,
+        fence: Option<Fence>,
+    ) -> Result<u64, StateError> {
+        (**self).put(key, value, condition, fence)
+    }
+
+    fn delete(
+        &self,
+        key: &StateKey,
+        condition: Condition,
+        fence: Option<Fence>,
+    ) -> Result<(), StateError> {
+        (**self).delete(key, condition, fence)
+    }
+
+    fn scan_prefix(
+        &self,
+        partition: &str,
+        sort_prefix: &str,
+    ) -> Result<Vec<(String, Item)>, StateError> {
+        (**self).scan_prefix(partition, sort_prefix)
+    }
+}
+
+/// A boxed store (what a pass holds when the store kind is chosen at run time).
+impl<T: StateStore + ?Sized> StateStore for Box<T> {
     fn get(&self, key: &StateKey) -> Result<Option<Item>, StateError> {
         (**self).get(key)
     }

@@ -737,6 +737,23 @@ fn settings_from_the_environment_are_reported_by_variable_name() {
         e.to_string(),
         "BUFFER_THRESHOLD_BYTES = 'lots': is not a positive number of bytes"
     );
+    let e = check(EXAMPLE, &[("SKIPPR_LEASE_TTL_SECONDS", "0")]).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "SKIPPR_LEASE_TTL_SECONDS = '0': is not a positive whole number of seconds"
+    );
+    assert_eq!(
+        check(EXAMPLE, &[("SKIPPR_LEASE_TTL_SECONDS", "3")])
+            .unwrap()
+            .settings
+            .lease_ttl
+            .as_secs(),
+        3
+    );
+    assert_eq!(
+        check(EXAMPLE, &[]).unwrap().settings.lease_ttl.as_secs(),
+        30
+    );
     let loaded = load_text(EXAMPLE, &[]).unwrap();
     let e = validate(&loaded, Some("tape")).unwrap_err();
     assert_eq!(
