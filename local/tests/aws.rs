@@ -18,6 +18,14 @@ mod common;
 
 use common::Rng;
 
+/// The `skipprd` binary under test: cargo's, or `SKIPPR_TEST_BIN` (a copy, when several
+/// worktrees share one target directory and may replace cargo's mid-run).
+fn bin() -> std::path::PathBuf {
+    std::env::var_os("SKIPPR_TEST_BIN")
+        .filter(|p| !p.is_empty())
+        .map_or_else(|| env!("CARGO_BIN_EXE_skipprd").into(), Into::into)
+}
+
 /// The moto server of `tests/run`, or a failure naming the fix.
 fn endpoint() -> String {
     let endpoint = std::env::var("SKIPPR_TEST_AWS_ENDPOINT").unwrap_or_default();
@@ -148,7 +156,7 @@ fn write_records(project: &Path, file: &str, ids: std::ops::Range<u64>) {
 }
 
 fn skipprd(project: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_skipprd"))
+    Command::new(bin())
         .current_dir(project)
         .args(args)
         .env_remove("SKIPPR_CONFIG_FILE")
@@ -446,11 +454,13 @@ data_sinks:
         vec![
             ("WAL_STORAGE", "s3".to_owned()),
             ("SKIPPR_WAL_S3_BUCKET", self.bucket.clone()),
+            // A killed writer's DynamoDB lease expires in 2 s instead of 30 s.
+            ("SKIPPR_LEASE_TTL_SECONDS", "2".to_owned()),
         ]
     }
 
     fn command(&self) -> Command {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_skipprd"));
+        let mut cmd = Command::new(bin());
         cmd.current_dir(self.dir.path())
             .args(["sync", "--once", "--output", "json"])
             .env_remove("SKIPPR_CONFIG_FILE")
@@ -491,6 +501,12 @@ fn append_kinds(
 /// random moments while records keep arriving; after a final pass PyIceberg's `GlueCatalog`
 /// must find every id exactly once.
 fn aws_kill_loop(store: &str, label: &str) {
+    aws_kill_loop_with(store, label, |_| {}, 0);
+}
+
+/// `lease_ms`: added to each round's wait before the kill, for a lease a killed writer
+/// leaves held until it expires (the next pass waits that long before it starts).
+fn aws_kill_loop_with(store: &str, label: &str, setup: impl Fn(&AwsProject), lease_ms: u64) {
     reader_python();
     let aws = aws();
     let kills: u64 = std::env::var("SKIPPR_KILL_LOOPS")
@@ -499,6 +515,7 @@ fn aws_kill_loop(store: &str, label: &str) {
         .unwrap_or(30);
     let mut rng = Rng(0x5eed_a115 | 1);
     let project = AwsProject::new(&aws, store);
+    setup(&project);
     let dir = project.dir.path().to_path_buf();
     let mut expected = std::collections::BTreeMap::new();
     let mut next_id = 0u64;
@@ -512,6 +529,7 @@ fn aws_kill_loop(store: &str, label: &str) {
         next_id += 600;
     }
     let (mut killed, mut finished, mut round) = (0u64, 0u64, 0u64);
+    let mut last_killed = false;
     while killed < kills && round < kills * 4 {
         round += 1;
         let target = dir.join(format!("input/part-{}.jsonl", rng.below(3)));
@@ -526,9 +544,14 @@ fn aws_kill_loop(store: &str, label: &str) {
             .stderr(log)
             .spawn()
             .unwrap();
-        std::thread::sleep(Duration::from_millis(20 + rng.below(1200)));
+        // After a kill the next pass first waits for the dead writer's lease to expire.
+        let waits_for_lease = if last_killed { lease_ms } else { 0 };
+        std::thread::sleep(Duration::from_millis(
+            waits_for_lease + 20 + rng.below(1200),
+        ));
         match child.try_wait().unwrap() {
             Some(status) => {
+                last_killed = false;
                 let log =
                     std::fs::read_to_string(dir.join(format!("round-{round:03}.log"))).unwrap();
                 assert!(
@@ -541,6 +564,7 @@ fn aws_kill_loop(store: &str, label: &str) {
                 child.kill().unwrap();
                 child.wait().unwrap();
                 killed += 1;
+                last_killed = true;
             }
         }
     }
@@ -587,4 +611,143 @@ fn aws_kill_loop(store: &str, label: &str) {
 #[test]
 fn the_kill_loop_on_s3_wal_and_glue_lands_every_row_exactly_once() {
     aws_kill_loop("", "AWS kill loop (S3 WAL, embedded store, AthenaIceberg)");
+}
+
+/// A DynamoDB state table made by `skipprd store create` for the project at `dir`.
+fn dynamodb_store(table: &str) -> String {
+    format!("skippr:\n  store:\n    type: dynamodb\n    name: {table}\n")
+}
+
+fn create_store(project: &AwsProject) {
+    let out = Command::new(bin())
+        .current_dir(project.dir.path())
+        .args(["store", "create"])
+        .env_remove("SKIPPR_CONFIG_FILE")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "store create: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The acceptance run of the AWS backends: WAL in S3, state and lease in DynamoDB, tables in
+/// S3 registered in Glue; killed at random moments; every row exactly once.
+#[test]
+fn the_kill_loop_on_s3_wal_dynamodb_and_glue_lands_every_row_exactly_once() {
+    let table = format!("state-{}-{}", std::process::id(), rand_suffix());
+    aws_kill_loop_with(
+        &dynamodb_store(&table),
+        "AWS kill loop (S3 WAL, DynamoDB store and lease, AthenaIceberg)",
+        create_store,
+        2000,
+    );
+}
+
+fn signal(child: &Child, sig: &str) {
+    let status = Command::new("kill")
+        .args([sig, &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success(), "kill {sig}");
+}
+
+/// Two writers on one pipeline through the DynamoDB lease: while A runs, B is refused with
+/// "pipeline writer lease unavailable" (retryable). Then A is frozen with SIGSTOP past its
+/// lease (2 s); C takes the lease over and finishes the pass; A, resumed with SIGCONT, cannot
+/// commit anything (its fencing token is stale) and exits with the fencing error. Every row
+/// lands exactly once.
+#[test]
+fn a_writer_frozen_past_its_lease_cannot_commit_after_resuming() {
+    reader_python();
+    let aws = aws();
+    let table = format!("fence-{}-{}", std::process::id(), rand_suffix());
+    let project = AwsProject::new(&aws, &dynamodb_store(&table));
+    create_store(&project);
+    let dir = project.dir.path().to_path_buf();
+    let mut expected = std::collections::BTreeMap::new();
+    append_kinds(&dir.join("input/a.jsonl"), 0, 150_000, &mut expected);
+
+    let a = project
+        .command()
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    let mut a = a;
+    assert!(
+        a.try_wait().unwrap().is_none(),
+        "writer A finished before it could be frozen: make the input larger"
+    );
+    // B while A holds the lease: refused.
+    let b = project.command().output().unwrap();
+    assert!(!b.status.success(), "B ran beside A");
+    let refused = event(&b, "sync_error");
+    assert!(
+        refused["message"]
+            .as_str()
+            .unwrap()
+            .contains("pipeline writer lease unavailable"),
+        "{refused}"
+    );
+    assert_eq!(refused["retryable"], true);
+
+    signal(&a, "-STOP");
+    let frozen = Instant::now();
+    std::thread::sleep(Duration::from_secs(4));
+    // C takes the expired lease over and finishes the pass.
+    let c = project.command().output().unwrap();
+    assert!(
+        c.status.success(),
+        "C: {}",
+        String::from_utf8_lossy(&c.stderr)
+    );
+    let c_done = event(&c, "sync_complete");
+    signal(&a, "-CONT");
+    let frozen_for = frozen.elapsed();
+    let a_out = a.wait_with_output().unwrap();
+    let a_err = String::from_utf8_lossy(&a_out.stderr).into_owned();
+    assert!(
+        !a_out.status.success(),
+        "A committed after resuming: {a_err}"
+    );
+    assert!(
+        a_err.contains("was taken over") || a_err.contains("lease"),
+        "A failed, but not on its lease: {a_err}"
+    );
+    // A final pass delivers anything left; every id exactly once.
+    let last = project.command().output().unwrap();
+    assert!(
+        last.status.success(),
+        "{}",
+        String::from_utf8_lossy(&last.stderr)
+    );
+    let found = glue_ids(&project.database, &["order", "refund"]);
+    let mut rows = 0;
+    for (table, mut want) in expected {
+        let mut got = found[&table].clone();
+        let total = got.len();
+        got.sort_unstable();
+        got.dedup();
+        assert_eq!(total, got.len(), "{table}: duplicated ids");
+        want.sort_unstable();
+        assert_eq!(got, want, "{table}: ids");
+        rows += total;
+    }
+    let a_line = a_err
+        .lines()
+        .find(|l| l.starts_with("error"))
+        .unwrap_or_else(|| a_err.lines().last().unwrap_or(""));
+    println!(
+        "fencing: B refused while A ran ({}); A frozen {:.1} s; C took the lease over and synced {} rows in {} batches; A resumed and exited {:?}: {}; rows found once by pyiceberg: {rows} of 150000",
+        refused["message"].as_str().unwrap_or(""),
+        frozen_for.as_secs_f64(),
+        c_done["rows"],
+        c_done["batches"],
+        a_out.status.code(),
+        a_line
+    );
+    assert_eq!(rows, 150_000);
 }
