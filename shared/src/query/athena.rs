@@ -17,6 +17,10 @@
 //! of type `DML` that row is dropped when it equals the column names. Other statements
 //! (`SHOW`, `DESCRIBE`, ...) have no such row.
 //!
+//! Only statements that read are sent (by their first keyword: `SELECT`, `WITH`, `VALUES`,
+//! `TABLE`, `SHOW`, `DESCRIBE`, `EXPLAIN`): an `INSERT` or `DELETE` through Athena would
+//! change the sink's Iceberg tables behind its exactly-once commit protocol.
+//!
 //! The three calls go through a small trait so the polling, paging and error paths are tested
 //! in process, with a fake clock (`tests.rs`); the real SDK is tested against moto
 //! (`local/tests/athena.rs`), which runs no SQL and never reports `FAILED`.
@@ -129,6 +133,14 @@ pub enum AthenaError {
         /// The value.
         value: String,
     },
+    /// The statement could change data or tables; only reading statements are sent.
+    #[error(
+        "`{keyword}` statements are not run through Athena by skipprd query (it only reads: SELECT, WITH, VALUES, TABLE, SHOW, DESCRIBE, EXPLAIN); writing to the sink's tables would bypass its exactly-once commit protocol"
+    )]
+    Refused {
+        /// The statement's first keyword, upper-cased.
+        keyword: String,
+    },
     /// The result could not be assembled.
     #[error("Athena query {query_execution_id}: {message}")]
     Result {
@@ -153,6 +165,7 @@ impl AthenaError {
             | AthenaError::Ambiguous { .. }
             | AthenaError::Aws(_)
             | AthenaError::Value { .. }
+            | AthenaError::Refused { .. }
             | AthenaError::Result { .. } => false,
         }
     }
@@ -452,8 +465,13 @@ impl AthenaEngine {
     /// [`AthenaError::Start`], [`AthenaError::Poll`], [`AthenaError::Results`] when a call
     /// fails; [`AthenaError::Failed`] when the query ends `FAILED` or `CANCELLED`;
     /// [`AthenaError::Timeout`]; [`AthenaError::Value`] for a value that does not read as its
-    /// column's type.
+    /// column's type; [`AthenaError::Refused`] for a statement that is not a reading one
+    /// (checked by its first keyword, before anything is sent).
     pub fn sql(&self, sql: &str) -> Result<QueryOutput, AthenaError> {
+        let keyword = first_keyword(sql).to_ascii_uppercase();
+        if !READING_STATEMENTS.contains(&keyword.as_str()) {
+            return Err(AthenaError::Refused { keyword });
+        }
         let id = self
             .api
             .start(&Start {
@@ -611,6 +629,29 @@ impl AthenaEngine {
                     });
                 }
             }
+        }
+    }
+}
+
+/// The first keywords of statements that only read.
+const READING_STATEMENTS: &[&str] = &[
+    "SELECT", "WITH", "VALUES", "TABLE", "SHOW", "DESCRIBE", "DESC", "EXPLAIN",
+];
+
+/// The statement's first word, after whitespace, `(`, and `--` / `/* */` comments.
+fn first_keyword(sql: &str) -> &str {
+    let mut rest = sql;
+    loop {
+        let trimmed = rest.trim_start_matches(|c: char| c.is_whitespace() || c == '(');
+        if let Some(comment) = trimmed.strip_prefix("--") {
+            rest = comment.split_once('\n').map_or("", |(_, after)| after);
+        } else if let Some(comment) = trimmed.strip_prefix("/*") {
+            rest = comment.split_once("*/").map_or("", |(_, after)| after);
+        } else {
+            let end = trimmed
+                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .unwrap_or(trimmed.len());
+            return &trimmed[..end];
         }
     }
 }

@@ -293,7 +293,9 @@ fn results_are_read_page_by_page_with_next_token_and_the_header_only_dropped_onc
         page_size: 3,
         ..AthenaOptions::default()
     };
-    let output = engine(&double, &clock, options).sql("q").unwrap();
+    let output = engine(&double, &clock, options)
+        .sql("select * from t")
+        .unwrap();
     assert_eq!(
         output.to_plain_json(),
         r#"{"header":["id"],"rows":[["id"],["v0"],["v1"],["v2"],["v3"],["v4"],["v5"]]}"#
@@ -332,7 +334,7 @@ fn ddl_results_have_no_header_row_and_missing_metadata_falls_back_to_the_header_
     };
     double.executions = states(vec![Ok(execution(State::Succeeded))]);
     let output = engine(&double, &FakeClock::new(), AthenaOptions::default())
-        .sql("q")
+        .sql("select * from t")
         .unwrap();
     assert_eq!(
         output.to_plain_json(),
@@ -363,7 +365,7 @@ fn a_failed_query_reports_its_id_state_reason_and_athenas_retryable_flag() {
     transient.retryable = true;
     double.executions = states(vec![Ok(transient)]);
     let error = engine(&double, &FakeClock::new(), AthenaOptions::default())
-        .sql("q")
+        .sql("select * from t")
         .unwrap_err();
     assert_eq!(
         error.to_string(),
@@ -377,7 +379,7 @@ fn a_cancelled_query_is_an_error_even_without_a_reason() {
     let mut double = typed_double();
     double.executions = states(vec![Ok(execution(State::Cancelled))]);
     let error = engine(&double, &FakeClock::new(), AthenaOptions::default())
-        .sql("q")
+        .sql("select * from t")
         .unwrap_err();
     assert_eq!(
         error.to_string(),
@@ -395,7 +397,9 @@ fn a_query_still_running_at_the_timeout_is_stopped_and_the_wait_never_overshoots
         timeout: Duration::from_secs(5),
         ..AthenaOptions::default()
     };
-    let error = engine(&double, &clock, options).sql("q").unwrap_err();
+    let error = engine(&double, &clock, options)
+        .sql("select * from t")
+        .unwrap_err();
     assert_eq!(
         error.to_string(),
         "Athena query qid-1 still RUNNING after 5s (the timeout); it was asked to stop"
@@ -418,7 +422,7 @@ fn throttled_polls_are_polled_through_but_a_denied_poll_fails_at_once() {
         Ok(execution(State::Succeeded)),
     ]);
     let output = engine(&double, &FakeClock::new(), AthenaOptions::default())
-        .sql("q")
+        .sql("select * from t")
         .unwrap();
     assert_eq!(output.rows(), 3);
     assert_eq!(double.calls.lock().unwrap().polls, 3);
@@ -426,7 +430,7 @@ fn throttled_polls_are_polled_through_but_a_denied_poll_fails_at_once() {
     let mut double = typed_double();
     double.executions = states(vec![Err(denied()), Ok(execution(State::Succeeded))]);
     let error = engine(&double, &FakeClock::new(), AthenaOptions::default())
-        .sql("q")
+        .sql("select * from t")
         .unwrap_err();
     assert_eq!(
         error.to_string(),
@@ -443,7 +447,7 @@ fn a_throttled_start_is_a_retryable_error() {
         ..typed_double()
     };
     let error = engine(&double, &FakeClock::new(), AthenaOptions::default())
-        .sql("q")
+        .sql("select * from t")
         .unwrap_err();
     assert_eq!(
         error.to_string(),
@@ -458,7 +462,7 @@ fn a_throttled_results_page_is_tried_again_up_to_four_times() {
     double.executions = states(vec![Ok(execution(State::Succeeded))]);
     double.page_failures = Arc::new(Mutex::new(vec![throttled(); 3].into()));
     let output = engine(&double, &FakeClock::new(), AthenaOptions::default())
-        .sql("q")
+        .sql("select * from t")
         .unwrap();
     assert_eq!(output.rows(), 3);
     assert_eq!(double.calls.lock().unwrap().pages.len(), 4);
@@ -467,7 +471,7 @@ fn a_throttled_results_page_is_tried_again_up_to_four_times() {
     double.executions = states(vec![Ok(execution(State::Succeeded))]);
     double.page_failures = Arc::new(Mutex::new(vec![throttled(); 4].into()));
     let error = engine(&double, &FakeClock::new(), AthenaOptions::default())
-        .sql("q")
+        .sql("select * from t")
         .unwrap_err();
     assert!(matches!(error, AthenaError::Results { .. }), "{error}");
     assert!(error.is_retryable());
@@ -483,12 +487,59 @@ fn a_value_that_does_not_read_as_its_type_names_the_column() {
     };
     double.executions = states(vec![Ok(execution(State::Succeeded))]);
     let error = engine(&double, &FakeClock::new(), AthenaOptions::default())
-        .sql("q")
+        .sql("select * from t")
         .unwrap_err();
     assert_eq!(
         error.to_string(),
         "Athena query qid-1: column 'n' is bigint but has the value '12x'"
     );
+}
+
+#[test]
+fn only_reading_statements_are_sent() {
+    for sql in [
+        "insert into t values (1)",
+        "  DELETE FROM t",
+        "-- looks harmless\nupdate t set a = 1",
+        "/* select */ drop table t",
+        "(merge into t using s on true when matched then delete)",
+        "",
+    ] {
+        let mut double = typed_double();
+        double.executions = states(vec![Ok(execution(State::Succeeded))]);
+        let error = engine(&double, &FakeClock::new(), AthenaOptions::default())
+            .sql(sql)
+            .unwrap_err();
+        assert!(
+            matches!(error, AthenaError::Refused { .. }),
+            "{sql}: {error}"
+        );
+        assert!(double.calls.lock().unwrap().starts.is_empty(), "{sql}");
+    }
+    let error = engine(&typed_double(), &FakeClock::new(), AthenaOptions::default())
+        .sql("optimize t rewrite data using bin_pack")
+        .unwrap_err();
+    assert!(
+        error
+            .to_string()
+            .starts_with("`OPTIMIZE` statements are not run through Athena"),
+        "{error}"
+    );
+    for sql in [
+        "select 1",
+        "-- note\n  WITH x AS (select 1) select * from x",
+        "/* a */ (select 1) union all (select 2)",
+        "show tables",
+        "describe t",
+        "explain select 1",
+    ] {
+        let mut double = typed_double();
+        double.executions = states(vec![Ok(execution(State::Succeeded))]);
+        engine(&double, &FakeClock::new(), AthenaOptions::default())
+            .sql(sql)
+            .unwrap();
+        assert_eq!(double.calls.lock().unwrap().starts.len(), 1, "{sql}");
+    }
 }
 
 /// A config with pipelines `a` (AthenaIceberg into `db_one`), `b` (the same sink), `c`
