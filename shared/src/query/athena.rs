@@ -353,11 +353,14 @@ pub(crate) struct Column {
     pub(crate) athena_type: String,
 }
 
+/// One row of a result: each value as Athena sent it (`None`: no value).
+pub(crate) type Row = Vec<Option<String>>;
+
 /// One `GetQueryResults` page.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub(crate) struct Page {
     pub(crate) columns: Vec<Column>,
-    pub(crate) rows: Vec<Vec<Option<String>>>,
+    pub(crate) rows: Vec<Row>,
     pub(crate) next_token: Option<String>,
 }
 
@@ -555,12 +558,11 @@ impl AthenaEngine {
     }
 
     /// Every page of the result: the columns and the rows, without Athena's header row.
-    #[allow(clippy::type_complexity)]
     fn fetch(
         &self,
         id: &str,
         statement_type: Option<&str>,
-    ) -> Result<(Vec<Column>, Vec<Vec<Option<String>>>), AthenaError> {
+    ) -> Result<(Vec<Column>, Vec<Row>), AthenaError> {
         let header_row = statement_type.is_none_or(|kind| kind.eq_ignore_ascii_case("DML"));
         let mut columns: Option<Vec<Column>> = None;
         let mut rows = Vec::new();
@@ -707,11 +709,7 @@ fn kind(athena_type: &str) -> Kind {
 }
 
 /// The rows as one Arrow batch typed by the columns' Athena types.
-fn to_output(
-    id: &str,
-    columns: &[Column],
-    rows: Vec<Vec<Option<String>>>,
-) -> Result<QueryOutput, AthenaError> {
+fn to_output(id: &str, columns: &[Column], rows: Vec<Row>) -> Result<QueryOutput, AthenaError> {
     let bad_value = |column: &Column, value: &str| AthenaError::Value {
         query_execution_id: id.to_owned(),
         column: column.name.clone(),
