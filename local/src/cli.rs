@@ -121,6 +121,25 @@ pub struct QueryArgs {
     /// Re-run the statement every N seconds (reading new batches each time) until interrupted.
     #[arg(long, value_name = "N", requires = "sql")]
     pub watch: Option<u64>,
+
+    /// Where statements run: `local` (DataFusion over the WALs and landed tables, on this
+    /// machine) or `athena` (Amazon Athena, in the Glue database of the pipelines'
+    /// AthenaIceberg sink; billed by data scanned). See docs/query.md.
+    #[arg(long, value_enum, default_value_t = EngineKind::Local)]
+    pub engine: EngineKind,
+
+    /// With `--engine athena`: stop a statement that has not finished after N seconds.
+    #[arg(long, value_name = "N", default_value_t = 300)]
+    pub athena_timeout: u64,
+}
+
+/// Query engines.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum EngineKind {
+    /// DataFusion on this machine (the default).
+    Local,
+    /// Amazon Athena.
+    Athena,
 }
 
 /// Choosing a pipeline.
@@ -246,6 +265,31 @@ mod tests {
         let cli = Cli::try_parse_from(["skipprd", "store", "create", "--output", "json"]).unwrap();
         assert!(matches!(cli.command, Command::Store(StoreCommand::Create)));
         assert!(Cli::try_parse_from(["skipprd", "store"]).is_err());
+    }
+
+    #[test]
+    fn the_query_engine_is_local_unless_athena_is_asked_for() {
+        let cli = Cli::try_parse_from(["skipprd", "query", "-s", "select 1"]).unwrap();
+        let Command::Query(args) = cli.command else {
+            panic!("not query")
+        };
+        assert_eq!(args.engine, EngineKind::Local);
+        assert_eq!(args.athena_timeout, 300);
+        let cli = Cli::try_parse_from([
+            "skipprd",
+            "query",
+            "--engine",
+            "athena",
+            "--athena-timeout",
+            "9",
+        ])
+        .unwrap();
+        let Command::Query(args) = cli.command else {
+            panic!("not query")
+        };
+        assert_eq!(args.engine, EngineKind::Athena);
+        assert_eq!(args.athena_timeout, 9);
+        assert!(Cli::try_parse_from(["skipprd", "query", "--engine", "presto"]).is_err());
     }
 
     #[test]

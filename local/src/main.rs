@@ -167,8 +167,24 @@ fn run(cli: &Cli, mode: OutputMode) -> Result<(), PipelineError> {
 /// `query`: open the engine on the chosen pipelines and run the statement, the watch loop or
 /// the prompt. Statement errors are printed where they happen; exit 1 if any failed.
 fn query(config: &ValidatedConfig, args: &cli::QueryArgs) -> Result<(), PipelineError> {
+    use skipprd::query::QueryError;
+    use skipprd::query::athena::{AthenaEngine, AthenaOptions, AthenaTarget};
     let pipelines = config.pipelines_or_all(args.pipeline.as_deref())?;
-    let mut engine = skipprd::query::QueryEngine::open(config, &pipelines)?;
+    let mut engine = match args.engine {
+        cli::EngineKind::Local => {
+            query_cmd::Engine::Local(skipprd::query::QueryEngine::open(config, &pipelines)?)
+        }
+        cli::EngineKind::Athena => {
+            let target = AthenaTarget::for_pipelines(&pipelines).map_err(QueryError::from)?;
+            let options = AthenaOptions {
+                timeout: Duration::from_secs(args.athena_timeout.max(1)),
+                ..AthenaOptions::default()
+            };
+            query_cmd::Engine::Athena(
+                AthenaEngine::open(target, options).map_err(QueryError::from)?,
+            )
+        }
+    };
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     if args.watch.is_some() {
         let stop = std::sync::Arc::clone(&stop);

@@ -1,5 +1,6 @@
-//! `skipprd query`: run SQL over the pipelines' committed WAL batches, once (`--sql`), again and
-//! again (`--watch N`), or at an interactive `sql>` prompt.
+//! `skipprd query`: run SQL over the pipelines' committed WAL batches (or, with `--engine
+//! athena`, through Amazon Athena), once (`--sql`), again and again (`--watch N`), or at an
+//! interactive `sql>` prompt.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -8,7 +9,59 @@ use std::time::{Duration, Instant};
 
 use rustyline::DefaultEditor;
 use rustyline::error::ReadlineError;
+use skipprd::query::athena::AthenaEngine;
 use skipprd::query::{QueryEngine, QueryError, QueryOutput};
+
+/// The engine statements run on.
+#[derive(Debug)]
+pub enum Engine {
+    /// DataFusion over the WALs and landed tables.
+    Local(QueryEngine),
+    /// Amazon Athena over the sink's Glue database.
+    Athena(AthenaEngine),
+}
+
+impl Engine {
+    /// Run one statement.
+    fn sql(&self, sql: &str) -> Result<QueryOutput, QueryError> {
+        match self {
+            Engine::Local(engine) => engine.sql(sql),
+            Engine::Athena(engine) => engine.sql(sql).map_err(QueryError::from),
+        }
+    }
+
+    /// Read the WALs again (Athena reads the tables as they are at each statement anyway).
+    fn refresh(&mut self) -> Result<(), QueryError> {
+        match self {
+            Engine::Local(engine) => engine.refresh(),
+            Engine::Athena(_) => Ok(()),
+        }
+    }
+
+    /// The first lines the prompt shows.
+    fn banner(&self) -> String {
+        match self {
+            Engine::Local(engine) => {
+                let tables = engine.tables();
+                format!(
+                    "{} table{}: {}",
+                    tables.len(),
+                    if tables.len() == 1 { "" } else { "s" },
+                    if tables.is_empty() {
+                        "(none yet: no committed batches)".to_owned()
+                    } else {
+                        tables.join(", ")
+                    }
+                )
+            }
+            Engine::Athena(engine) => format!(
+                "Athena, Glue database {} (workgroup {}): every statement runs in Athena and is billed by the data it scans",
+                engine.target().database,
+                engine.target().workgroup.as_deref().unwrap_or("primary")
+            ),
+        }
+    }
+}
 
 /// Run `skipprd query`. With `sql`, run that one statement (every `watch` seconds, reading the
 /// WALs again first, until `stop` is set); without it, read statements at an interactive
@@ -19,7 +72,7 @@ use skipprd::query::{QueryEngine, QueryError, QueryOutput};
 ///
 /// `--watch` without `--sql`, or a prompt that cannot be started.
 pub fn run(
-    engine: &mut QueryEngine,
+    engine: &mut Engine,
     sql: Option<&str>,
     plain: bool,
     watch: Option<u64>,
@@ -45,7 +98,7 @@ pub fn run(
 
 /// Run `sql` and print its result; on failure print the error. Returns whether it failed.
 fn run_once(
-    engine: &QueryEngine,
+    engine: &Engine,
     sql: &str,
     plain: bool,
     out: &mut dyn Write,
@@ -66,7 +119,7 @@ fn run_once(
 /// Re-run `sql` every `every` until `stop` is set. A statement that can never succeed (bad SQL,
 /// an unknown table) stops the loop; a retryable failure (a segment reclaimed mid-read) does not.
 fn run_watch(
-    engine: &mut QueryEngine,
+    engine: &mut Engine,
     sql: &str,
     plain: bool,
     every: Duration,
@@ -195,7 +248,7 @@ impl Buffer {
 
 /// The interactive prompt. Before each statement the WALs are read again, so it sees batches a
 /// running `sync` commits.
-fn prompt(engine: &mut QueryEngine, plain: bool, stop: &AtomicBool) -> anyhow::Result<bool> {
+fn prompt(engine: &mut Engine, plain: bool, stop: &AtomicBool) -> anyhow::Result<bool> {
     let mut editor = DefaultEditor::new()?;
     let history = history_file();
     if let Some(path) = &history {
@@ -204,17 +257,10 @@ fn prompt(engine: &mut QueryEngine, plain: bool, stop: &AtomicBool) -> anyhow::R
     }
     let mut out = std::io::stdout();
     let mut err = std::io::stderr();
-    let tables = engine.tables();
     let _ = writeln!(
         err,
-        "{} table{}: {}\nEnd a statement with ; or an empty line. \\d lists the tables; exit, quit or Ctrl-D leaves.",
-        tables.len(),
-        if tables.len() == 1 { "" } else { "s" },
-        if tables.is_empty() {
-            "(none yet: no committed batches)".to_owned()
-        } else {
-            tables.join(", ")
-        }
+        "{}\nEnd a statement with ; or an empty line. \\d lists the tables; exit, quit or Ctrl-D leaves.",
+        engine.banner()
     );
     let mut buffer = Buffer::default();
     let mut failed = false;
@@ -234,9 +280,15 @@ fn prompt(engine: &mut QueryEngine, plain: bool, stop: &AtomicBool) -> anyhow::R
             Step::More | Step::Nothing => {}
             Step::Exit => break,
             Step::Tables => {
-                refresh(engine, &mut err);
-                for table in engine.tables() {
-                    let _ = writeln!(out, "{table}");
+                if let Engine::Athena(_) = engine {
+                    failed |= run_once(engine, "SHOW TABLES", plain, &mut out, &mut err);
+                } else {
+                    refresh(engine, &mut err);
+                    if let Engine::Local(local) = engine {
+                        for table in local.tables() {
+                            let _ = writeln!(out, "{table}");
+                        }
+                    }
                 }
             }
             Step::Run(statement) => {
@@ -258,7 +310,7 @@ fn prompt(engine: &mut QueryEngine, plain: bool, stop: &AtomicBool) -> anyhow::R
 }
 
 /// Read the WALs again; on failure say so and keep the tables as they were.
-fn refresh(engine: &mut QueryEngine, err: &mut dyn Write) {
+fn refresh(engine: &mut Engine, err: &mut dyn Write) {
     if let Err(error) = engine.refresh() {
         let _ = writeln!(
             err,
@@ -296,7 +348,7 @@ mod tests {
         assert_eq!(buffer.push("exit"), Step::More);
     }
 
-    fn engine_over_empty_project() -> (tempfile::TempDir, QueryEngine) {
+    fn engine_over_empty_project() -> (tempfile::TempDir, Engine) {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("events.jsonl"), "").unwrap();
         std::fs::write(
@@ -316,7 +368,7 @@ mod tests {
         }
         let pipeline = config.pipeline(None).unwrap();
         let engine = QueryEngine::open(&config, &[pipeline]).unwrap();
-        (dir, engine)
+        (dir, Engine::Local(engine))
     }
 
     #[test]

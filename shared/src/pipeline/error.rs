@@ -160,6 +160,7 @@ impl PipelineError {
                 matches!(**source, crate::sinks::SinkError::Config { .. })
             }
             PipelineError::Reported(inner) => inner.is_config(),
+            PipelineError::Query(e) => e.is_config(),
             _ => false,
         }
     }

@@ -61,6 +61,10 @@ pub enum QueryError {
     /// The runtime that runs queries could not be started.
     #[error("could not start the query runtime: {0}")]
     Runtime(#[source] std::io::Error),
+    /// A statement run through Athena (`--engine athena`) failed, or Athena cannot be used
+    /// for the pipelines chosen.
+    #[error(transparent)]
+    Athena(#[from] super::athena::AthenaError),
 }
 
 impl QueryError {
@@ -70,6 +74,16 @@ impl QueryError {
         match self {
             QueryError::Wal { source, .. } => source.is_retryable(),
             QueryError::Scan { retryable, .. } => *retryable,
+            QueryError::Athena(error) => error.is_retryable(),
+            _ => false,
+        }
+    }
+
+    /// Whether the command line or configuration must change (exit code 2): Athena asked for
+    /// pipelines without an `AthenaIceberg` sink.
+    pub fn is_config(&self) -> bool {
+        match self {
+            QueryError::Athena(error) => error.is_config(),
             _ => false,
         }
     }

@@ -12,7 +12,11 @@
 //!
 //! Statements that would change data (`INSERT`, `COPY`) are refused; `CREATE VIEW`, `SET`,
 //! `SHOW TABLES` and `EXPLAIN` work.
+//!
+//! [`athena::AthenaEngine`] runs statements through Amazon Athena instead, over the Glue tables
+//! of an `AthenaIceberg` sink, and returns the same [`QueryOutput`].
 
+pub mod athena;
 mod error;
 mod lake;
 mod output;
