@@ -115,6 +115,7 @@ fn run(cli: &Cli, mode: OutputMode) -> Result<(), PipelineError> {
                 limit: args.limit,
                 progress_interval: Duration::from_millis(250),
                 lease_wait: skipprd::state::DEFAULT_LEASE_WAIT,
+                aws: None,
             };
             let mut observer = output::observer(mode);
             pipeline::discover(&config, pipeline, &options, observer.as_mut())?;
@@ -149,7 +150,7 @@ fn run(cli: &Cli, mode: OutputMode) -> Result<(), PipelineError> {
         }
         Command::Schema(args) => {
             let pipeline = config.pipeline(args.pipeline.pipeline.as_deref())?;
-            let store = pipeline::discover::schema_store(&config.settings, pipeline)?;
+            let store = pipeline::discover::schema_store(&config.settings, pipeline, None)?;
             let schema = store.load().map_err(|source| PipelineError::Schema {
                 pipeline: pipeline.name.clone(),
                 source,

@@ -352,6 +352,124 @@ impl Aws {
     }
 }
 
+/// One bucket, for whole-object reads and writes (the schema store and the `S3` deadletter
+/// sink): each write is one PUT, which S3 makes visible whole or not at all, and a second PUT
+/// of the same key replaces the first.
+#[derive(Clone)]
+pub struct Bucket {
+    aws: Aws,
+    client: aws_sdk_s3::Client,
+    name: String,
+}
+
+impl fmt::Debug for Bucket {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Bucket")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Bucket {
+    /// The bucket `name`, reached through `aws` (`endpoint` overrides the environment's, as in
+    /// [`Aws::s3`]).
+    pub fn new(aws: &Aws, name: &str, endpoint: Option<&str>) -> Bucket {
+        Bucket {
+            aws: aws.clone(),
+            client: aws.s3(endpoint),
+            name: name.to_owned(),
+        }
+    }
+
+    /// The bucket's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// `s3://{bucket}/{key}`, for messages.
+    pub fn uri(&self, key: &str) -> String {
+        format!("s3://{}/{key}", self.name)
+    }
+
+    /// Write `bytes` as the whole object `key`, replacing any object of that name.
+    pub fn put(&self, key: &str, bytes: Vec<u8>, content_type: &str) -> Result<(), SdkFailure> {
+        self.aws
+            .block_on(async {
+                self.client
+                    .put_object()
+                    .bucket(&self.name)
+                    .key(key)
+                    .content_type(content_type)
+                    .body(aws_sdk_s3::primitives::ByteStream::from(bytes))
+                    .send()
+                    .await
+            })
+            .map(|_| ())
+            .map_err(|e| SdkFailure::from_sdk(&e))
+    }
+
+    /// The bytes of the object `key`, or `None` when there is no such object. A missing
+    /// bucket is an error, not `None`.
+    pub fn get(&self, key: &str) -> Result<Option<Vec<u8>>, SdkFailure> {
+        self.aws.block_on(async {
+            match self
+                .client
+                .get_object()
+                .bucket(&self.name)
+                .key(key)
+                .send()
+                .await
+            {
+                Ok(out) => match out.body.collect().await {
+                    Ok(data) => Ok(Some(data.into_bytes().to_vec())),
+                    Err(e) => Err(SdkFailure {
+                        code: "body".into(),
+                        status: None,
+                        message: e.to_string(),
+                        retryable: true,
+                    }),
+                },
+                Err(e) => {
+                    let failure = SdkFailure::from_sdk(&e);
+                    let missing_key = failure.code == "NoSuchKey"
+                        || (failure.status == Some(404) && failure.code != "NoSuchBucket");
+                    if missing_key { Ok(None) } else { Err(failure) }
+                }
+            }
+        })
+    }
+
+    /// The keys under `prefix`, in key order (every page).
+    pub fn list(&self, prefix: &str) -> Result<Vec<String>, SdkFailure> {
+        self.aws.block_on(async {
+            let mut keys = Vec::new();
+            let mut token: Option<String> = None;
+            loop {
+                let out = self
+                    .client
+                    .list_objects_v2()
+                    .bucket(&self.name)
+                    .prefix(prefix)
+                    .set_continuation_token(token.take())
+                    .send()
+                    .await
+                    .map_err(|e| SdkFailure::from_sdk(&e))?;
+                keys.extend(
+                    out.contents()
+                        .iter()
+                        .filter_map(|o| o.key().map(str::to_owned)),
+                );
+                match out.next_continuation_token() {
+                    Some(next) if out.is_truncated() == Some(true) => token = Some(next.to_owned()),
+                    _ => break,
+                }
+            }
+            keys.sort();
+            Ok(keys)
+        })
+    }
+}
+
 #[cfg(test)]
 pub(crate) mod testing {
     //! The local AWS of the tests: the moto server `tests/run` starts.

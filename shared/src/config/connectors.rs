@@ -392,10 +392,16 @@ connector_set! {
 connector_set! {
     /// A `deadletter_sinks` connector.
     DeadletterConnector, section = "deadletter_sinks", schema_sink = true, {
-        /// Deadletter records as files on local disk.
+        /// Deadletter records as files on local disk: one file per WAL batch with rejected
+        /// records, `{path}/{pipeline}/b{batch id, 20 digits}.jsonl` (or `.parquet`), written
+        /// whole and renamed into place, so a retry replaces it. `skipprd deadletters replay`
+        /// reads these files.
         File(FileSinkConfig) = true,
-        /// Deadletter records as objects in S3.
-        S3(S3SinkConfig) = false,
+        /// Deadletter records as objects in S3: one object per WAL batch with rejected records,
+        /// `s3://{s3_bucket}/{s3_prefix}/{pipeline}/b{batch id, 20 digits}.jsonl` (or
+        /// `.parquet`), written by one PUT of the whole object, so a retry overwrites it.
+        /// `skipprd deadletters replay` does not read them yet (it exits 2).
+        S3(S3SinkConfig) = true,
         /// Deadletter records in an Athena table named `_dl_<pipeline>`.
         Athena(AthenaSinkConfig) = false,
     }

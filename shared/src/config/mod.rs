@@ -84,9 +84,10 @@ pub struct SkipprSettings {
     /// Tenant name, the outermost part of the identity. Default: env `TENANT`, else `default`.
     #[serde(default)]
     pub tenant: Option<String>,
-    /// Where schemas are saved: `local` (under the pipeline's data dir) or `s3` (in
-    /// `skippr_s3_bucket`). Default: env `SKIPPRD_EL_STORAGE_MODE`, else `s3` when a skippr
-    /// bucket is configured, else `local`.
+    /// Where schemas are saved: `local` (`<data_dir>/<workspace>_<pipeline>/schema.json`) or
+    /// `s3` (the object `schemas/{tenant}/{workspace}/{pipeline}/schema.json` in
+    /// `skippr_s3_bucket`, the same bytes as the local file). Default: env
+    /// `SKIPPRD_EL_STORAGE_MODE`, else `s3` when a skippr bucket is configured, else `local`.
     #[serde(default)]
     pub skipprd_el_storage_mode: Option<StorageMode>,
     /// Metadata bucket (a bucket name); also the WAL bucket when `WAL_STORAGE=s3` and no
@@ -112,7 +113,7 @@ pub struct SkipprSettings {
 pub enum StorageMode {
     /// Under the pipeline's data directory.
     Local,
-    /// In the skippr bucket.
+    /// In the skippr bucket, `schemas/{tenant}/{workspace}/{pipeline}/schema.json`.
     S3,
 }
 

@@ -273,6 +273,7 @@ pub fn validate(
         }
     }
     v.check_sinks(&config.data_sinks)?;
+    v.check_deadletter_sinks(&config.deadletter_sinks)?;
 
     let mut pipelines = BTreeMap::new();
     for (name, p) in &config.pipelines {
@@ -684,6 +685,28 @@ impl Validator<'_> {
                     )
                 }),
         }
+    }
+
+    /// An `S3` deadletter sink names a bucket and, optionally, a key prefix (not a URI).
+    fn check_deadletter_sinks(
+        &self,
+        sinks: &BTreeMap<String, Entry<DeadletterConnector>>,
+    ) -> Result<(), ConfigError> {
+        for (name, entry) in sinks {
+            if let DeadletterConnector::S3(c) = &entry.connector {
+                let at = |key: &str| format!("deadletter_sinks.{name}.S3.{key}");
+                self.check_bucket(&at("s3_bucket"), &c.s3_bucket)?;
+                if let Some(prefix) = &c.s3_prefix
+                    && (prefix.contains("://") || prefix.split('/').any(|p| p == ".." || p == "."))
+                {
+                    return Err(self.bad_value(
+                        &at("s3_prefix"),
+                        &format!("'{prefix}' must be a key prefix such as `rejects/` (not a URI, no `.` or `..` parts)"),
+                    ));
+                }
+            }
+        }
+        Ok(())
     }
 
     fn check_bucket(&self, key: &str, bucket: &str) -> Result<(), ConfigError> {

@@ -10,10 +10,12 @@
 
 use std::time::{Duration, Instant};
 
+use crate::aws::{Aws, Bucket};
 use crate::config::validate::{Settings, ValidatedConfig, ValidatedPipeline};
 use crate::config::{ConfigError, StorageMode};
 use crate::schema::{
-    LocalSchemaStore, PipelineSchema, SchemaInferrer, SchemaStore, TransformOptions,
+    LocalSchemaStore, PipelineSchema, PipelineSchemaStore, S3SchemaStore, SchemaInferrer,
+    SchemaStore, TransformOptions,
 };
 
 use super::events::{Event, Observer};
@@ -30,6 +32,9 @@ pub struct DiscoverOptions {
     pub progress_interval: Duration,
     /// How long to wait for the pipeline's writer lease (held by a running `sync`).
     pub lease_wait: Duration,
+    /// The AWS handle for a schema store in S3 (built once per process; loaded from the
+    /// environment on first need when `None`).
+    pub aws: Option<Aws>,
 }
 
 /// What `discover` did.
@@ -49,21 +54,47 @@ pub struct DiscoverReport {
     pub elapsed: Duration,
 }
 
-/// The schema store of a pipeline, per the storage mode.
+/// The schema store of a pipeline, per the storage mode: the file under its data directory
+/// (`local`), or the object `schemas/{tenant}/{workspace}/{pipeline}/schema.json` in the
+/// skippr bucket (`s3`). `aws` is the process's AWS handle; with `s3` and none given, one is
+/// loaded from the environment.
 pub fn schema_store(
     settings: &Settings,
     pipeline: &ValidatedPipeline,
-) -> Result<LocalSchemaStore, ConfigError> {
+    aws: Option<&Aws>,
+) -> Result<PipelineSchemaStore, PipelineError> {
     match settings.storage_mode {
-        StorageMode::Local => Ok(LocalSchemaStore::new(pipeline.schema_path(settings))),
-        StorageMode::S3 => Err(ConfigError::UnsupportedSetting {
-            setting: "skippr.skipprd_el_storage_mode".to_owned(),
-            value: "s3".to_owned(),
-            note: Some(
-                "schemas in the skippr bucket come with the AWS backends; set `skippr.skipprd_el_storage_mode: local` (s3 is the default when a skippr bucket is set)"
-                    .to_owned(),
-            ),
-        }),
+        StorageMode::Local => Ok(PipelineSchemaStore::Local(LocalSchemaStore::new(
+            pipeline.schema_path(settings),
+        ))),
+        StorageMode::S3 => {
+            let bucket = settings.skippr_s3_bucket.as_deref().ok_or_else(|| {
+                ConfigError::UnsupportedSetting {
+                    setting: "skippr.skipprd_el_storage_mode".to_owned(),
+                    value: "s3".to_owned(),
+                    note: Some(
+                        "schemas in S3 need the skippr bucket: set skippr.skippr_s3_bucket (SKIPPR_S3_BUCKET)"
+                            .to_owned(),
+                    ),
+                }
+            })?;
+            let loaded;
+            let aws = match aws {
+                Some(aws) => aws,
+                None => {
+                    loaded = Aws::load(None).map_err(|e| PipelineError::Aws {
+                        pipeline: pipeline.name.clone(),
+                        message: e.to_string(),
+                    })?;
+                    &loaded
+                }
+            };
+            let key = S3SchemaStore::key_for(&settings.tenant, &settings.workspace, &pipeline.name);
+            Ok(PipelineSchemaStore::S3(Box::new(S3SchemaStore::new(
+                Bucket::new(aws, bucket, None),
+                key,
+            ))))
+        }
     }
 }
 
@@ -84,7 +115,7 @@ pub fn discover(
     options: &DiscoverOptions,
     observer: &mut dyn Observer,
 ) -> Result<DiscoverReport, PipelineError> {
-    let store = schema_store(&config.settings, pipeline)?;
+    let store = schema_store(&config.settings, pipeline, options.aws.as_ref())?;
     // The schema file is the pipeline's state too: take the writer lease, so that discover
     // never overwrites it under a running `sync`.
     let held = Held::take(&config.settings, pipeline, options.lease_wait)?;

@@ -29,6 +29,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::config::ConfigError;
+use crate::config::connectors::{ConnectorSet, DeadletterConnector};
 use crate::config::validate::{StoreKind, ValidatedConfig, ValidatedPipeline, WalStorage};
 use crate::deadletter::Deadletter;
 use crate::schema::{
@@ -123,6 +124,15 @@ pub fn sync_pass(
     let started = Instant::now();
     let name = pipeline.name.clone();
     let settings = &config.settings;
+    if options.replay
+        && pipeline
+            .deadletter_sink
+            .as_ref()
+            .is_some_and(|d| !matches!(d.connector, DeadletterConnector::File(_)))
+    {
+        // Before the lease: nothing is read or delivered.
+        return Err(replay_unsupported(pipeline).into());
+    }
     let state_err = |source| PipelineError::State {
         pipeline: name.clone(),
         source,
@@ -197,7 +207,7 @@ pub fn sync_pass(
         recovered_truncated_bytes: recovery.truncated_bytes,
     });
 
-    let schemas = schema_store(settings, pipeline)?;
+    let schemas = schema_store(settings, pipeline, aws.as_ref())?;
     let mut schema = match schemas.load() {
         Ok(s) => s,
         Err(SchemaError::NotFound { .. }) => PipelineSchema::empty(&name, &settings.workspace),
@@ -223,11 +233,16 @@ pub fn sync_pass(
             source: Box::new(source),
         })?;
     let deadletter_sink = match &pipeline.deadletter_sink {
-        Some(dl) => crate::sinks::deadletter::FileDeadletterSink::open(dl, &name, &config.base_dir)
-            .map_err(|source| PipelineError::Sink {
-                pipeline: name.clone(),
-                source: Box::new(source),
-            })?,
+        Some(dl) => crate::sinks::deadletter::DeadletterSink::open(
+            dl,
+            &name,
+            &config.base_dir,
+            aws.as_ref(),
+        )
+        .map_err(|source| PipelineError::Sink {
+            pipeline: name.clone(),
+            source: Box::new(source),
+        })?,
         None => None,
     };
     let mut delivery = Delivery::start(
@@ -532,14 +547,19 @@ fn pass_aws(
     pipeline: &ValidatedPipeline,
     options: &SyncOptions,
 ) -> Result<Option<crate::aws::Aws>, crate::aws::AwsError> {
-    use crate::config::connectors::SinkConnector;
+    use crate::config::connectors::{DeadletterConnector, SinkConnector};
     // The sink's region, when it is the only AWS user, so no AWS_REGION is needed then.
     let sink_region = match pipeline.sink.as_ref().map(|s| &s.connector) {
         Some(SinkConnector::AthenaIceberg(c)) => Some(c.region.clone()),
         _ => None,
     };
     let backends = settings.wal_storage == WalStorage::S3
-        || matches!(settings.store, StoreKind::Dynamodb { .. });
+        || matches!(settings.store, StoreKind::Dynamodb { .. })
+        || settings.storage_mode == crate::config::StorageMode::S3
+        || matches!(
+            pipeline.deadletter_sink.as_ref().map(|d| &d.connector),
+            Some(DeadletterConnector::S3(_))
+        );
     match (&options.aws, backends, sink_region) {
         (Some(aws), _, _) => Ok(Some(aws.clone())),
         (None, true, _) => crate::aws::Aws::load(None).map(Some),
@@ -778,7 +798,7 @@ fn disk_used_fraction(total: u64, free: u64, available: u64) -> f64 {
 /// dataset), through the lower of the two acknowledgements.
 struct Delivery<'a> {
     data: Option<Acked<&'a crate::sinks::iceberg::IcebergSink>>,
-    deadletters: Option<Acked<&'a crate::sinks::deadletter::FileDeadletterSink>>,
+    deadletters: Option<Acked<&'a crate::sinks::deadletter::DeadletterSink>>,
     store: &'a dyn StateStore,
     fence: Option<crate::state::Fence>,
     pipeline: &'a str,
@@ -828,7 +848,7 @@ pub const DEADLETTER_ACK_SORT_KEY: &str = "ack#deadletters";
 impl<'a> Delivery<'a> {
     fn start(
         data: Option<&'a crate::sinks::iceberg::IcebergSink>,
-        deadletters: Option<&'a crate::sinks::deadletter::FileDeadletterSink>,
+        deadletters: Option<&'a crate::sinks::deadletter::DeadletterSink>,
         store: &'a dyn StateStore,
         partition: &str,
         fence: Option<crate::state::Fence>,
@@ -987,7 +1007,7 @@ impl<'a> Delivery<'a> {
         if let Some(d) = self.deadletters.as_mut() {
             d.acked = d.acked.max(last.0);
             if outcome.dead_files > 0 {
-                tracing::info!(pipeline = %pipeline, files = outcome.dead_files, dir = %d.sink.dir().display(), "Delivered rejected records.");
+                tracing::info!(pipeline = %pipeline, files = outcome.dead_files, location = %d.sink.location(), "Delivered rejected records.");
             }
         }
         if let Some(d) = &self.data {
@@ -1163,7 +1183,7 @@ impl<'a> Delivery<'a> {
 /// Deliver a job: rejected records first, then rows.
 fn run_job(
     data: Option<&crate::sinks::iceberg::IcebergSink>,
-    dead: Option<&crate::sinks::deadletter::FileDeadletterSink>,
+    dead: Option<&crate::sinks::deadletter::DeadletterSink>,
     job: &Job,
     read: &mut dyn FnMut(BatchId) -> Result<Vec<BatchPart>, crate::wal::WalError>,
 ) -> Result<Outcome, crate::sinks::SinkError> {
@@ -1248,6 +1268,23 @@ fn replayed_names(parts: &[BatchPart]) -> Vec<String> {
         .collect()
 }
 
+/// `deadletters replay` with a deadletter sink other than `File`: not supported yet.
+fn replay_unsupported(pipeline: &ValidatedPipeline) -> ConfigError {
+    let (sink, kind) = pipeline
+        .deadletter_sink
+        .as_ref()
+        .map_or(("(none)".to_owned(), "?"), |d| {
+            (d.name.clone(), d.connector.type_name())
+        });
+    ConfigError::UnsupportedSetting {
+        setting: format!("pipelines.{}.deadletter_sink", pipeline.name),
+        value: format!("deadletter_sinks.{sink} ({kind})"),
+        note: Some(format!(
+            "`deadletters replay` reads the files of a `File` deadletter sink; replay from an `{kind}` deadletter sink is not supported yet (copy its objects into a `File` sink's directory and point the pipeline at that sink to replay them)"
+        )),
+    }
+}
+
 /// What `skipprd deadletters replay` replays, and where it leaves the source.
 struct ReplayPlan {
     /// The deadletter files not replayed yet.
@@ -1264,7 +1301,7 @@ impl ReplayPlan {
         pipeline: &ValidatedPipeline,
         settings: &crate::config::validate::Settings,
         base_dir: &std::path::Path,
-        deadletters: Option<&crate::sinks::deadletter::FileDeadletterSink>,
+        deadletters: Option<&crate::sinks::deadletter::DeadletterSink>,
         store: &dyn StateStore,
         partition: &str,
         wal: &dyn Wal,
@@ -1280,6 +1317,9 @@ impl ReplayPlan {
                 ),
             }
             .into());
+        };
+        let Some(dir) = sink.dir() else {
+            return Err(replay_unsupported(pipeline).into());
         };
         // Replayed already: recorded in the state store, or named in a WAL batch.
         let state_err = |source| PipelineError::State {
@@ -1301,13 +1341,12 @@ impl ReplayPlan {
                 replayed.extend(replayed_names(&parts));
             }
         }
-        let files =
-            crate::sources::replay::pending_files(sink.dir(), &replayed).map_err(|source| {
-                PipelineError::Source {
-                    pipeline: name.clone(),
-                    source,
-                }
-            })?;
+        let files = crate::sources::replay::pending_files(&dir, &replayed).map_err(|source| {
+            PipelineError::Source {
+                pipeline: name.clone(),
+                source,
+            }
+        })?;
         let position = match position {
             Some(p) => p.to_vec(),
             // Never synced: the source's starting checkpoint.
@@ -1321,7 +1360,7 @@ impl ReplayPlan {
         Ok(ReplayPlan {
             files,
             position,
-            done_dir: sink.dir().join("replayed"),
+            done_dir: dir.join("replayed"),
         })
     }
 

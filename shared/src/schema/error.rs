@@ -28,6 +28,17 @@ pub enum SchemaError {
         error: io::Error,
     },
 
+    /// Reading or writing the schema object in S3 (`skipprd_el_storage_mode: s3`) failed.
+    #[error("cannot {op} `{uri}`: {failure}")]
+    ObjectStore {
+        /// What was being done: `read` or `write`.
+        op: &'static str,
+        /// The object, `s3://bucket/key`.
+        uri: String,
+        /// The SDK's error, classified (retryable on throttling, 5xx and transport errors).
+        failure: Box<crate::aws::SdkFailure>,
+    },
+
     /// The schema file is not valid JSON or does not have the expected shape.
     #[error("invalid schema file `{}`: {message}", path.display())]
     Invalid {
@@ -110,6 +121,7 @@ impl SchemaError {
                     | io::ErrorKind::WouldBlock
                     | io::ErrorKind::ResourceBusy
             ),
+            SchemaError::ObjectStore { failure, .. } => failure.retryable,
             SchemaError::NotFound { .. }
             | SchemaError::Invalid { .. }
             | SchemaError::UnsupportedVersion { .. }
@@ -134,6 +146,32 @@ mod tests {
             "no saved schema at `/tmp/x/schema.json`: run `skipprd discover` first"
         );
         assert!(!error.is_retryable());
+    }
+
+    #[test]
+    fn object_store_errors_name_the_uri_and_are_retryable_only_when_s3_says_so() {
+        let failure = |status: u16, code: &str, retryable: bool| crate::aws::SdkFailure {
+            code: code.into(),
+            status: Some(status),
+            message: "service error".into(),
+            retryable,
+        };
+        let throttled = SchemaError::ObjectStore {
+            op: "write",
+            uri: "s3://meta/schemas/t/w/p/schema.json".into(),
+            failure: Box::new(failure(503, "SlowDown", true)),
+        };
+        let denied = SchemaError::ObjectStore {
+            op: "read",
+            uri: "s3://meta/schemas/t/w/p/schema.json".into(),
+            failure: Box::new(failure(403, "AccessDenied", false)),
+        };
+        assert!(throttled.is_retryable());
+        assert!(!denied.is_retryable());
+        assert_eq!(
+            denied.to_string(),
+            "cannot read `s3://meta/schemas/t/w/p/schema.json`: AccessDenied (HTTP 403): service error"
+        );
     }
 
     #[test]

@@ -245,7 +245,9 @@ pub use self::infer::SchemaInferrer;
 pub(crate) use self::line_typer::JsonLineTyper;
 pub use self::namespace::{TransformOptions, namespace_for, sanitize_namespace};
 pub use self::saved::PipelineSchema;
-pub use self::store::{LocalSchemaStore, MemorySchemaStore, SchemaStore};
+pub use self::store::{
+    LocalSchemaStore, MemorySchemaStore, PipelineSchemaStore, S3SchemaStore, SchemaStore,
+};
 
 /// How deep inference looks into nested values: an object or array more than this many
 /// levels down (a top-level field is level 1; the fields of a struct and the elements of a

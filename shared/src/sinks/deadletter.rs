@@ -1,13 +1,22 @@
-//! The `File` deadletter sink: each WAL batch's rejected records as one file.
+//! The deadletter sinks (`File` and `S3`): each WAL batch's rejected records as one object.
 //!
 //! Rejected records are committed to the WAL with their batch (the `_deadletters` part, see
-//! [`crate::deadletter::WAL_NAMESPACE`]) and delivered from there like data: a batch's
-//! records go to `{path}/{pipeline}/b{batch id, 20 digits}.jsonl` (or `.parquet`), written
-//! whole under a temporary name and renamed into place. A retry after a crash writes the same
-//! file again, so no record is ever appended twice.
+//! [`crate::deadletter::WAL_NAMESPACE`]) and delivered from there like data. A batch's records
+//! become one object named `{pipeline}/b{batch id, 20 digits}.jsonl` (or `.parquet`) in the
+//! sink's [`ObjectTarget`]:
+//!
+//! - `File`: the file `{path}/{pipeline}/b{id:020}.jsonl`, written whole under a temporary
+//!   name and renamed into place ([`DirTarget`]);
+//! - `S3`: the object `s3://{s3_bucket}/{s3_prefix}/{pipeline}/b{id:020}.jsonl`, written by
+//!   one PUT of the whole object ([`S3Target`]).
+//!
+//! Either way an object appears whole or not at all, and a retry after a crash writes the same
+//! name again with the same records, replacing the first: no record is ever written twice.
+//! The encoding ([`DeadletterSink::encode`]) is the same for both.
 
 use std::path::{Path, PathBuf};
 
+use crate::aws::{Aws, Bucket};
 use crate::config::connectors::{DeadletterConnector, OutputFormat};
 use crate::config::validate::Named;
 use crate::deadletter::WAL_NAMESPACE;
@@ -15,58 +24,194 @@ use crate::sinks::SinkError;
 use crate::sinks::iceberg::storage::write_atomic;
 use crate::wal::{BatchId, BatchMeta, BatchPart, WalError};
 
-/// Rejected records as files in a directory.
+/// Where a deadletter sink puts its objects: whole objects by name, a second write of a name
+/// replacing the first in one step (a reader sees the old object or the new, never a mix).
+pub trait ObjectTarget: Send + Sync + std::fmt::Debug {
+    /// Write `bytes` as the whole object `name` (a `/`-separated relative name).
+    fn put_whole(&self, name: &str, bytes: Vec<u8>) -> Result<(), SinkError>;
+    /// Where the object `name` is, for messages: a path or an `s3://` URI.
+    fn location_of(&self, name: &str) -> String;
+    /// The directory the objects are files in, for a target on local disk.
+    fn local_dir(&self) -> Option<&Path> {
+        None
+    }
+}
+
+/// Files in a directory, each written under a temporary name and renamed into place.
 #[derive(Debug, Clone)]
-pub struct FileDeadletterSink {
+pub struct DirTarget {
     dir: PathBuf,
+}
+
+impl DirTarget {
+    /// The target writing into `dir` (created when missing).
+    pub fn new(dir: PathBuf) -> Self {
+        DirTarget { dir }
+    }
+}
+
+impl ObjectTarget for DirTarget {
+    fn put_whole(&self, name: &str, bytes: Vec<u8>) -> Result<(), SinkError> {
+        let path = self.dir.join(name);
+        write_atomic(&path, &bytes).map_err(|source| SinkError::Io { path, source })
+    }
+
+    fn location_of(&self, name: &str) -> String {
+        self.dir.join(name).display().to_string()
+    }
+
+    fn local_dir(&self) -> Option<&Path> {
+        Some(&self.dir)
+    }
+}
+
+/// Objects under a key prefix of an S3 bucket, each written by one PUT.
+#[derive(Debug, Clone)]
+pub struct S3Target {
+    bucket: Bucket,
+    /// Empty, or ends with `/`.
+    prefix: String,
+}
+
+impl S3Target {
+    /// The target writing under `prefix` (leading and trailing `/` are ignored; empty: the
+    /// bucket root) in `bucket`.
+    pub fn new(bucket: Bucket, prefix: &str) -> Self {
+        let prefix = prefix.trim_matches('/');
+        let prefix = if prefix.is_empty() {
+            String::new()
+        } else {
+            format!("{prefix}/")
+        };
+        S3Target { bucket, prefix }
+    }
+
+    /// The key of the object `name`.
+    pub fn key_of(&self, name: &str) -> String {
+        format!("{}{name}", self.prefix)
+    }
+}
+
+impl ObjectTarget for S3Target {
+    fn put_whole(&self, name: &str, bytes: Vec<u8>) -> Result<(), SinkError> {
+        let key = self.key_of(name);
+        let content_type = if name.ends_with(".parquet") {
+            "application/vnd.apache.parquet"
+        } else {
+            "application/x-ndjson"
+        };
+        self.bucket
+            .put(&key, bytes, content_type)
+            .map_err(|failure| SinkError::ObjectStore {
+                op: "write",
+                uri: self.bucket.uri(&key),
+                failure: Box::new(failure),
+            })
+    }
+
+    fn location_of(&self, name: &str) -> String {
+        self.bucket.uri(&self.key_of(name))
+    }
+}
+
+/// A pipeline's deadletter sink: rejected records as one object per WAL batch.
+#[derive(Debug)]
+pub struct DeadletterSink {
+    target: Box<dyn ObjectTarget>,
+    pipeline: String,
     format: OutputFormat,
 }
 
-impl FileDeadletterSink {
-    /// The sink of a pipeline's `deadletter_sink`, or `None` when it is not a `File` sink.
-    /// Relative paths resolve against `base_dir`, then the working directory.
+impl DeadletterSink {
+    /// The sink of a pipeline's `deadletter_sink`, or `None` for a connector this build does
+    /// not deliver to (`Athena`, refused by validation). A `File` sink's relative path
+    /// resolves against `base_dir`, then the working directory. An `S3` sink uses `aws` (the
+    /// process's handle; loaded from the environment when `None`), in the connector's `region`
+    /// when set, through its `endpoint` when set.
     pub fn open(
         sink: &Named<DeadletterConnector>,
         pipeline: &str,
         base_dir: &Path,
+        aws: Option<&Aws>,
     ) -> Result<Option<Self>, SinkError> {
-        let DeadletterConnector::File(c) = &sink.connector else {
-            return Ok(None);
+        let (target, format): (Box<dyn ObjectTarget>, _) = match &sink.connector {
+            DeadletterConnector::File(c) => {
+                let path = Path::new(&c.path);
+                let dir = if path.is_absolute() {
+                    path.to_path_buf()
+                } else {
+                    base_dir.join(path)
+                };
+                let dir = std::path::absolute(&dir).unwrap_or(dir);
+                (Box::new(DirTarget::new(dir)), c.format)
+            }
+            DeadletterConnector::S3(c) => {
+                let aws = match (aws, c.region.as_deref()) {
+                    (Some(aws), Some(region)) => aws.with_region(region),
+                    (Some(aws), None) => aws.clone(),
+                    (None, region) => {
+                        Aws::load(region).map_err(|e| SinkError::DeadletterConfig {
+                            sink: sink.name.clone(),
+                            message: e.to_string(),
+                        })?
+                    }
+                };
+                let bucket = Bucket::new(&aws, &c.s3_bucket, c.endpoint.as_deref());
+                let target = S3Target::new(bucket, c.s3_prefix.as_deref().unwrap_or(""));
+                (Box::new(target), c.format)
+            }
+            _ => return Ok(None),
         };
-        let path = Path::new(&c.path);
-        let dir = if path.is_absolute() {
-            path.to_path_buf()
-        } else {
-            base_dir.join(path)
-        };
-        let dir = std::path::absolute(&dir).unwrap_or(dir).join(pipeline);
-        Ok(Some(FileDeadletterSink {
-            dir,
-            format: c.format.unwrap_or(OutputFormat::Jsonl),
+        Ok(Some(DeadletterSink {
+            target,
+            pipeline: pipeline.to_owned(),
+            format: format.unwrap_or(OutputFormat::Jsonl),
         }))
     }
 
-    /// The directory the files go to.
-    pub fn dir(&self) -> &Path {
-        &self.dir
+    /// A sink writing `format` objects for `pipeline` into `target`.
+    pub fn new(target: Box<dyn ObjectTarget>, pipeline: &str, format: OutputFormat) -> Self {
+        DeadletterSink {
+            target,
+            pipeline: pipeline.to_owned(),
+            format,
+        }
     }
 
-    /// The file of one batch.
-    pub fn file_of(&self, batch: BatchId) -> PathBuf {
+    /// The directory the files go to (`{path}/{pipeline}`), for a `File` sink; `None` for
+    /// a sink that does not write to local disk.
+    pub fn dir(&self) -> Option<PathBuf> {
+        self.target.local_dir().map(|dir| dir.join(&self.pipeline))
+    }
+
+    /// Where the objects go, for messages: `{path}/{pipeline}` or
+    /// `s3://{bucket}/{prefix}/{pipeline}`.
+    pub fn location(&self) -> String {
+        self.target.location_of(&self.pipeline)
+    }
+
+    /// The name of one batch's object, relative to the target: `{pipeline}/b{id:020}.jsonl`.
+    pub fn name_of(&self, batch: BatchId) -> String {
         let ext = match self.format {
             OutputFormat::Jsonl => "jsonl",
             OutputFormat::Parquet => "parquet",
         };
-        self.dir.join(format!("b{:020}.{ext}", batch.0))
+        format!("{}/b{:020}.{ext}", self.pipeline, batch.0)
     }
 
-    /// Write the rejected records of `batches`; returns how many files were written.
+    /// Where one batch's object is: a path or an `s3://` URI.
+    pub fn location_of(&self, batch: BatchId) -> String {
+        self.target.location_of(&self.name_of(batch))
+    }
+
+    /// Write the rejected records of `batches`, one object per batch that has any; returns
+    /// how many objects were written.
     pub fn deliver(
         &self,
         batches: &[BatchMeta],
         read: &mut dyn FnMut(BatchId) -> Result<Vec<BatchPart>, WalError>,
     ) -> Result<u64, SinkError> {
-        let mut files = 0;
+        let mut written = 0;
         for meta in batches {
             if !meta
                 .parts
@@ -82,7 +227,6 @@ impl FileDeadletterSink {
             let Some(part) = parts.into_iter().find(|p| p.namespace == WAL_NAMESPACE) else {
                 continue;
             };
-            let path = self.file_of(meta.id);
             let bytes = self
                 .encode(&part.batch)
                 .map_err(|source| SinkError::Align {
@@ -90,16 +234,14 @@ impl FileDeadletterSink {
                     batch: meta.id,
                     source,
                 })?;
-            write_atomic(&path, &bytes).map_err(|source| SinkError::Io {
-                path: path.clone(),
-                source,
-            })?;
-            files += 1;
+            self.target.put_whole(&self.name_of(meta.id), bytes)?;
+            written += 1;
         }
-        Ok(files)
+        Ok(written)
     }
 
-    fn encode(
+    /// One batch's rejected records in the sink's format: JSON lines, or one Parquet file.
+    pub fn encode(
         &self,
         batch: &arrow::array::RecordBatch,
     ) -> Result<Vec<u8>, arrow::error::ArrowError> {
@@ -124,5 +266,184 @@ impl FileDeadletterSink {
                 Ok(out)
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::aws::testing::{bucket, moto};
+    use crate::deadletter::{Deadletter, FailureCode, to_record_batch};
+    use crate::wal::PartMeta;
+
+    /// Two WAL batches: 1 with two rejected records, 2 with none.
+    fn wal() -> (Vec<BatchMeta>, Vec<BatchPart>) {
+        let rejected = |line: u64, raw: &str| Deadletter {
+            source_uri: "/in/a.jsonl".into(),
+            line,
+            offset: line * 10,
+            raw: raw.into(),
+            error: "expected value at line 1 column 1".into(),
+            code: FailureCode::Malformed,
+            namespace: None,
+        };
+        let batch = to_record_batch(
+            &[rejected(2, "not json"), rejected(5, "{\"id\": ")],
+            1_700_000_000_000_000,
+        )
+        .unwrap();
+        let meta = |id: u64, rows: u64| BatchMeta {
+            id: BatchId(id),
+            position: Vec::new(),
+            parts: vec![PartMeta {
+                namespace: WAL_NAMESPACE.into(),
+                schema_version: 1,
+                rows,
+            }],
+            segment: 1,
+            offset: 0,
+            bytes: 100,
+        };
+        let part = BatchPart {
+            namespace: WAL_NAMESPACE.into(),
+            schema_version: 1,
+            batch,
+        };
+        (vec![meta(1, 2), meta(2, 0)], vec![part])
+    }
+
+    /// The JSON lines every target must hold for batch 1.
+    fn expected_lines(ids: [&str; 2]) -> String {
+        let line = |id: &str, record: &str, key: u64| {
+            format!(
+                "{{\"id\":\"{id}\",\"record\":{},\"error\":\"expected value at line 1 column 1\",\"failure_code\":\"malformed\",\"processed_time\":\"2023-11-14T22:13:20Z\",\"source_uri\":\"/in/a.jsonl\",\"offset_key\":\"{key}\",\"offset_position\":{}}}\n",
+                serde_json::to_string(record).unwrap(),
+                key * 10
+            )
+        };
+        line(ids[0], "not json", 2) + &line(ids[1], "{\"id\": ", 5)
+    }
+
+    fn ids() -> [String; 2] {
+        let rejected = |line: u64| Deadletter {
+            source_uri: "/in/a.jsonl".into(),
+            line,
+            offset: line * 10,
+            raw: String::new(),
+            error: String::new(),
+            code: FailureCode::Malformed,
+            namespace: None,
+        };
+        [rejected(2).id(), rejected(5).id()]
+    }
+
+    fn deliver_twice(sink: &DeadletterSink) {
+        let (metas, parts) = wal();
+        let mut reads = 0;
+        let mut read = |id: BatchId| {
+            reads += 1;
+            assert_eq!(
+                id,
+                BatchId(1),
+                "a batch without rejected records is not read"
+            );
+            Ok(parts.clone())
+        };
+        assert_eq!(sink.deliver(&metas, &mut read).unwrap(), 1);
+        // A re-delivery after a crash (the acknowledgement never stored): same name again.
+        assert_eq!(sink.deliver(&metas, &mut read).unwrap(), 1);
+        assert_eq!(reads, 2);
+    }
+
+    #[test]
+    fn the_file_sink_writes_one_file_per_batch_and_a_retry_replaces_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let sink = DeadletterSink::new(
+            Box::new(DirTarget::new(dir.path().to_path_buf())),
+            "p",
+            OutputFormat::Jsonl,
+        );
+        assert_eq!(sink.dir(), Some(dir.path().join("p")));
+        deliver_twice(&sink);
+        let names: Vec<String> = std::fs::read_dir(dir.path().join("p"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(names, ["b00000000000000000001.jsonl"]);
+        let [a, b] = ids();
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("p/b00000000000000000001.jsonl")).unwrap(),
+            expected_lines([&a, &b])
+        );
+    }
+
+    #[test]
+    fn the_s3_sink_puts_one_object_per_batch_under_the_prefix_and_a_retry_overwrites_it() {
+        let aws = moto();
+        let name = bucket(&aws, "dead");
+        let s3 = Bucket::new(&aws, &name, None);
+        let sink = DeadletterSink::new(
+            Box::new(S3Target::new(s3.clone(), "/rejects/x/")),
+            "p",
+            OutputFormat::Jsonl,
+        );
+        assert_eq!(sink.dir(), None);
+        assert_eq!(sink.location(), format!("s3://{name}/rejects/x/p"));
+        assert_eq!(
+            sink.location_of(BatchId(1)),
+            format!("s3://{name}/rejects/x/p/b00000000000000000001.jsonl")
+        );
+        deliver_twice(&sink);
+        let key = "rejects/x/p/b00000000000000000001.jsonl";
+        assert_eq!(s3.list("").unwrap(), [key]);
+        let [a, b] = ids();
+        let body = String::from_utf8(s3.get(key).unwrap().unwrap()).unwrap();
+        assert_eq!(body, expected_lines([&a, &b]));
+    }
+
+    #[test]
+    fn an_s3_sink_without_a_prefix_writes_at_the_bucket_root_and_parquet_reads_back() {
+        let aws = moto();
+        let name = bucket(&aws, "dead");
+        let s3 = Bucket::new(&aws, &name, None);
+        let sink = DeadletterSink::new(
+            Box::new(S3Target::new(s3.clone(), "")),
+            "p",
+            OutputFormat::Parquet,
+        );
+        deliver_twice(&sink);
+        let key = "p/b00000000000000000001.parquet";
+        assert_eq!(s3.list("").unwrap(), [key]);
+        let body = bytes::Bytes::from(s3.get(key).unwrap().unwrap());
+        let reader =
+            parquet::arrow::arrow_reader::ParquetRecordBatchReader::try_new(body, 16).unwrap();
+        let batches: Vec<_> = reader.map(Result::unwrap).collect();
+        let (_, parts) = wal();
+        assert_eq!(batches, vec![parts[0].batch.clone()]);
+    }
+
+    #[test]
+    fn a_failed_put_names_the_object_and_is_not_retryable_when_the_bucket_is_missing() {
+        let aws = moto();
+        let sink = DeadletterSink::new(
+            Box::new(S3Target::new(
+                Bucket::new(&aws, "no-such-bucket-skipprd", None),
+                "r",
+            )),
+            "p",
+            OutputFormat::Jsonl,
+        );
+        let (metas, parts) = wal();
+        let error = sink
+            .deliver(&metas, &mut |_| Ok(parts.clone()))
+            .unwrap_err();
+        assert!(matches!(error, SinkError::ObjectStore { .. }), "{error:?}");
+        assert!(!error.is_retryable(), "{error}");
+        assert!(
+            error
+                .to_string()
+                .contains("s3://no-such-bucket-skipprd/r/p/b00000000000000000001.jsonl"),
+            "{error}"
+        );
     }
 }

@@ -76,6 +76,24 @@ pub enum SinkError {
         #[source]
         source: crate::aws::AwsError,
     },
+    /// An object of the destination in S3 could not be written or read.
+    #[error("cannot {op} `{uri}`: {failure}")]
+    ObjectStore {
+        /// What was being done: `write`, `read` or `list`.
+        op: &'static str,
+        /// The object (or prefix), `s3://bucket/key`.
+        uri: String,
+        /// The SDK's error, classified (retryable on throttling, 5xx and transport errors).
+        failure: Box<crate::aws::SdkFailure>,
+    },
+    /// The deadletter sink cannot be opened (its AWS configuration could not be loaded, ...).
+    #[error("deadletter sink `{sink}`: {message}")]
+    DeadletterConfig {
+        /// The sink's name in `deadletter_sinks`.
+        sink: String,
+        /// What is wrong and how to fix it.
+        message: String,
+    },
     /// A failpoint fired (tests only).
     #[error("failpoint `{name}` fired")]
     Failpoint {
@@ -90,7 +108,9 @@ impl SinkError {
         match self {
             SinkError::Config { .. }
             | SinkError::IncompatibleColumn { .. }
-            | SinkError::Aws { .. } => false,
+            | SinkError::Aws { .. }
+            | SinkError::DeadletterConfig { .. } => false,
+            SinkError::ObjectStore { failure, .. } => failure.retryable,
             SinkError::Iceberg { source, .. } => {
                 source.retryable()
                     || matches!(

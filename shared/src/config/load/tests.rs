@@ -7,7 +7,7 @@ use proptest::prelude::*;
 
 use super::*;
 use crate::config::validate::{StoreKind, WalStorage};
-use crate::config::{SourceConnector, StorageMode, validate};
+use crate::config::{DeadletterConnector, SourceConnector, StorageMode, validate};
 
 const EXAMPLE: &str = "\
 skippr:
@@ -794,4 +794,36 @@ fn a_directory_given_as_config_is_named_as_such() {
     let dir = tempfile::tempdir().unwrap();
     let e = discover_config_file(Some(dir.path()), &env(&[]), dir.path()).unwrap_err();
     assert!(e.to_string().contains("is a directory"), "{e}");
+}
+
+#[test]
+fn an_s3_deadletter_sink_validates_its_bucket_and_prefix() {
+    let config = |bucket: &str, prefix: &str| {
+        format!(
+            "pipelines:\n  p:\n    data_source: data_sources.f\n    deadletter_sink: deadletter_sinks.rejects\n\
+             data_sources:\n  f:\n    File:\n      path: in\n\
+             deadletter_sinks:\n  rejects:\n    S3:\n      s3_bucket: {bucket}\n      s3_prefix: {prefix}\n"
+        )
+    };
+    let ok = check(&config("rejects-bucket", "dl/"), &[]).unwrap();
+    assert!(matches!(
+        ok.pipelines["p"].deadletter_sink.as_ref().map(|d| &d.connector),
+        Some(DeadletterConnector::S3(c)) if c.s3_bucket == "rejects-bucket"
+    ));
+    let msg = err(&config("s3://rejects-bucket", "dl/"));
+    assert!(
+        msg.contains("deadletter_sinks.rejects.S3.s3_bucket"),
+        "{msg}"
+    );
+    assert!(msg.contains("must be a bucket name"), "{msg}");
+    let msg = err(&config("rejects-bucket", "s3://b/dl"));
+    assert!(
+        msg.contains("deadletter_sinks.rejects.S3.s3_prefix"),
+        "{msg}"
+    );
+    let msg = err(&config("rejects-bucket", "dl/../x"));
+    assert!(
+        msg.contains("deadletter_sinks.rejects.S3.s3_prefix"),
+        "{msg}"
+    );
 }
