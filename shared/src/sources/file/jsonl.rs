@@ -28,6 +28,9 @@ pub(crate) struct JsonLinesReader {
     held_back: bool,
     /// Hand lines out unparsed (see [`super::FileSourceOptions::unparsed_json_lines`]).
     unparsed: bool,
+    /// The stream is complete as it is (an S3 object): a last line cut off mid-value is
+    /// malformed, never a record still being written.
+    complete: bool,
 }
 
 impl JsonLinesReader {
@@ -43,7 +46,15 @@ impl JsonLinesReader {
             done: false,
             held_back: false,
             unparsed: false,
+            complete: false,
         }
+    }
+
+    /// Treat the stream as complete (an immutable object): a last line without its `\n`
+    /// is read as it is, never held back for a writer to finish.
+    pub(crate) fn complete(mut self, complete: bool) -> Self {
+        self.complete = complete;
+        self
     }
 
     /// Hand lines out unparsed, for the caller to parse (or not).
@@ -133,6 +144,7 @@ impl RecordReader for JsonLinesReader {
             // record still being written: leave it for the next pass (the file stays
             // unfinished at the offset before it) instead of rejecting half a record.
             if !newline
+                && !self.complete
                 && serde_json::from_slice::<serde_json::Value>(text).is_err_and(|e| e.is_eof())
             {
                 self.offset = start;
