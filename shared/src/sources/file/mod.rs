@@ -216,8 +216,10 @@ pub use self::compression::Compression;
 pub(crate) use self::compression::InputStream;
 pub use self::csv::type_cell;
 pub use self::detect::detect_format;
+pub(crate) use self::detect::{HEAD_BYTES, detect_in_head};
+pub(crate) use self::parquet::ParquetReader;
 use self::paths::ListedFile;
-pub(crate) use self::reader::{FileContext, RecordReader, Resume};
+pub(crate) use self::reader::{FileContext, Item, RecordReader, Resume};
 pub(crate) use self::reader::{parse_json_object, raw_text};
 use super::{Progress, Source, SourceBatch, SourceError};
 
