@@ -28,8 +28,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::config::ConfigError;
 use crate::config::validate::{StoreKind, ValidatedConfig, ValidatedPipeline, WalStorage};
+use crate::config::{ConfigError, SourceConnector};
 use crate::deadletter::Deadletter;
 use crate::schema::{
     PipelineSchema, RecordBatchBuilder, SchemaError, SchemaInferrer, SchemaStore, evolve,
@@ -148,7 +148,7 @@ pub fn sync_pass(
 
     // The AWS backends share one handle (built once per process when the caller passes one),
     // whose request counter reports what the pass cost.
-    let aws = pass_aws(settings, options).map_err(|e| PipelineError::Aws {
+    let aws = pass_aws(settings, pipeline, options).map_err(|e| PipelineError::Aws {
         pipeline: name.clone(),
         message: e.to_string(),
     })?;
@@ -272,8 +272,13 @@ pub fn sync_pass(
         );
         (source, Some(plan))
     } else {
-        let source =
-            open_source_unparsed_at(pipeline, settings, &config.base_dir, position.as_deref())?;
+        let source = open_source_unparsed_at(
+            pipeline,
+            settings,
+            &config.base_dir,
+            position.as_deref(),
+            aws.as_ref(),
+        )?;
         (source, None)
     };
     let mut replayed_now: Vec<String> = Vec::new();
@@ -540,10 +545,12 @@ pub fn sync_pass(
 /// environment.
 fn pass_aws(
     settings: &crate::config::validate::Settings,
+    pipeline: &ValidatedPipeline,
     options: &SyncOptions,
 ) -> Result<Option<crate::aws::Aws>, crate::aws::AwsError> {
     let needed = settings.wal_storage == WalStorage::S3
-        || matches!(settings.store, StoreKind::Dynamodb { .. });
+        || matches!(settings.store, StoreKind::Dynamodb { .. })
+        || matches!(pipeline.source.connector, SourceConnector::S3(_));
     match (&options.aws, needed) {
         (Some(aws), _) => Ok(Some(aws.clone())),
         (None, true) => crate::aws::Aws::load(None).map(Some),

@@ -123,17 +123,17 @@ pub enum SourceError {
     /// An object was rewritten after part or all of it was read: its ETag is not the one
     /// recorded in the checkpoint. Its new content is not read (see the S3 source's docs).
     #[error(
-        "object `s3://{bucket}/{key}` changed after it was read (its ETag was {etag}, now {now}); records from before the change were kept and its new content is not read: write new data under a new key"
+        "object `s3://{bucket}/{key}` changed after it was read (its ETag was {}, now {}); records from before the change were kept and its new content is not read: write new data under a new key",
+        .etags.was,
+        .etags.now
     )]
     ObjectChanged {
         /// The bucket.
         bucket: String,
         /// The object's key.
         key: String,
-        /// The ETag of the content that was read.
-        etag: String,
-        /// The ETag listed now.
-        now: String,
+        /// The ETag read and the one found now.
+        etags: Box<EtagChange>,
     },
 
     /// The CSV reader failed in a way that is not tied to one row.
@@ -211,6 +211,15 @@ impl SourceError {
             SourceError::S3 { key, .. } | SourceError::ObjectChanged { key, .. } => key,
         }
     }
+}
+
+/// An object's ETag when it was read, and now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EtagChange {
+    /// The ETag of the content that was read.
+    pub was: String,
+    /// The ETag found now.
+    pub now: String,
 }
 
 /// An S3 request a source makes.

@@ -13,7 +13,7 @@ pub mod file;
 pub mod replay;
 pub mod s3;
 
-pub use error::{S3Operation, SourceError};
+pub use error::{EtagChange, S3Operation, SourceError};
 
 use serde::{Deserialize, Serialize};
 

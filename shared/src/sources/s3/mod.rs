@@ -471,8 +471,10 @@ impl Inputs for Objects {
             return Err(SourceError::ObjectChanged {
                 bucket: self.options.bucket.clone(),
                 key: object.key.clone(),
-                etag: was.clone(),
-                now: object.etag.clone(),
+                etags: Box::new(super::EtagChange {
+                    was: was.clone(),
+                    now: object.etag.clone(),
+                }),
             });
         }
         let mut start = self.objects[index].start;

@@ -8,8 +8,8 @@ use bytes::{Buf, Bytes};
 use parquet::file::reader::{ChunkReader, Length};
 
 use crate::aws::{Aws, SdkFailure};
-use crate::sources::SourceError;
 use crate::sources::error::S3Operation;
+use crate::sources::{EtagChange, SourceError};
 
 /// Where an object lives, and which version of it is wanted.
 #[derive(Clone)]
@@ -66,8 +66,10 @@ impl ObjectAt {
                     Some(412) => SourceError::ObjectChanged {
                         bucket: self.bucket.clone(),
                         key: self.key.clone(),
-                        etag: self.etag.clone().unwrap_or_default(),
-                        now: "a new one (it changed while being read)".to_owned(),
+                        etags: Box::new(EtagChange {
+                            was: self.etag.clone().unwrap_or_default(),
+                            now: "a new one (it changed while being read)".to_owned(),
+                        }),
                     },
                     _ => SourceError::S3 {
                         bucket: self.bucket.clone(),
