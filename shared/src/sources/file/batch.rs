@@ -55,6 +55,9 @@ pub(crate) struct Batcher {
     files_total: u64,
     /// An error met after some records of a batch; reported on the next call.
     pending_error: Option<SourceError>,
+    /// What the current reader gave after its batch was full (see [`Batcher::close`]): the
+    /// first item (or error) of the next batch.
+    peeked: Option<Result<Item, SourceError>>,
 }
 
 impl Batcher {
@@ -73,6 +76,7 @@ impl Batcher {
             files_done: 0,
             files_total: inputs.count() as u64,
             pending_error: None,
+            peeked: None,
         }
     }
 
@@ -113,14 +117,31 @@ impl Batcher {
         }
     }
 
-    /// Note how far the current reader has got.
-    fn note_current(&mut self, inputs: &mut dyn Inputs) {
-        if let Some(current) = &self.current {
-            inputs.note(
-                current.index,
-                current.reader.resume_point(),
-                current.reader.finished(),
-            );
+    /// Close a full batch: note how far the current reader has got. The reader is asked for
+    /// one more item first, so that an input whose last record ends the batch is closed in
+    /// this batch's checkpoint (and not opened again by the next pass to find nothing); the
+    /// item is kept for the next batch, and the note stays at the last item returned.
+    fn close(&mut self, inputs: &mut dyn Inputs, batch: &mut SourceBatch) {
+        let Some(current) = self.current.as_mut() else {
+            return;
+        };
+        let at = current.reader.resume_point();
+        match current.reader.next_item() {
+            Ok(None) => {
+                self.credit(inputs, batch);
+                if let Some(done) = self.current.take() {
+                    inputs.note(done.index, done.reader.resume_point(), true);
+                    self.finish_input(inputs, done.index, done.credited, Some(batch));
+                }
+            }
+            Ok(Some(item)) => {
+                inputs.note(current.index, at, false);
+                self.peeked = Some(Ok(item));
+            }
+            Err(error) => {
+                inputs.note(current.index, at, false);
+                self.peeked = Some(Err(error));
+            }
         }
     }
 
@@ -198,7 +219,11 @@ impl Batcher {
             let Some(current) = self.current.as_mut() else {
                 continue;
             };
-            match current.reader.next_item() {
+            let step = match self.peeked.take() {
+                Some(peeked) => peeked.map(Some),
+                None => current.reader.next_item(),
+            };
+            match step {
                 Ok(Some(Item::Record(mut record))) => {
                     if let Some(unparsed) = &mut record.unparsed {
                         unparsed.deadletters_before = batch.deadletters.len();
@@ -229,9 +254,47 @@ impl Batcher {
             let items = batch.records.len() + batch.deadletters.len();
             let started = items > 0 || batch.bytes_read > 0;
             if started && (items >= self.batch_rows || batch.bytes_read >= self.batch_bytes) {
-                self.note_current(inputs);
+                self.close(inputs, batch);
                 return Ok(());
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::*;
+    use super::super::{FileCheckpoint, FileSource, FileSourceOptions};
+    use crate::sources::Source;
+
+    #[test]
+    fn a_batch_that_ends_with_a_files_last_record_closes_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        write(dir.path(), "d/a.jsonl", b"{\"a\":1}\n{\"a\":2}\n");
+        write(dir.path(), "d/b.jsonl", b"{\"b\":1}\n{\"b\":2}\n");
+        let mut source = FileSource::open(FileSourceOptions {
+            batch_rows: 2,
+            ..options(dir.path(), "d")
+        })
+        .unwrap();
+        let first = source.next_batch().unwrap().unwrap();
+        assert_eq!(values(&first.records), vec![r#"{"a":1}"#, r#"{"a":2}"#]);
+        let checkpoint = FileCheckpoint::from_bytes(&source.checkpoint().unwrap(), "d").unwrap();
+        assert!(checkpoint.files["d/a.jsonl"].done);
+        assert!(!checkpoint.files.contains_key("d/b.jsonl"));
+        // Not at the end of a file: open at the last record returned; the record read ahead
+        // comes first in the next batch.
+        let mut source = FileSource::open(FileSourceOptions {
+            batch_rows: 3,
+            ..options(dir.path(), "d")
+        })
+        .unwrap();
+        source.next_batch().unwrap().unwrap();
+        let checkpoint = FileCheckpoint::from_bytes(&source.checkpoint().unwrap(), "d").unwrap();
+        let b = &checkpoint.files["d/b.jsonl"];
+        assert_eq!((b.done, b.offset, b.records), (false, 8, 1));
+        let rest = source.next_batch().unwrap().unwrap();
+        assert_eq!(values(&rest.records), vec![r#"{"b":2}"#]);
+        assert!(source.next_batch().unwrap().is_none());
     }
 }

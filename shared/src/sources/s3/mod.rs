@@ -559,11 +559,6 @@ impl Inputs for Objects {
             Some((format, compression)) => (Some(format), compression),
             None => (None, Compression::None),
         };
-        // A batch that ends with an object's last record leaves its reader unaware that
-        // nothing follows; a plain text object read to its last byte is closed all the same
-        // (objects do not grow), so the watermark need not wait for another pass.
-        let plain_text = compression == Compression::None && format != Some(FileFormat::Parquet);
-        let done = done || (plain_text && at.offset >= object.size);
         self.checkpoint.objects.insert(
             object.key.clone(),
             ObjectProgress {
