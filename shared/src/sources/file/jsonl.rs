@@ -23,9 +23,6 @@ pub(crate) struct JsonLinesReader {
     /// The current line's bytes (or the kept prefix of a line that is too long).
     line: Vec<u8>,
     done: bool,
-    /// The last line was left unread because it is still being written (no `\n` yet, and
-    /// its JSON stops mid-value): the file is not finished.
-    held_back: bool,
     /// Hand lines out unparsed (see [`super::FileSourceOptions::unparsed_json_lines`]).
     unparsed: bool,
     /// The stream is complete as it is (an S3 object): a last line cut off mid-value is
@@ -44,7 +41,6 @@ impl JsonLinesReader {
             line_no: start.records,
             line: Vec::new(),
             done: false,
-            held_back: false,
             unparsed: false,
             complete: false,
         }
@@ -149,7 +145,6 @@ impl RecordReader for JsonLinesReader {
             {
                 self.offset = start;
                 self.line_no -= 1;
-                self.held_back = true;
                 self.done = true;
                 break;
             }
@@ -175,10 +170,6 @@ impl RecordReader for JsonLinesReader {
             offset: self.offset,
             records: self.line_no,
         }
-    }
-
-    fn finished(&self) -> bool {
-        self.done && !self.held_back
     }
 }
 

@@ -144,10 +144,6 @@ impl RecordReader for ParquetReader {
             records: self.next_row,
         }
     }
-
-    fn finished(&self) -> bool {
-        self.done && self.pending.is_empty()
-    }
 }
 
 fn parquet_error(ctx: &FileContext, error: &dyn std::fmt::Display) -> SourceError {

@@ -436,10 +436,6 @@ impl RecordReader for Nothing {
     fn resume_point(&self) -> Resume {
         Resume::default()
     }
-
-    fn finished(&self) -> bool {
-        true
-    }
 }
 
 impl Inputs for Objects {
