@@ -66,7 +66,7 @@ fn gzip(bytes: &[u8]) -> Vec<u8> {
     encoder.finish().unwrap()
 }
 
-/// Run the CLI in `project`; the S3 endpoint comes from the connector's `endpoint` only.
+/// Run the CLI in `project`; the S3 endpoint and region come from the connector only.
 fn skipprd(project: &Path, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_skipprd"))
         .current_dir(project)
@@ -76,6 +76,8 @@ fn skipprd(project: &Path, args: &[&str]) -> Output {
         .env_remove("PIPELINE_NAME")
         .env_remove("WAL_STORAGE")
         .env_remove("AWS_ENDPOINT_URL")
+        .env_remove("AWS_REGION")
+        .env_remove("AWS_DEFAULT_REGION")
         .output()
         .unwrap()
 }
@@ -197,7 +199,7 @@ fn a_bucket_that_is_not_there_fails_sync_naming_it() {
         dir.path().join("skippr.yml"),
         format!(
             "pipelines:\n  events:\n    data_source: data_sources.bucket\n\
-             data_sources:\n  bucket:\n    S3:\n      s3_bucket: s3src-no-such-bucket\n      endpoint: {}\n",
+             data_sources:\n  bucket:\n    S3:\n      s3_bucket: s3src-no-such-bucket\n      region: us-east-1\n      endpoint: {}\n",
             endpoint()
         ),
     )

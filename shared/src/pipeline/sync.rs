@@ -548,12 +548,23 @@ fn pass_aws(
     pipeline: &ValidatedPipeline,
     options: &SyncOptions,
 ) -> Result<Option<crate::aws::Aws>, crate::aws::AwsError> {
+    // An S3 source's own `region` applies to the source only (see `open_source_unparsed_at`),
+    // but lets the handle load when the environment names no region.
+    let source_region = match &pipeline.source.connector {
+        SourceConnector::S3(c) => Some(c.region.as_deref()),
+        _ => None,
+    };
     let needed = settings.wal_storage == WalStorage::S3
         || matches!(settings.store, StoreKind::Dynamodb { .. })
-        || matches!(pipeline.source.connector, SourceConnector::S3(_));
+        || source_region.is_some();
     match (&options.aws, needed) {
         (Some(aws), _) => Ok(Some(aws.clone())),
-        (None, true) => crate::aws::Aws::load(None).map(Some),
+        (None, true) => match (crate::aws::Aws::load(None), source_region.flatten()) {
+            (Err(crate::aws::AwsError::NoRegion), Some(region)) => {
+                crate::aws::Aws::load(Some(region)).map(Some)
+            }
+            (loaded, _) => loaded.map(Some),
+        },
         (None, false) => Ok(None),
     }
 }

@@ -267,6 +267,27 @@ fn an_object_rewritten_after_it_was_partly_read_is_reported_once_by_key_and_etag
 }
 
 #[test]
+fn with_full_listing_an_object_rewritten_after_it_was_read_is_reported_not_reread() {
+    let aws = moto();
+    let bucket = bucket(&aws, "s3src");
+    put(&aws, &bucket, "in/a.jsonl", &lines("a", 2));
+    let options = S3SourceOptions {
+        full_listing: true,
+        ..S3SourceOptions::new(aws.clone(), &bucket, "in/")
+    };
+    let (first, checkpoint) = read_from(&options, None);
+    assert_eq!(first.len(), 2);
+    put(&aws, &bucket, "in/a.jsonl", &lines("a", 3));
+    let mut source = S3Source::open_at(options.clone(), Some(&checkpoint)).unwrap();
+    let error = source.next_batch().unwrap_err();
+    assert!(matches!(error, SourceError::ObjectChanged { ref key, .. } if key == "in/a.jsonl"));
+    assert!(source.next_batch().unwrap().is_none());
+    let checkpoint = source.checkpoint().unwrap();
+    let (again, _) = read_from(&options, Some(&checkpoint));
+    assert!(again.is_empty(), "the new content is not read");
+}
+
+#[test]
 fn an_object_of_unknown_format_is_skipped_and_closed() {
     let aws = moto();
     let bucket = bucket(&aws, "s3src");
