@@ -288,6 +288,33 @@ fn with_full_listing_an_object_rewritten_after_it_was_read_is_reported_not_rerea
 }
 
 #[test]
+fn a_listing_of_more_than_a_thousand_keys_is_read_page_by_page() {
+    let aws = moto();
+    let bucket = bucket(&aws, "s3src");
+    for i in 0..1003 {
+        put(
+            &aws,
+            &bucket,
+            &format!("in/{i:05}.jsonl"),
+            format!("{{\"i\":{i}}}\n").as_bytes(),
+        );
+    }
+    let options = S3SourceOptions::new(aws.clone(), &bucket, "in/");
+    let before = s3_requests(&aws);
+    let source = S3Source::open(options.clone()).unwrap();
+    // Two pages of up to 1,000 keys.
+    assert_eq!(s3_requests(&aws) - before, 2);
+    assert_eq!(source.keys().count(), 1003);
+    let (records, checkpoint) = read_from(&options, None);
+    let got: Vec<i64> = records
+        .iter()
+        .map(|r| r.value["i"].as_i64().unwrap())
+        .collect();
+    assert_eq!(got, (0..1003).collect::<Vec<i64>>());
+    assert_eq!(parsed(&checkpoint).after.as_deref(), Some("in/01002.jsonl"));
+}
+
+#[test]
 fn an_object_of_unknown_format_is_skipped_and_closed() {
     let aws = moto();
     let bucket = bucket(&aws, "s3src");
