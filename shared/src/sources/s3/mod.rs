@@ -23,7 +23,11 @@
 //! ranged GETs (the footer, then the column chunks), never downloaded whole.
 //!
 //! Every GET after the first one of an object carries `If-Match` with the ETag that was read,
-//! so versions are never mixed.
+//! so versions are never mixed. A batch that ends with an object's last record still closes
+//! the object (batches read one record ahead), so the watermark does not wait for a pass.
+//!
+//! Batches are as for the File source: `batch_rows` records and deadletters, or `batch_bytes`
+//! of input (object bytes as stored: compressed bytes for gzip, estimated for Parquet).
 //!
 //! # Checkpoint and listing
 //!
