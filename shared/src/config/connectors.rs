@@ -229,7 +229,7 @@ connector_set! {
         /// Local files: a file, a directory or a glob.
         File(FileSourceConfig) = true,
         /// Objects under an S3 prefix.
-        S3(S3SourceConfig) = false,
+        S3(S3SourceConfig) = true,
         /// PostgreSQL tables, incremental by cursor column and primary key.
         Postgres(PostgresSourceConfig) = false,
         /// A paginated JSON REST API.
@@ -259,7 +259,10 @@ pub struct FileSourceConfig {
     pub batch_size: Option<usize>,
 }
 
-/// `S3` source: reads objects under a prefix.
+/// `S3` source: reads objects under a prefix, in key order, in the File source's formats
+/// (detected per object; gzip). Each object is checkpointed by key and ETag with its byte or
+/// row offset and whether it was read to its end; a rewritten object (new ETag) is reported,
+/// not re-read. See "The S3 source" in docs/architecture.md.
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct S3SourceConfig {
@@ -280,6 +283,28 @@ pub struct S3SourceConfig {
     /// Record format. Default: detected per object, as for the File source.
     #[serde(default)]
     pub format: Option<InputFormat>,
+    /// How each pass finds new objects. Default `start_after`: list only the keys after the
+    /// newest key read to its end with no unfinished object before it (one LIST request per
+    /// pass with nothing new), which suits keys that grow over time (dates, timestamps,
+    /// zero-padded sequence numbers); an object added later under a key at or below that
+    /// watermark is never read. `full`: list every key under the prefix each pass, for other
+    /// key patterns.
+    #[serde(default)]
+    pub s3_listing: Option<S3Listing>,
+    /// Records per batch (one Arrow record batch). Default 10000. A batch also closes once
+    /// `BUFFER_THRESHOLD_BYTES` (default 10 MB) of input were read.
+    #[serde(default)]
+    pub batch_size: Option<usize>,
+}
+
+/// How the S3 source lists a prefix each pass.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum S3Listing {
+    /// Only keys after the watermark (`StartAfter`): for keys that grow over time.
+    StartAfter,
+    /// Every key under the prefix, every pass.
+    Full,
 }
 
 /// `Postgres` source: reads tables incrementally.

@@ -314,6 +314,21 @@ pub fn validate(
                 "must not be empty",
             ));
         }
+        if let SourceConnector::S3(c) = &source.connector {
+            let at = |key: &str| format!("data_sources.{}.S3.{key}", source.name);
+            if c.s3_bucket.trim().is_empty() {
+                return Err(v.bad_value(&at("s3_bucket"), "must not be empty"));
+            }
+            if c.s3_bucket.contains('/') || c.s3_bucket.contains(':') {
+                return Err(v.bad_value(
+                    &at("s3_bucket"),
+                    "must be a bucket name, not a URI or path (put the key prefix in s3_prefix)",
+                ));
+            }
+            if c.batch_size == Some(0) {
+                return Err(v.bad_value(&at("batch_size"), "must be at least 1"));
+            }
+        }
         if let SourceConnector::File(f) = &source.connector
             && f.batch_size == Some(0)
         {

@@ -2,10 +2,12 @@
 
 use std::path::Path;
 
-use crate::config::connectors::InputFormat;
+use crate::aws::Aws;
+use crate::config::connectors::{InputFormat, S3Listing};
 use crate::config::validate::{Settings, ValidatedPipeline};
 use crate::config::{ConfigError, ConnectorSet, SourceConnector};
 use crate::sources::file::{FileFormat, FileSource, FileSourceOptions};
+use crate::sources::s3::{S3Source, S3SourceOptions};
 use crate::sources::{Progress, Source, SourceBatch, SourceError};
 
 use super::PipelineError;
@@ -28,18 +30,21 @@ pub fn open_source_at(
     base_dir: &Path,
     checkpoint: Option<&[u8]>,
 ) -> Result<Box<dyn Source>, PipelineError> {
-    open(pipeline, settings, base_dir, checkpoint, false)
+    open(pipeline, settings, base_dir, checkpoint, false, None)
 }
 
 /// [`open_source_at`] for a caller that types JSON lines from their text: JSON-lines records
-/// come unparsed (see [`crate::sources::SourceRecord::unparsed`]).
+/// come unparsed (see [`crate::sources::SourceRecord::unparsed`]). An S3 source sends its
+/// requests through `aws` when given (so the pass counts them), else through a handle loaded
+/// from the environment.
 pub(crate) fn open_source_unparsed_at(
     pipeline: &ValidatedPipeline,
     settings: &Settings,
     base_dir: &Path,
     checkpoint: Option<&[u8]>,
+    aws: Option<&Aws>,
 ) -> Result<Box<dyn Source>, PipelineError> {
-    open(pipeline, settings, base_dir, checkpoint, true)
+    open(pipeline, settings, base_dir, checkpoint, true, aws)
 }
 
 fn open(
@@ -48,8 +53,37 @@ fn open(
     base_dir: &Path,
     checkpoint: Option<&[u8]>,
     unparsed_json_lines: bool,
+    aws: Option<&Aws>,
 ) -> Result<Box<dyn Source>, PipelineError> {
+    let source_error = |source| PipelineError::Source {
+        pipeline: pipeline.name.clone(),
+        source,
+    };
     match &pipeline.source.connector {
+        SourceConnector::S3(c) => {
+            // The connector's region overrides the environment's.
+            let aws = match (aws, c.region.as_deref()) {
+                (Some(aws), Some(region)) => aws.with_region(region),
+                (Some(aws), None) => aws.clone(),
+                (None, region) => Aws::load(region).map_err(|e| PipelineError::Aws {
+                    pipeline: pipeline.name.clone(),
+                    message: e.to_string(),
+                })?,
+            };
+            let options = S3SourceOptions {
+                endpoint: c.endpoint.clone(),
+                format: c.format.and_then(file_format),
+                full_listing: c.s3_listing == Some(S3Listing::Full),
+                batch_rows: c
+                    .batch_size
+                    .unwrap_or(FileSourceOptions::DEFAULT_BATCH_ROWS),
+                batch_bytes: settings.buffer_threshold_bytes,
+                unparsed_json_lines,
+                ..S3SourceOptions::new(aws, &c.s3_bucket, c.s3_prefix.as_deref().unwrap_or(""))
+            };
+            let source = S3Source::open_at(options, checkpoint).map_err(source_error)?;
+            Ok(Box::new(source))
+        }
         SourceConnector::File(c) => {
             let options = FileSourceOptions {
                 path: c.path.clone(),
@@ -64,12 +98,7 @@ fn open(
                 unparsed_json_lines,
                 ..FileSourceOptions::default()
             };
-            let source = FileSource::open_at(options, checkpoint).map_err(|source| {
-                PipelineError::Source {
-                    pipeline: pipeline.name.clone(),
-                    source,
-                }
-            })?;
+            let source = FileSource::open_at(options, checkpoint).map_err(source_error)?;
             Ok(Box::new(source))
         }
         other => Err(PipelineError::Config(ConfigError::Unsupported {

@@ -28,9 +28,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::config::ConfigError;
 use crate::config::connectors::{ConnectorSet, DeadletterConnector};
 use crate::config::validate::{StoreKind, ValidatedConfig, ValidatedPipeline, WalStorage};
+use crate::config::{ConfigError, SourceConnector};
 use crate::deadletter::Deadletter;
 use crate::schema::{
     PipelineSchema, RecordBatchBuilder, SchemaError, SchemaInferrer, SchemaStore, evolve,
@@ -276,8 +276,13 @@ pub fn sync_pass(
         );
         (source, Some(plan))
     } else {
-        let source =
-            open_source_unparsed_at(pipeline, settings, &config.base_dir, position.as_deref())?;
+        let source = open_source_unparsed_at(
+            pipeline,
+            settings,
+            &config.base_dir,
+            position.as_deref(),
+            aws.as_ref(),
+        )?;
         (source, None)
     };
     let mut replayed_now: Vec<String> = Vec::new();
@@ -547,24 +552,38 @@ fn pass_aws(
     pipeline: &ValidatedPipeline,
     options: &SyncOptions,
 ) -> Result<Option<crate::aws::Aws>, crate::aws::AwsError> {
-    use crate::config::connectors::{DeadletterConnector, SinkConnector};
-    // The sink's region, when it is the only AWS user, so no AWS_REGION is needed then.
-    let sink_region = match pipeline.sink.as_ref().map(|s| &s.connector) {
-        Some(SinkConnector::AthenaIceberg(c)) => Some(c.region.clone()),
+    use crate::config::connectors::SinkConnector;
+    // A connector's own region lets the handle load when the environment names none (the
+    // sink's or source's clients still use their connector's region).
+    let connector_region = match (
+        &pipeline.source.connector,
+        pipeline.sink.as_ref().map(|s| &s.connector),
+    ) {
+        (SourceConnector::S3(c), _) if c.region.is_some() => c.region.clone(),
+        (_, Some(SinkConnector::AthenaIceberg(c))) => c.region.clone(),
         _ => None,
     };
-    let backends = settings.wal_storage == WalStorage::S3
+    let needed = settings.wal_storage == WalStorage::S3
         || matches!(settings.store, StoreKind::Dynamodb { .. })
         || settings.storage_mode == crate::config::StorageMode::S3
+        || matches!(pipeline.source.connector, SourceConnector::S3(_))
+        || matches!(
+            pipeline.sink.as_ref().map(|s| &s.connector),
+            Some(SinkConnector::AthenaIceberg(_))
+        )
         || matches!(
             pipeline.deadletter_sink.as_ref().map(|d| &d.connector),
             Some(DeadletterConnector::S3(_))
         );
-    match (&options.aws, backends, sink_region) {
-        (Some(aws), _, _) => Ok(Some(aws.clone())),
-        (None, true, _) => crate::aws::Aws::load(None).map(Some),
-        (None, false, Some(region)) => crate::aws::Aws::load(region.as_deref()).map(Some),
-        (None, false, None) => Ok(None),
+    match (&options.aws, needed) {
+        (Some(aws), _) => Ok(Some(aws.clone())),
+        (None, true) => match (crate::aws::Aws::load(None), connector_region) {
+            (Err(crate::aws::AwsError::NoRegion), Some(region)) => {
+                crate::aws::Aws::load(Some(&region)).map(Some)
+            }
+            (loaded, _) => loaded.map(Some),
+        },
+        (None, false) => Ok(None),
     }
 }
 

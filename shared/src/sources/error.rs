@@ -107,6 +107,35 @@ pub enum SourceError {
         message: String,
     },
 
+    /// An S3 request failed, after the SDK's retries.
+    #[error("cannot {operation} `s3://{bucket}/{key}`: {failure}")]
+    S3 {
+        /// The bucket.
+        bucket: String,
+        /// The object's key (the prefix, for a listing).
+        key: String,
+        /// What was being done.
+        operation: S3Operation,
+        /// The service's answer, and whether a later attempt may succeed.
+        failure: Box<crate::aws::SdkFailure>,
+    },
+
+    /// An object was rewritten after part or all of it was read: its ETag is not the one
+    /// recorded in the checkpoint. Its new content is not read (see the S3 source's docs).
+    #[error(
+        "object `s3://{bucket}/{key}` changed after it was read (its ETag was {}, now {}); records from before the change were kept and its new content is not read: write new data under a new key",
+        .etags.was,
+        .etags.now
+    )]
+    ObjectChanged {
+        /// The bucket.
+        bucket: String,
+        /// The object's key.
+        key: String,
+        /// The ETag read and the one found now.
+        etags: Box<EtagChange>,
+    },
+
     /// The CSV reader failed in a way that is not tied to one row.
     #[error("cannot read CSV file `{path}` at line {line}: {message}")]
     Csv {
@@ -133,6 +162,11 @@ impl SourceError {
                 | SourceError::CorruptGzip { .. }
                 | SourceError::Parquet { .. }
                 | SourceError::Csv { .. }
+                | SourceError::ObjectChanged { .. }
+                | SourceError::S3 {
+                    operation: S3Operation::Get,
+                    ..
+                }
         )
     }
 
@@ -141,6 +175,7 @@ impl SourceError {
     pub fn is_retryable(&self) -> bool {
         match self {
             SourceError::Io { source, .. } => is_transient(source.kind()),
+            SourceError::S3 { failure, .. } => failure.retryable,
             SourceError::EmptyPath
             | SourceError::NotFound { .. }
             | SourceError::NoFiles { .. }
@@ -152,12 +187,13 @@ impl SourceError {
             | SourceError::CorruptGzip { .. }
             | SourceError::Parquet { .. }
             | SourceError::Csv { .. }
+            | SourceError::ObjectChanged { .. }
             | SourceError::BadCheckpoint { .. } => false,
         }
     }
 
     /// The file, directory or pattern the error is about, as configured or listed (empty for
-    /// [`SourceError::EmptyPath`]).
+    /// [`SourceError::EmptyPath`]); the object key (or listed prefix) for S3 errors.
     pub fn path(&self) -> &str {
         match self {
             SourceError::EmptyPath => "",
@@ -172,7 +208,35 @@ impl SourceError {
             | SourceError::Csv { path, .. }
             | SourceError::BadCheckpoint { path, .. } => path,
             SourceError::NoFiles { pattern } | SourceError::BadPattern { pattern, .. } => pattern,
+            SourceError::S3 { key, .. } | SourceError::ObjectChanged { key, .. } => key,
         }
+    }
+}
+
+/// An object's ETag when it was read, and now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EtagChange {
+    /// The ETag of the content that was read.
+    pub was: String,
+    /// The ETag found now.
+    pub now: String,
+}
+
+/// An S3 request a source makes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum S3Operation {
+    /// Listing the objects under a prefix (`ListObjectsV2`).
+    List,
+    /// Reading an object, or a range of it (`GetObject`).
+    Get,
+}
+
+impl std::fmt::Display for S3Operation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            S3Operation::List => "list",
+            S3Operation::Get => "read",
+        })
     }
 }
 

@@ -11,8 +11,9 @@
 pub mod error;
 pub mod file;
 pub mod replay;
+pub mod s3;
 
-pub use error::SourceError;
+pub use error::{EtagChange, S3Operation, SourceError};
 
 use serde::{Deserialize, Serialize};
 

@@ -781,6 +781,48 @@ fn an_empty_file_path_is_a_config_error() {
 }
 
 #[test]
+fn the_s3_source_validates_and_names_its_keys_in_errors() {
+    let pipeline =
+        "pipelines:\n  p:\n    data_source: data_sources.s\ndata_sources:\n  s:\n    S3:\n";
+    let loaded = load_text(
+        &format!("{pipeline}      s3_bucket: logs\n      s3_prefix: in/\n      s3_listing: full\n      region: eu-west-1\n"),
+        &[],
+    )
+    .unwrap();
+    let validated = validate(&loaded, None).unwrap();
+    let SourceConnector::S3(c) = &validated.pipelines["p"].source.connector else {
+        panic!("not the S3 source");
+    };
+    assert_eq!(
+        c.s3_listing,
+        Some(crate::config::connectors::S3Listing::Full)
+    );
+    assert_eq!(c.region.as_deref(), Some("eu-west-1"));
+    for (fields, expected) in [
+        (
+            "      s3_bucket: ''\n",
+            "data_sources.s.S3.s3_bucket: must not be empty",
+        ),
+        (
+            "      s3_bucket: s3://logs/in\n",
+            "data_sources.s.S3.s3_bucket: must be a bucket name, not a URI or path",
+        ),
+        (
+            "      s3_bucket: logs\n      batch_size: 0\n",
+            "data_sources.s.S3.batch_size: must be at least 1",
+        ),
+    ] {
+        let msg = err(&format!("{pipeline}{fields}"));
+        assert!(msg.contains(expected), "{msg}");
+    }
+    let msg = err(&format!(
+        "{pipeline}      s3_bucket: logs\n      s3_listing: sometimes\n"
+    ));
+    assert!(msg.contains("s3_listing"), "{msg}");
+    assert!(msg.contains("start_after"), "{msg}");
+}
+
+#[test]
 fn schema_sink_references_are_checked_on_every_sink() {
     let msg = err("data_sinks:\n  out:\n    Stdout: {}\n    schema_sink: schema_sinks.nope\n");
     assert!(

@@ -63,6 +63,52 @@ pub(crate) struct InputStream {
     pub(crate) compression: Compression,
 }
 
+impl InputStream {
+    /// Stream `input` (raw bytes as stored: compressed ones for gzip), counting the raw bytes
+    /// taken from it and decompressing when `compression` says so.
+    pub(crate) fn new(input: Box<dyn Read + Send>, compression: Compression) -> InputStream {
+        let (counting, disk_bytes) = CountingReader::new(input);
+        let inner: Box<dyn Read + Send> = match compression {
+            Compression::None => Box::new(counting),
+            Compression::Gzip => Box::new(MultiGzDecoder::new(BufReader::with_capacity(
+                64 * 1024,
+                counting,
+            ))),
+        };
+        InputStream {
+            reader: BufReader::with_capacity(READ_BUFFER_BYTES, inner),
+            disk_bytes,
+            compression,
+        }
+    }
+
+    /// Drop the next `skip` bytes of the (decompressed) stream and read the byte after them,
+    /// which a resumed reader wants to see. `None` when the stream ends first. `display` names
+    /// the input in errors.
+    pub(crate) fn skip_to(
+        mut self,
+        skip: u64,
+        display: &str,
+    ) -> Result<Option<(InputStream, u8)>, SourceError> {
+        let compression = self.compression;
+        let io_error = |source: io::Error| stream_error(display, compression, source);
+        let dropped =
+            io::copy(&mut (&mut self.reader).take(skip), &mut io::sink()).map_err(io_error)?;
+        if dropped < skip {
+            return Ok(None);
+        }
+        let mut last = [0u8; 1];
+        loop {
+            match self.reader.read(&mut last) {
+                Ok(0) => return Ok(None),
+                Ok(_) => return Ok(Some((self, last[0]))),
+                Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
+                Err(error) => return Err(io_error(error)),
+            }
+        }
+    }
+}
+
 /// Open `path` (shown to users as `display`) for streaming.
 pub(crate) fn open_stream(
     path: &Path,
@@ -70,19 +116,7 @@ pub(crate) fn open_stream(
     compression: Compression,
 ) -> Result<InputStream, SourceError> {
     let file = open_listed_file(path, display)?;
-    let (counting, disk_bytes) = CountingReader::new(file);
-    let inner: Box<dyn Read + Send> = match compression {
-        Compression::None => Box::new(counting),
-        Compression::Gzip => Box::new(MultiGzDecoder::new(BufReader::with_capacity(
-            64 * 1024,
-            counting,
-        ))),
-    };
-    Ok(InputStream {
-        reader: BufReader::with_capacity(READ_BUFFER_BYTES, inner),
-        disk_bytes,
-        compression,
-    })
+    Ok(InputStream::new(Box::new(file), compression))
 }
 
 /// Open `path` (shown to users as `display`) for streaming from byte `offset` of its
@@ -99,7 +133,7 @@ pub(crate) fn open_stream_at(
         return Ok(None);
     };
     let io_error = |source: io::Error| stream_error(display, compression, source);
-    let mut stream = match compression {
+    match compression {
         Compression::None => {
             let mut file = open_listed_file(path, display)?;
             let size = file.metadata().map_err(io_error)?.len();
@@ -107,32 +141,9 @@ pub(crate) fn open_stream_at(
                 return Ok(None);
             }
             file.seek(SeekFrom::Start(before)).map_err(io_error)?;
-            let (counting, disk_bytes) = CountingReader::new(file);
-            let inner: Box<dyn Read + Send> = Box::new(counting);
-            InputStream {
-                reader: BufReader::with_capacity(READ_BUFFER_BYTES, inner),
-                disk_bytes,
-                compression,
-            }
+            InputStream::new(Box::new(file), compression).skip_to(0, display)
         }
-        Compression::Gzip => {
-            let mut stream = open_stream(path, display, compression)?;
-            let dropped = io::copy(&mut (&mut stream.reader).take(before), &mut io::sink())
-                .map_err(io_error)?;
-            if dropped < before {
-                return Ok(None);
-            }
-            stream
-        }
-    };
-    let mut last = [0u8; 1];
-    loop {
-        match stream.reader.read(&mut last) {
-            Ok(0) => return Ok(None),
-            Ok(_) => return Ok(Some((stream, last[0]))),
-            Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
-            Err(error) => return Err(io_error(error)),
-        }
+        Compression::Gzip => open_stream(path, display, compression)?.skip_to(before, display),
     }
 }
 

@@ -372,10 +372,6 @@ impl RecordReader for CsvReader {
             records: self.next_line - 1,
         }
     }
-
-    fn finished(&self) -> bool {
-        self.done
-    }
 }
 
 /// A row written back as CSV text, for a deadletter.

@@ -44,7 +44,18 @@ pub(crate) enum Detected {
 /// [`FileSource`](super::FileSource) reads on to be sure). Other `.json` content is JSON lines.
 /// `None` when nothing fits.
 pub fn detect_format(path: &Path, head: &[u8]) -> Option<(FileFormat, Compression)> {
-    let (detected, compression) = detect(path, head, None)?;
+    detect_in_head(path, head, None)
+}
+
+/// [`detect_format`] with `format` the configured format (`None` to detect, as there;
+/// [`FileFormat::Json`] to detect only the JSON shape): JSON objects are told to be lines or
+/// documents from `head` alone. `None` when nothing fits.
+pub(crate) fn detect_in_head(
+    path: &Path,
+    head: &[u8],
+    format: Option<FileFormat>,
+) -> Option<(FileFormat, Compression)> {
+    let (detected, compression) = detect(path, head, format)?;
     let format = match detected {
         Detected::Format(format) => format,
         Detected::JsonObjects => {

@@ -338,10 +338,6 @@ impl RecordReader for JsonArrayReader {
             records: self.scan.element_no,
         }
     }
-
-    fn finished(&self) -> bool {
-        self.scan.state == State::Done
-    }
 }
 
 #[cfg(test)]

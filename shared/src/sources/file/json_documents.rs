@@ -289,10 +289,6 @@ impl RecordReader for JsonDocumentsReader {
             records: self.scan.number,
         }
     }
-
-    fn finished(&self) -> bool {
-        self.scan.state == State::Done
-    }
 }
 
 /// Whether a stream of JSON objects is JSON lines (`true`) or documents (`false`), from its

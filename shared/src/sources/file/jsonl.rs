@@ -23,11 +23,11 @@ pub(crate) struct JsonLinesReader {
     /// The current line's bytes (or the kept prefix of a line that is too long).
     line: Vec<u8>,
     done: bool,
-    /// The last line was left unread because it is still being written (no `\n` yet, and
-    /// its JSON stops mid-value): the file is not finished.
-    held_back: bool,
     /// Hand lines out unparsed (see [`super::FileSourceOptions::unparsed_json_lines`]).
     unparsed: bool,
+    /// The stream is complete as it is (an S3 object): a last line cut off mid-value is
+    /// malformed, never a record still being written.
+    complete: bool,
 }
 
 impl JsonLinesReader {
@@ -41,9 +41,16 @@ impl JsonLinesReader {
             line_no: start.records,
             line: Vec::new(),
             done: false,
-            held_back: false,
             unparsed: false,
+            complete: false,
         }
+    }
+
+    /// Treat the stream as complete (an immutable object): a last line without its `\n`
+    /// is read as it is, never held back for a writer to finish.
+    pub(crate) fn complete(mut self, complete: bool) -> Self {
+        self.complete = complete;
+        self
     }
 
     /// Hand lines out unparsed, for the caller to parse (or not).
@@ -133,11 +140,11 @@ impl RecordReader for JsonLinesReader {
             // record still being written: leave it for the next pass (the file stays
             // unfinished at the offset before it) instead of rejecting half a record.
             if !newline
+                && !self.complete
                 && serde_json::from_slice::<serde_json::Value>(text).is_err_and(|e| e.is_eof())
             {
                 self.offset = start;
                 self.line_no -= 1;
-                self.held_back = true;
                 self.done = true;
                 break;
             }
@@ -163,10 +170,6 @@ impl RecordReader for JsonLinesReader {
             offset: self.offset,
             records: self.line_no,
         }
-    }
-
-    fn finished(&self) -> bool {
-        self.done && !self.held_back
     }
 }
 

@@ -190,6 +190,7 @@
 //! [`FailureCode::TooLarge`]: crate::deadletter::FailureCode::TooLarge
 //! [`Position`]: crate::sources::Position
 
+mod batch;
 mod checkpoint;
 mod compression;
 mod csv;
@@ -208,13 +209,17 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+pub(crate) use self::batch::{Batcher, Inputs};
 use self::checkpoint::Identity;
 pub use self::checkpoint::{CHECKPOINT_VERSION, FileCheckpoint, FileProgress, IDENTITY_BYTES};
 pub use self::compression::Compression;
+pub(crate) use self::compression::InputStream;
 pub use self::csv::type_cell;
 pub use self::detect::detect_format;
+pub(crate) use self::detect::{HEAD_BYTES, detect_in_head};
+pub(crate) use self::parquet::ParquetReader;
 use self::paths::ListedFile;
-use self::reader::{FileContext, Item, RecordReader, Resume};
+pub(crate) use self::reader::{FileContext, Item, RecordReader, Resume};
 pub(crate) use self::reader::{parse_json_object, raw_text};
 use super::{Progress, Source, SourceBatch, SourceError};
 
@@ -317,15 +322,6 @@ impl Default for FileSourceOptions {
     }
 }
 
-/// The file being read.
-struct Current {
-    /// Index into the file list.
-    index: usize,
-    reader: Box<dyn RecordReader>,
-    /// Input bytes of this file already counted in batches.
-    credited: u64,
-}
-
 /// Whether the file `progress` describes is still at `path` (same first bytes, not smaller).
 fn still_there(path: &Path, progress: &FileProgress) -> bool {
     use std::io::Read;
@@ -347,6 +343,12 @@ fn still_there(path: &Path, progress: &FileProgress) -> bool {
 
 /// Reads records from files; see the [module documentation](self).
 pub struct FileSource {
+    inputs: FileInputs,
+    batcher: Batcher,
+}
+
+/// The files a [`FileSource`] reads, and what it has read of them.
+struct FileInputs {
     options: FileSourceOptions,
     files: Vec<ListedFile>,
     /// Where to start each file.
@@ -357,21 +359,14 @@ pub struct FileSource {
     /// What has been read of each file, for [`Source::checkpoint`].
     read: BTreeMap<String, FileProgress>,
     paths: Vec<PathBuf>,
-    next_file: usize,
-    current: Option<Current>,
-    bytes_done: u64,
-    bytes_total: u64,
-    files_done: u64,
-    /// An error met after some records of a batch; reported on the next call.
-    pending_error: Option<SourceError>,
 }
 
 impl std::fmt::Debug for FileSource {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("FileSource")
-            .field("path", &self.options.path)
-            .field("files", &self.paths)
-            .field("next_file", &self.next_file)
+            .field("path", &self.inputs.options.path)
+            .field("files", &self.inputs.paths)
+            .field("next_file", &self.batcher.next_input())
             .field("progress", &self.progress())
             .finish_non_exhaustive()
     }
@@ -509,42 +504,112 @@ impl FileSource {
             .map(|(file, start)| estimate_skipped(file, *start))
             .collect();
         let paths = files.iter().map(|file| file.path.clone()).collect();
-        let bytes_total = files
-            .iter()
-            .zip(&skipped)
-            .map(|(file, skipped)| file.size - skipped)
-            .sum();
-        Ok(FileSource {
+        let inputs = FileInputs {
             options,
             files,
             starts,
             skipped,
             read,
             paths,
-            next_file: 0,
-            current: None,
-            bytes_done: 0,
-            bytes_total,
-            files_done: 0,
-            pending_error: None,
-        })
+        };
+        let batcher = Batcher::new(
+            &inputs,
+            inputs.options.batch_rows,
+            inputs.options.batch_bytes,
+        );
+        Ok(FileSource { inputs, batcher })
     }
 
     /// The files to read, in reading order, as paths to open (the base directory joined to a
     /// relative configured path).
     pub fn files(&self) -> &[PathBuf] {
-        &self.paths
+        &self.inputs.paths
     }
 
     /// The format and compression each file is read with, in reading order.
     pub fn formats(&self) -> impl Iterator<Item = (FileFormat, Compression)> + '_ {
-        self.files
+        self.inputs
+            .files
             .iter()
             .map(|file| (file.format, file.compression))
     }
+}
 
-    /// Open the reader for file `index`, at its start.
-    fn open_reader(&self, index: usize) -> Result<Box<dyn RecordReader>, SourceError> {
+/// How a text-format reader is set up: everything but the stream.
+pub(crate) struct TextReaderSetup {
+    /// The input as shown to users and stored in positions.
+    pub(crate) ctx: FileContext,
+    /// The input's format (not Parquet).
+    pub(crate) format: FileFormat,
+    /// Where the stream is positioned, and how to number what follows.
+    pub(crate) start: Resume,
+    /// The byte just before `start.offset`, when resumed (a JSON array reader wants it).
+    pub(crate) last: Option<u8>,
+    /// Hand JSON-lines records out unparsed.
+    pub(crate) unparsed_json_lines: bool,
+    /// The input is complete as it is (an immutable object): never hold a cut-off last
+    /// JSON line back for a writer to finish.
+    pub(crate) complete: bool,
+}
+
+/// The reader of a text format (JSON lines, array, documents, CSV) over `stream`, positioned
+/// at `setup.start`. A CSV input resumed after its start reads its header from
+/// `from_start`, a second stream of the input from its beginning.
+pub(crate) fn text_reader(
+    setup: TextReaderSetup,
+    stream: InputStream,
+    from_start: impl FnOnce() -> Result<InputStream, SourceError>,
+) -> Result<Box<dyn RecordReader>, SourceError> {
+    let TextReaderSetup {
+        ctx,
+        format,
+        start,
+        last,
+        unparsed_json_lines,
+        complete,
+    } = setup;
+    let reader: Box<dyn RecordReader> = match format {
+        FileFormat::Jsonl => Box::new(
+            jsonl::JsonLinesReader::new(ctx, stream, start)
+                .unparsed(unparsed_json_lines)
+                .complete(complete),
+        ),
+        FileFormat::JsonArray => {
+            Box::new(json_array::JsonArrayReader::new(ctx, stream, start, last))
+        }
+        // Listing resolves `Json` to the shape found; were it left, documents read any
+        // stream of JSON objects. Parquet is no text format: never handed here.
+        FileFormat::JsonDocuments | FileFormat::Json | FileFormat::Parquet => {
+            Box::new(json_documents::JsonDocumentsReader::new(ctx, stream, start))
+        }
+        FileFormat::Csv if start.offset == 0 => Box::new(csv::CsvReader::new(ctx, stream)),
+        FileFormat::Csv => {
+            let headers = csv::CsvReader::new(ctx.clone(), from_start()?).header_names()?;
+            Box::new(csv::CsvReader::resume(ctx, stream, start, headers))
+        }
+    };
+    Ok(reader)
+}
+
+impl Inputs for FileInputs {
+    fn count(&self) -> usize {
+        self.files.len()
+    }
+
+    fn size(&self, index: usize) -> u64 {
+        self.files[index].size
+    }
+
+    fn resumed(&self, index: usize) -> bool {
+        self.starts[index] != Resume::default()
+    }
+
+    fn skipped(&self, index: usize) -> u64 {
+        self.skipped[index]
+    }
+
+    /// Open the reader for file `index`, where it starts.
+    fn open(&mut self, index: usize) -> Result<Box<dyn RecordReader>, SourceError> {
         let file = &self.files[index];
         let ctx = FileContext {
             uri: file.display.clone(),
@@ -583,38 +648,20 @@ impl FileSource {
                 }
             }
         };
-        let reader: Box<dyn RecordReader> = match file.format {
-            FileFormat::Jsonl => Box::new(
-                jsonl::JsonLinesReader::new(ctx, stream, start)
-                    .unparsed(self.options.unparsed_json_lines),
-            ),
-            FileFormat::JsonArray => {
-                Box::new(json_array::JsonArrayReader::new(ctx, stream, start, last))
-            }
-            // Listing resolves `Json` to the shape found; were it left, documents read any
-            // stream of JSON objects.
-            FileFormat::JsonDocuments | FileFormat::Json => {
-                Box::new(json_documents::JsonDocumentsReader::new(ctx, stream, start))
-            }
-            FileFormat::Csv if start.offset == 0 => Box::new(csv::CsvReader::new(ctx, stream)),
-            FileFormat::Csv => {
-                let headers = csv::CsvReader::new(
-                    ctx.clone(),
-                    self::compression::open_stream(&file.path, &file.display, file.compression)?,
-                )
-                .header_names()?;
-                Box::new(csv::CsvReader::resume(ctx, stream, start, headers))
-            }
-            FileFormat::Parquet => unreachable!("Parquet is opened above"),
+        let setup = TextReaderSetup {
+            ctx,
+            format: file.format,
+            start,
+            last,
+            unparsed_json_lines: self.options.unparsed_json_lines,
+            complete: false,
         };
-        Ok(reader)
+        text_reader(setup, stream, stream_from_start(file))
     }
 
-    /// Note in the checkpoint how far `reader`, reading file `index`, has got; `done` when
-    /// it was read to its end.
-    fn note(&mut self, index: usize, reader: &dyn RecordReader, done: bool) {
+    /// Note in the checkpoint how far file `index` was read.
+    fn note(&mut self, index: usize, at: Resume, done: bool) {
         let file = &self.files[index];
-        let at = reader.resume_point();
         self.read.insert(
             file.display.clone(),
             FileProgress {
@@ -628,145 +675,25 @@ impl FileSource {
         );
     }
 
-    /// Note how far the current reader has got.
-    fn note_current(&mut self) {
-        if let Some(current) = self.current.take() {
-            let done = current.reader.finished();
-            self.note(current.index, current.reader.as_ref(), done);
-            self.current = Some(current);
-        }
-    }
-
-    /// Count the input bytes the current reader consumed since last counted.
-    fn credit(&mut self, batch: &mut SourceBatch) {
-        if let Some(current) = &mut self.current {
-            let size = self.files[current.index].size;
-            let consumed = current.reader.consumed().min(size);
-            if consumed > current.credited {
-                let delta = consumed - current.credited;
-                current.credited = consumed;
-                batch.bytes_read += delta;
-                self.bytes_done += delta;
-            }
-        }
-    }
-
-    /// Finish file `index`: count all its bytes as done and move on. The bytes not yet
-    /// credited go into `batch` when given (a file read to its end), into progress only when
-    /// not (a file given up on).
-    fn finish_file(&mut self, index: usize, credited: u64, batch: Option<&mut SourceBatch>) {
-        let rest = self.files[index].size.saturating_sub(credited);
-        if let Some(batch) = batch {
-            batch.bytes_read += rest;
-        }
-        self.bytes_done += rest;
-        self.files_done += 1;
-        self.current = None;
-    }
-
-    /// Fill `batch`; an error leaves the failed file finished.
-    fn fill(&mut self, batch: &mut SourceBatch) -> Result<(), SourceError> {
-        let rows = self.options.batch_rows.max(1);
-        loop {
-            if self.current.is_none() {
-                if self.next_file >= self.files.len() {
-                    return Ok(());
-                }
-                let index = self.next_file;
-                self.next_file += 1;
-                match self.open_reader(index) {
-                    Ok(reader) => {
-                        // What a resumed reader skipped is not to read: take it off the
-                        // total, in place of the estimate.
-                        let credited = if self.starts[index] == Resume::default() {
-                            0
-                        } else {
-                            reader.consumed().min(self.files[index].size)
-                        };
-                        self.bytes_total =
-                            (self.bytes_total + self.skipped[index]).saturating_sub(credited);
-                        self.current = Some(Current {
-                            index,
-                            reader,
-                            credited,
-                        });
-                    }
-                    Err(error) => {
-                        if matches!(error, SourceError::Vanished { .. }) {
-                            self.read.remove(&self.files[index].display);
-                        }
-                        self.finish_file(index, self.skipped[index], None);
-                        return Err(error);
-                    }
-                }
-            }
-            let Some(current) = self.current.as_mut() else {
-                continue;
-            };
-            match current.reader.next_item() {
-                Ok(Some(Item::Record(mut record))) => {
-                    if let Some(unparsed) = &mut record.unparsed {
-                        unparsed.deadletters_before = batch.deadletters.len();
-                    }
-                    batch.records.push(record);
-                    self.credit(batch);
-                }
-                Ok(Some(Item::Dead(dead))) => {
-                    batch.deadletters.push(dead);
-                    self.credit(batch);
-                }
-                Ok(None) => {
-                    self.credit(batch);
-                    if let Some(done) = self.current.take() {
-                        self.note(done.index, done.reader.as_ref(), true);
-                        self.finish_file(done.index, done.credited, Some(batch));
-                    }
-                }
-                Err(error) => {
-                    // Not done: the next pass tries again after the last item returned.
-                    if let Some(failed) = self.current.take() {
-                        self.note(failed.index, failed.reader.as_ref(), false);
-                        self.finish_file(failed.index, failed.credited, None);
-                    }
-                    return Err(error);
-                }
-            }
-            let items = batch.records.len() + batch.deadletters.len();
-            let started = items > 0 || batch.bytes_read > 0;
-            if started && (items >= rows || batch.bytes_read >= self.options.batch_bytes) {
-                self.note_current();
-                return Ok(());
-            }
+    fn open_failed(&mut self, index: usize, error: &SourceError) {
+        if matches!(error, SourceError::Vanished { .. }) {
+            self.read.remove(&self.files[index].display);
         }
     }
 }
 
+/// Opening `file` again from its start.
+fn stream_from_start(file: &ListedFile) -> impl FnOnce() -> Result<InputStream, SourceError> + '_ {
+    move || compression::open_stream(&file.path, &file.display, file.compression)
+}
+
 impl Source for FileSource {
     fn next_batch(&mut self) -> Result<Option<SourceBatch>, SourceError> {
-        if let Some(error) = self.pending_error.take() {
-            return Err(error);
-        }
-        let mut batch = SourceBatch::default();
-        let result = self.fill(&mut batch);
-        let no_items = batch.records.is_empty() && batch.deadletters.is_empty();
-        match result {
-            Ok(()) if no_items && batch.bytes_read == 0 => Ok(None),
-            Ok(()) => Ok(Some(batch)),
-            Err(error) if no_items => Err(error),
-            Err(error) => {
-                self.pending_error = Some(error);
-                Ok(Some(batch))
-            }
-        }
+        self.batcher.next_batch(&mut self.inputs)
     }
 
     fn progress(&self) -> Progress {
-        Progress {
-            bytes_done: self.bytes_done,
-            bytes_total: Some(self.bytes_total),
-            files_done: self.files_done,
-            files_total: Some(self.files.len() as u64),
-        }
+        self.batcher.progress()
     }
 
     fn checkpoint(&self) -> Result<Vec<u8>, SourceError> {
@@ -778,10 +705,10 @@ impl Source for FileSource {
         }
         serde_json::to_vec(&Borrowed {
             v: CHECKPOINT_VERSION,
-            files: &self.read,
+            files: &self.inputs.read,
         })
         .map_err(|error| SourceError::BadCheckpoint {
-            path: self.options.path.clone(),
+            path: self.inputs.options.path.clone(),
             message: error.to_string(),
         })
     }

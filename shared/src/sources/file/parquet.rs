@@ -25,6 +25,7 @@ use arrow::json::writer::{
 };
 use arrow::record_batch::RecordBatch;
 use parquet::arrow::arrow_reader::{ParquetRecordBatchReader, ParquetRecordBatchReaderBuilder};
+use parquet::file::reader::ChunkReader;
 use serde_json::{Map, Value};
 
 use super::compression::open_listed_file;
@@ -60,7 +61,19 @@ impl ParquetReader {
         skip_rows: u64,
     ) -> Result<Self, SourceError> {
         let file = open_listed_file(path, &ctx.uri)?;
-        let builder = ParquetRecordBatchReaderBuilder::try_new(file)
+        Self::from_input(ctx, file, file_size, batch_rows, skip_rows)
+    }
+
+    /// Read the Parquet file `input` (any random-access input: a file, an S3 object read by
+    /// ranges), `batch_rows` rows at a time after skipping the first `skip_rows`.
+    pub(crate) fn from_input<T: ChunkReader + 'static>(
+        ctx: FileContext,
+        input: T,
+        file_size: u64,
+        batch_rows: usize,
+        skip_rows: u64,
+    ) -> Result<Self, SourceError> {
+        let builder = ParquetRecordBatchReaderBuilder::try_new(input)
             .map_err(|error| parquet_error(&ctx, &error))?;
         let total_rows = u64::try_from(builder.metadata().file_metadata().num_rows()).unwrap_or(0);
         let skip_rows = skip_rows.min(total_rows);
@@ -130,10 +143,6 @@ impl RecordReader for ParquetReader {
             offset: self.next_row,
             records: self.next_row,
         }
-    }
-
-    fn finished(&self) -> bool {
-        self.done && self.pending.is_empty()
     }
 }
 

@@ -27,9 +27,6 @@ pub(crate) trait RecordReader: Send {
 
     /// Where a reader opened at it would continue right after the last item returned.
     fn resume_point(&self) -> Resume;
-
-    /// Whether the reader has nothing more to give (it may not have said so yet).
-    fn finished(&self) -> bool;
 }
 
 /// Where to start reading a file, and how to number what follows.
