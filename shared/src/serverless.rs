@@ -723,3 +723,206 @@ impl Observer for LogObserver {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+
+    fn fixture(name: &str) -> serde_json::Value {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../tests/fixtures/events")
+            .join(name);
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+    }
+
+    fn env(vars: &[(&str, &str)]) -> BTreeMap<String, String> {
+        vars.iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
+    }
+
+    #[test]
+    fn the_fixture_events_name_their_pipeline() {
+        for name in ["scheduled.json", "direct.json"] {
+            assert_eq!(
+                parse_event(&fixture(name)).unwrap().pipeline.as_deref(),
+                Some("events"),
+                "{name}"
+            );
+        }
+    }
+
+    #[test]
+    fn an_event_without_a_pipeline_means_the_only_one_and_bad_events_are_refused() {
+        let scheduled_without = serde_json::json!({"detail-type": "Scheduled Event", "detail": {}});
+        assert_eq!(parse_event(&scheduled_without).unwrap().pipeline, None);
+        assert_eq!(parse_event(&serde_json::json!({})).unwrap().pipeline, None);
+        for bad in [
+            serde_json::json!([1]),
+            serde_json::json!("events"),
+            serde_json::json!({"pipeline": 3}),
+            serde_json::json!({"pipeline": ""}),
+            serde_json::json!({"detail": "events"}),
+        ] {
+            let e = parse_event(&bad).unwrap_err();
+            assert!(matches!(e, ServerlessError::Event { .. }), "{bad}: {e}");
+            assert_eq!(e.error_type(), "NonRetryable.Event");
+        }
+        // A body naming its pipeline wins over a `detail` it may also carry.
+        let both = serde_json::json!({"pipeline": "a", "detail": {"pipeline": "b"}});
+        assert_eq!(parse_event(&both).unwrap().pipeline.as_deref(), Some("a"));
+    }
+
+    #[test]
+    fn the_margin_is_30_percent_capped_at_60_s_or_the_variable() {
+        let none = env(&[]);
+        assert_eq!(
+            deadline_margin(&none, Duration::from_secs(10)).unwrap(),
+            Duration::from_secs(3)
+        );
+        assert_eq!(
+            deadline_margin(&none, Duration::from_secs(900)).unwrap(),
+            Duration::from_secs(60)
+        );
+        let set = env(&[(DEADLINE_MARGIN_VAR, "2.5")]);
+        assert_eq!(
+            deadline_margin(&set, Duration::from_secs(900)).unwrap(),
+            Duration::from_millis(2500)
+        );
+        for bad in ["-1", "soon", "NaN"] {
+            let e =
+                deadline_margin(&env(&[(DEADLINE_MARGIN_VAR, bad)]), Duration::ZERO).unwrap_err();
+            assert_eq!(e.error_type(), "NonRetryable.Config", "{bad}");
+        }
+    }
+
+    #[test]
+    fn config_s3_uris_need_a_bucket_and_a_key() {
+        assert_eq!(
+            parse_s3_uri("s3://b/dir/skippr.yml").unwrap(),
+            ("b".to_owned(), "dir/skippr.yml".to_owned())
+        );
+        for bad in ["b/k", "s3://b", "s3://b/", "s3:///k", "s3://b/dir/"] {
+            assert!(parse_s3_uri(bad).is_err(), "{bad}");
+        }
+        let location = config_location(&env(&[(CONFIG_S3_URI_VAR, "s3://b/k.yml")])).unwrap();
+        assert_eq!(
+            location,
+            ConfigLocation::S3 {
+                bucket: "b".into(),
+                key: "k.yml".into()
+            }
+        );
+        let packaged = config_location(&env(&[("LAMBDA_TASK_ROOT", "/var/task")])).unwrap();
+        assert_eq!(
+            packaged,
+            ConfigLocation::Packaged {
+                task_root: PathBuf::from("/var/task")
+            }
+        );
+    }
+
+    #[test]
+    fn data_dir_defaults_to_tmp_and_other_variables_pass_through() {
+        let e = FunctionEnv::new(env(&[("WAL_STORAGE", "s3"), ("DATA_DIR", "")]));
+        assert_eq!(e.var("DATA_DIR").as_deref(), Some(DEFAULT_DATA_DIR));
+        assert_eq!(e.var("WAL_STORAGE").as_deref(), Some("s3"));
+        assert_eq!(e.var("UNSET"), None);
+        let set = FunctionEnv::new(env(&[("DATA_DIR", "/mnt/efs")]));
+        assert_eq!(set.var("DATA_DIR").as_deref(), Some("/mnt/efs"));
+    }
+
+    fn validated(yaml: &str, vars: &[(&str, &str)]) -> ValidatedConfig {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("skippr.yml"), yaml).unwrap();
+        let loaded = load(None, dir.path(), FunctionEnv::new(env(vars))).unwrap();
+        crate::config::validate(&loaded, None).unwrap()
+    }
+
+    const PIPELINE: &str = "pipelines:\n  p:\n    data_source: data_sources.s\ndata_sources:\n  s:\n    File:\n      path: input\n";
+
+    #[test]
+    fn a_wal_or_store_on_the_functions_disk_is_refused() {
+        let dynamodb = format!("skippr:\n  store:\n    type: dynamodb\n    name: t\n{PIPELINE}");
+        let remote = validated(
+            &dynamodb,
+            &[("WAL_STORAGE", "s3"), ("SKIPPR_WAL_S3_BUCKET", "w")],
+        );
+        check_remote_state(&remote).unwrap();
+        assert_eq!(
+            remote.pipelines["p"].data_dir,
+            PathBuf::from(DEFAULT_DATA_DIR)
+        );
+
+        let disk_wal = validated(&dynamodb, &[]);
+        let e = check_remote_state(&disk_wal).unwrap_err();
+        assert_eq!(e.error_type(), "NonRetryable.LocalState");
+        assert!(e.to_string().contains("WAL_STORAGE"), "{e}");
+
+        let embedded = validated(
+            PIPELINE,
+            &[("WAL_STORAGE", "s3"), ("SKIPPR_WAL_S3_BUCKET", "w")],
+        );
+        let e = check_remote_state(&embedded).unwrap_err();
+        assert_eq!(e.error_type(), "NonRetryable.LocalState");
+        assert!(e.to_string().contains("skippr.store.type"), "{e}");
+    }
+
+    #[test]
+    fn error_types_follow_retryability() {
+        let throttled = ServerlessError::ConfigFetch {
+            uri: "s3://b/k".into(),
+            failure: Box::new(SdkFailure {
+                code: "SlowDown".into(),
+                status: Some(503),
+                message: "slow down".into(),
+                retryable: true,
+            }),
+        };
+        assert!(throttled.is_retryable());
+        assert_eq!(throttled.error_type(), "Retryable.ConfigFetch");
+        let lease = ServerlessError::from(PipelineError::State {
+            pipeline: "p".into(),
+            source: StateError::Aws {
+                table: "t".into(),
+                key: "k".into(),
+                op: "GetItem",
+                failure: Box::new(SdkFailure {
+                    code: "InternalServerError".into(),
+                    status: Some(500),
+                    message: "boom".into(),
+                    retryable: true,
+                }),
+            },
+        });
+        assert_eq!(lease.error_type(), "Retryable.Pipeline");
+        let missing = ServerlessError::from(PipelineError::State {
+            pipeline: "p".into(),
+            source: StateError::TableMissing {
+                table: "t".into(),
+                region: "us-east-1".into(),
+            },
+        });
+        assert_eq!(missing.error_type(), "NonRetryable.Pipeline");
+    }
+
+    #[test]
+    fn the_stop_timer_fires_only_when_not_dropped_first() {
+        let stop = Arc::new(AtomicBool::new(false));
+        let timer = StopTimer::start(Duration::from_secs(3600), stop.clone());
+        let started = Instant::now();
+        drop(timer);
+        assert!(started.elapsed() < Duration::from_secs(5));
+        assert!(!stop.load(Ordering::SeqCst));
+
+        let timer = StopTimer::start(Duration::from_millis(10), stop.clone());
+        let started = Instant::now();
+        while !timer.fired() {
+            assert!(started.elapsed() < Duration::from_secs(10), "never fired");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(stop.load(Ordering::SeqCst));
+    }
+}
