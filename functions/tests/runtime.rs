@@ -118,9 +118,8 @@ impl RuntimeApi {
         RuntimeApi { child, port }
     }
 
-    /// Queue `event` with `deadline_ms` and wait for the function's answer:
-    /// `Ok(response)` or `Err((error_type, body))`.
-    fn invoke(&self, event: &Value, deadline_ms: u64) -> Result<Value, (String, Value)> {
+    /// Queue `event` with `deadline_ms`; the request id.
+    fn queue(&self, event: &Value, deadline_ms: u64) -> String {
         let (status, queued) = http(
             self.port,
             "POST",
@@ -128,28 +127,49 @@ impl RuntimeApi {
             Some(&json!({"event": event, "deadline_ms": deadline_ms})),
         );
         assert_eq!(status, 200);
-        let id = queued["request_id"].as_str().unwrap().to_owned();
+        queued["request_id"].as_str().unwrap().to_owned()
+    }
+
+    /// Wait for the function's answer to `id`: `Ok(response)` or `Err((error_type, body))`.
+    fn wait(&self, id: &str) -> Result<Value, (String, Value)> {
+        self.wait_for(id, Duration::from_secs(240))
+            .unwrap_or_else(|| panic!("no answer to invocation {id}"))
+    }
+
+    /// The function's answer to `id`, or `None` after `limit`.
+    fn wait_for(&self, id: &str, limit: Duration) -> Option<Result<Value, (String, Value)>> {
         let started = Instant::now();
-        loop {
+        while started.elapsed() < limit {
             let (_, result) = http(
                 self.port,
                 "GET",
-                &format!("/_test/result/{id}?wait=5"),
+                &format!("/_test/result/{id}?wait=1"),
                 None,
             );
             match result["kind"].as_str() {
-                Some("response") => return Ok(result["body"].clone()),
+                Some("response") => return Some(Ok(result["body"].clone())),
                 Some("error") => {
                     let body = result["body"].clone();
                     let error_type = body["errorType"].as_str().unwrap_or_default().to_owned();
-                    return Err((error_type, body));
+                    return Some(Err((error_type, body)));
                 }
-                _ => assert!(
-                    started.elapsed() < Duration::from_secs(240),
-                    "no answer to invocation {id}"
-                ),
+                _ => {}
             }
         }
+        None
+    }
+
+    /// Queue `event` and wait for the answer.
+    fn invoke(&self, event: &Value, deadline_ms: u64) -> Result<Value, (String, Value)> {
+        let id = self.queue(event, deadline_ms);
+        self.wait(&id)
+    }
+
+    /// How many times functions have asked for the next invocation.
+    fn polls(&self) -> u64 {
+        http(self.port, "GET", "/_test/stats", None).1["polls"]
+            .as_u64()
+            .unwrap()
     }
 
     fn invoke_ok(&self, event: &Value, deadline_ms: u64) -> Value {
@@ -276,6 +296,15 @@ data_sinks:
             ("WAL_STORAGE", "s3".to_owned()),
             ("SKIPPR_WAL_S3_BUCKET", self.bucket.clone()),
         ]
+    }
+
+    /// This project's environment with another scratch `DATA_DIR` (another execution
+    /// environment, or a cold start).
+    fn env_with_scratch(&self, scratch: &Path) -> Vec<(&'static str, String)> {
+        let mut env = self.env();
+        env.retain(|(k, _)| *k != "DATA_DIR");
+        env.push(("DATA_DIR", scratch.display().to_string()));
+        env
     }
 
     fn write(&self, file: &str, ids: std::ops::Range<u64>) {
@@ -521,4 +550,83 @@ fn discover_with_the_config_from_s3_returns_the_schema_summary() {
     assert_eq!(summary["version"], 1);
     assert_eq!(summary["namespaces"]["events"]["fields"], 3, "{summary}");
     assert_eq!(summary["namespaces"]["events"]["records"], 30);
+}
+
+/// Two overlapping invokes of one pipeline (two execution environments, each with its own
+/// `/tmp`): one runs the pass, the other finds the lease held and returns `skipped`; then a
+/// cold start (a new process, an empty `DATA_DIR`) continues. Every id lands exactly once.
+#[test]
+fn overlapping_invokes_never_double_write_and_a_cold_start_continues() {
+    reader_python();
+    let project = Project::new();
+    let rows = 6000;
+    project.write("a.jsonl", 0..rows);
+    let api = RuntimeApi::start();
+    let logs = tempfile::tempdir().unwrap();
+    let (scratch_a, scratch_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let a = Function::start(
+        env!("CARGO_BIN_EXE_skipprd-sync"),
+        &api,
+        &project.env_with_scratch(scratch_a.path()),
+        logs.path().join("a.log"),
+    );
+    let b = Function::start(
+        env!("CARGO_BIN_EXE_skipprd-sync"),
+        &api,
+        &project.env_with_scratch(scratch_b.path()),
+        logs.path().join("b.log"),
+    );
+    let started = Instant::now();
+    while api.polls() < 2 {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "the functions did not poll"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let deadline = now_ms() + 120_000;
+    let first = api.queue(&fixture("scheduled.json"), deadline);
+    let second = api.queue(&fixture("scheduled.json"), deadline);
+    let results = [api.wait(&first).unwrap(), api.wait(&second).unwrap()];
+    for r in &results {
+        println!("overlapping: {r}");
+    }
+    let skipped: Vec<&Value> = results
+        .iter()
+        .filter(|r| r.get("skipped").is_some())
+        .collect();
+    let synced: u64 = results.iter().filter_map(|r| r["rows"].as_u64()).sum();
+    assert_eq!(synced, rows, "the passes together read every row once");
+    assert_eq!(
+        skipped.len(),
+        1,
+        "one invoke must find the lease held: {results:?}"
+    );
+    assert!(
+        skipped[0]["skipped"]
+            .as_str()
+            .unwrap()
+            .starts_with("lease held by "),
+        "{results:?}"
+    );
+    assert_eq!(project.landed_ids(), (0..rows).collect::<Vec<_>>());
+    drop((a, b));
+
+    // A cold start: a new process with an empty /tmp (no saved schema) continues.
+    project.write("b.jsonl", rows..rows + 100);
+    let scratch_c = tempfile::tempdir().unwrap();
+    let c = Function::start(
+        env!("CARGO_BIN_EXE_skipprd-sync"),
+        &api,
+        &project.env_with_scratch(scratch_c.path()),
+        logs.path().join("c.log"),
+    );
+    let id = api.queue(&fixture("direct.json"), now_ms() + 60_000);
+    let cold = api
+        .wait_for(&id, Duration::from_secs(60))
+        .unwrap_or_else(|| panic!("no answer; the function's log:\n{}", c.log()))
+        .unwrap();
+    println!("cold start: {cold}");
+    assert_eq!(cold["rows"], 100);
+    assert_eq!(project.landed_ids(), (0..rows + 100).collect::<Vec<_>>());
 }

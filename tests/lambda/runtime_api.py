@@ -19,6 +19,8 @@ The test side:
 
 import json
 import os
+import select
+import socket
 import sys
 import threading
 import time
@@ -41,6 +43,15 @@ class Handler(BaseHTTPRequestHandler):
     def log_message(self, *args):
         pass
 
+    def client_gone(self):
+        readable, _, _ = select.select([self.connection], [], [], 0)
+        if not readable:
+            return False
+        try:
+            return self.connection.recv(1, socket.MSG_PEEK) == b""
+        except OSError:
+            return True
+
     def body(self):
         n = int(self.headers.get("Content-Length") or 0)
         return self.rfile.read(n) if n else b""
@@ -60,8 +71,14 @@ class Handler(BaseHTTPRequestHandler):
         if url.path == PREFIX + "/invocation/next":
             with lock:
                 stats["polls"] += 1
-                while not queue:
-                    lock.wait()
+                while True:
+                    if self.client_gone():
+                        # A function killed while it waited: never hand it an event.
+                        self.close_connection = True
+                        return
+                    if queue:
+                        break
+                    lock.wait(timeout=0.2)
                 request_id, event, deadline_ms = queue.pop(0)
             self.send(200, event, {
                 "Lambda-Runtime-Aws-Request-Id": request_id,
