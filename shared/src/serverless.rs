@@ -435,7 +435,7 @@ impl Function {
 
     /// One discover invocation. Synchronous: run it on a blocking thread.
     pub fn discover(&self, event: &serde_json::Value) -> Result<DiscoverSummary, ServerlessError> {
-        discover_invocation(&self.config, event, &mut LogObserver)
+        discover_invocation(&self.config, &self.aws, event, &mut LogObserver)
     }
 }
 
@@ -675,6 +675,7 @@ pub struct NamespaceSummary {
 /// `discover` for an invocation: the pipeline the event names. Synchronous.
 pub fn discover_invocation(
     config: &ValidatedConfig,
+    aws: &Aws,
     event: &serde_json::Value,
     observer: &mut dyn Observer,
 ) -> Result<DiscoverSummary, ServerlessError> {
@@ -685,6 +686,7 @@ pub fn discover_invocation(
         limit: None,
         progress_interval: Duration::from_secs(5),
         lease_wait: LEASE_WAIT,
+        aws: Some(aws.clone()),
     };
     let report = crate::pipeline::discover(config, pipeline, &options, observer)?;
     Ok(DiscoverSummary {
