@@ -272,7 +272,7 @@ pub fn validate(
             )?;
         }
     }
-    v.check_sinks(&config.data_sinks)?;
+    v.check_sinks(&config.data_sinks, &settings.store)?;
 
     let mut pipelines = BTreeMap::new();
     for (name, p) in &config.pipelines {
@@ -778,6 +778,7 @@ impl Validator<'_> {
     fn check_sinks(
         &self,
         sinks: &BTreeMap<String, Entry<SinkConnector>>,
+        store: &StoreKind,
     ) -> Result<(), ConfigError> {
         let mut owners: BTreeSet<(String, String)> = BTreeSet::new();
         for (name, entry) in sinks {
@@ -810,7 +811,7 @@ impl Validator<'_> {
                             .to_owned();
                         return Err(self.bad_value(&at(&key), &message));
                     }
-                    match crate::sinks::lake_location(&named, self.base_dir) {
+                    match crate::sinks::lake_location(&named, self.base_dir, store) {
                         Ok(Some(l)) => Some((l.warehouse, Some(l.namespace))),
                         Ok(None) => None,
                         Err(crate::sinks::SinkError::Config { message, .. }) => {
@@ -836,7 +837,7 @@ impl Validator<'_> {
                         name: name.clone(),
                         connector: entry.connector.clone(),
                     };
-                    match crate::sinks::lake_location(&named, self.base_dir) {
+                    match crate::sinks::lake_location(&named, self.base_dir, store) {
                         Ok(Some(l)) => Some((l.warehouse, Some(l.namespace))),
                         Ok(None) => None,
                         Err(crate::sinks::SinkError::Config { message, .. }) => {

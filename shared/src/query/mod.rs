@@ -270,12 +270,11 @@ fn lake_source(
     let Some(sink) = &pipeline.sink else {
         return Ok(None);
     };
-    let location = crate::sinks::lake_location(sink, &config.base_dir).map_err(|e| {
-        QueryError::Unsupported {
+    let location = crate::sinks::lake_location(sink, &config.base_dir, &config.settings.store)
+        .map_err(|e| QueryError::Unsupported {
             pipeline: pipeline.name.clone(),
             reason: e.to_string(),
-        }
-    })?;
+        })?;
     let Some(location) = location else {
         return Ok(None);
     };
