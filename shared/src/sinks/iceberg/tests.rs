@@ -946,3 +946,59 @@ fn two_pipelines_racing_on_a_shared_store_table_both_land_exactly_once() -> Test
     assert_eq!(tables, [f.sink.table_ident("a")]);
     Ok(())
 }
+
+/// Two writers of the SAME pipeline deliver the same batch to a `SkipprLake` table whose
+/// pointer is in a shared store: the conditional put lets one in, the other's transaction
+/// reloads, and the catalog's landed check refuses batches the winner already holds, so the
+/// rows land once (as with the other pointers).
+#[test]
+fn two_writers_of_one_pipeline_racing_on_a_shared_store_table_land_the_batch_once() -> TestResult {
+    let mut f = fixture()?;
+    let store = Arc::new(RacingStore::new(2));
+    let warehouse = f._dir.path().join("shared-wh");
+    let schema = pipeline_schema(&[("a", vec![Field::new("id", FieldType::Int)])]);
+    let mut wal_1 = disk_wal(&f._dir.path().join("wal-1"))?;
+    let mut wal_2 = disk_wal(&f._dir.path().join("wal-2"))?;
+    for wal in [&mut wal_1, &mut wal_2] {
+        wal.append(b"p1", &[part("a", ids_batch(0..4))])?;
+    }
+    let sink_1 = shared_store_sink(&warehouse, &store, "t#w#p")?;
+    let sink_2 = shared_store_sink(&warehouse, &store, "t#w#p")?;
+    assert_eq!(deliver(&sink_1, &wal_1, &schema)?.rows, 4);
+    assert_eq!(deliver(&sink_2, &wal_2, &schema)?.rows, 0, "batch 1 landed");
+    for wal in [&mut wal_1, &mut wal_2] {
+        wal.append(b"p2", &[part("a", ids_batch(4..9))])?;
+    }
+
+    store.arm(2);
+    let (one, two) = std::thread::scope(|s| {
+        let one = s.spawn(|| deliver(&sink_1, &wal_1, &schema));
+        let two = s.spawn(|| deliver(&sink_2, &wal_2, &schema));
+        (one.join(), two.join())
+    });
+    let results = [
+        one.map_err(|_| "writer 1 panicked")?,
+        two.map_err(|_| "writer 2 panicked")?,
+    ];
+    let landed: Vec<_> = results.iter().filter_map(|r| r.as_ref().ok()).collect();
+    assert_eq!(landed.len(), 1, "one writer lands batch 2: {results:?}");
+    assert_eq!(landed[0].rows, 5);
+    let refused = results
+        .iter()
+        .find_map(|r| r.as_ref().err())
+        .ok_or("both writers succeeded")?;
+    assert!(refused.to_string().contains("already landed"), "{refused}");
+    assert!(refused.is_retryable(), "the pipeline tries again later");
+    assert_eq!(store.conflicts.load(std::sync::atomic::Ordering::SeqCst), 1);
+
+    let again = deliver(&sink_2, &wal_2, &schema)?;
+    assert_eq!((again.rows, again.commits), (0, 0));
+    f.sink = shared_store_sink(&warehouse, &store, "t#w#p")?;
+    assert_eq!(f.count("a")?, 9, "rows 0..9 once");
+    assert_eq!(f.sink.landed_through(&f.table("a")?), 2);
+    assert_eq!(
+        unreferenced_metadata(&f, &f.sink.table_ident("a"))?,
+        Vec::<String>::new()
+    );
+    Ok(())
+}
