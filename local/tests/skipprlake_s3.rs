@@ -13,8 +13,9 @@
 //! for `AthenaIceberg` tables, read with `--engine athena` instead), and it refuses a WAL kept
 //! in S3.
 //!
-//! The compare-and-swap race of two committers is tested against the memory store in
-//! `shared/src/sinks/iceberg/tests.rs`.
+//! The pointer's compare-and-swap itself runs against DynamoDB here too (a stale writer loses
+//! and its metadata object is deleted from S3); the race of two committers is tested against
+//! the memory store in `shared/src/sinks/iceberg/tests.rs`.
 //!
 //! Needs `SKIPPR_TEST_AWS_ENDPOINT` (and the `AWS_*` variables) from `bash tests/run`, and the
 //! reader venv (`SKIPPR_TEST_PYTHON`); without them these tests fail and say so.
@@ -28,9 +29,18 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+use std::sync::Arc;
+
+use arrow::array::{Int32Array, RecordBatch};
+use arrow::datatypes::{DataType, Field as ArrowField, Schema};
 use serde_json::{Value, json};
 use skipprd::aws::Aws;
+use skipprd::schema::{Field, FieldType, NamespaceSchema, PipelineSchema};
+use skipprd::sinks::iceberg::IcebergSink;
+use skipprd::sinks::iceberg::catalog::{LakePointer, Pointer, TableRef};
+use skipprd::sinks::{LakeCatalog, LakeLocation};
 use skipprd::state::{DynamoStore, StateKey, StateStore};
+use skipprd::wal::{BatchPart, DiskWal, WalOptions};
 
 /// Fails unless the local AWS endpoint is set, saying how to get one.
 fn require_local_aws() -> String {
@@ -303,4 +313,132 @@ data_sinks:
     for key in ["catalog_table", "skippr.store", "s3://bucket/lake"] {
         assert!(stderr.contains(key), "{key} not in: {stderr}");
     }
+}
+
+/// The S3 objects under `prefix` in `bucket`.
+fn objects(aws: &Aws, bucket: &str, prefix: &str) -> Vec<String> {
+    let s3 = aws.s3(None);
+    let listed = aws
+        .block_on(async {
+            s3.list_objects_v2()
+                .bucket(bucket)
+                .prefix(prefix)
+                .send()
+                .await
+        })
+        .unwrap();
+    listed
+        .contents()
+        .iter()
+        .filter_map(|o| o.key().map(str::to_owned))
+        .collect()
+}
+
+#[test]
+fn the_dynamodb_pointer_refuses_a_stale_swap_and_deletes_the_losers_metadata_object() {
+    require_local_aws();
+    let aws = Aws::load(None).unwrap();
+    let bucket = unique("cas");
+    let table = unique("skipprd-cas-");
+    let s3 = aws.s3(None);
+    aws.block_on(async { s3.create_bucket().bucket(&bucket).send().await })
+        .unwrap();
+    skipprd::state::dynamodb::create_table(&aws, &table).unwrap();
+    let location = LakeLocation {
+        warehouse: format!("s3://{bucket}/wh"),
+        namespace: "ns".to_owned(),
+        catalog: LakeCatalog::Dynamo {
+            table: table.clone(),
+            region: None,
+        },
+    };
+    let sink = IcebergSink::with_catalog(
+        location.catalog("lake", Some(&aws)).unwrap(),
+        "ns",
+        "t#w#p".into(),
+    )
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let (mut wal, _) = DiskWal::open(
+        &dir.path().join("wal"),
+        WalOptions {
+            fsync: false,
+            ..WalOptions::default()
+        },
+    )
+    .unwrap();
+    let batch = RecordBatch::try_new(
+        Arc::new(Schema::new(vec![ArrowField::new(
+            "id",
+            DataType::Int32,
+            true,
+        )])),
+        vec![Arc::new(Int32Array::from(vec![1, 2, 3]))],
+    )
+    .unwrap();
+    wal.append(
+        b"p1",
+        &[BatchPart {
+            namespace: "events".to_owned(),
+            schema_version: 1,
+            batch,
+        }],
+    )
+    .unwrap();
+    let mut schema = PipelineSchema::empty("p", "w");
+    schema.namespaces.insert(
+        "events".to_owned(),
+        NamespaceSchema {
+            fields: vec![Field::new("id", FieldType::Int)],
+            records: 0,
+        },
+    );
+    let batches = wal.batches().to_vec();
+    let delivered = sink
+        .deliver(&batches, &mut |id| wal.read(id), &schema)
+        .unwrap();
+    assert_eq!(delivered.rows, 3);
+
+    let catalog = sink.catalog();
+    let LakePointer::Store(pointer) = catalog.pointer() else {
+        panic!("a SkipprLake on S3 has a store pointer");
+    };
+    assert_eq!(pointer.partition(), format!("catalog#s3://{bucket}/wh"));
+    let ident = sink.table_ident("events");
+    let table_location = catalog.table_location(&ident);
+    let at = TableRef {
+        ident: &ident,
+        location: &table_location,
+    };
+    let read = sink.block_on(pointer.current(at)).unwrap().unwrap();
+    assert_eq!(read.version, 2, "created, then one append");
+    let loaded = sink
+        .block_on(async {
+            use iceberg::Catalog as _;
+            catalog.load_table(&ident).await
+        })
+        .unwrap();
+    // Two writers both read version 2: the first swap to 3 wins, the second is refused (here
+    // by the pointer's re-read before its put; when both re-read before either puts, the
+    // put's DynamoDB condition refuses it, which the store's conformance suite proves on this
+    // server and the memory-store race tests prove for the pointer).
+    let won = sink
+        .block_on(pointer.publish(catalog.file_io(), at, Some(&read), loaded.metadata()))
+        .unwrap();
+    let lost = sink
+        .block_on(pointer.publish(catalog.file_io(), at, Some(&read), loaded.metadata()))
+        .unwrap_err();
+    assert_eq!(lost.kind(), iceberg::ErrorKind::CatalogCommitConflicts);
+    assert!(lost.retryable(), "{lost}");
+    let version_3 = objects(&aws, &bucket, "wh/ns/events/metadata/00003-");
+    assert_eq!(
+        version_3.len(),
+        1,
+        "the loser's metadata object is deleted: {version_3:?}"
+    );
+    assert!(won.ends_with(&version_3[0]), "{won} vs {version_3:?}");
+    let store = DynamoStore::open(&aws, &table).unwrap();
+    let key = pointer.key(&ident);
+    let item: Value = serde_json::from_slice(&store.get(&key).unwrap().unwrap().value).unwrap();
+    assert_eq!(item, json!({"version": 3, "location": won}));
 }
