@@ -451,8 +451,12 @@ pub struct SkipprLakeSinkConfig {
     pub version: Option<String>,
     /// Warehouse root: `s3://bucket/prefix` or `file://path`.
     pub warehouse: String,
-    /// State-store table holding the catalog pointers (may be the store's own table).
-    /// Default: the state store's table.
+    /// Where the catalog pointers live. On an `s3://` warehouse: the DynamoDB table (keys `pk`,
+    /// `sk`, as made by `skipprd store create`; may be the state store's own table), items in
+    /// the partition `catalog#{warehouse}`; default: the state store's table when
+    /// `skippr.store.type` is `dynamodb`, required otherwise. On a `file://` warehouse: the
+    /// name of the embedded store file `{warehouse}/_skippr_catalog/{catalog_table}.redb`,
+    /// default `catalog`.
     #[serde(default)]
     pub catalog_table: Option<String>,
     /// Iceberg namespace; tables live at `{warehouse}/{table_namespace}/{table}`. Default `default`.

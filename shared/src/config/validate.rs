@@ -272,7 +272,7 @@ pub fn validate(
             )?;
         }
     }
-    v.check_sinks(&config.data_sinks)?;
+    v.check_sinks(&config.data_sinks, &settings.store)?;
     v.check_deadletter_sinks(&config.deadletter_sinks)?;
 
     let mut pipelines = BTreeMap::new();
@@ -816,6 +816,7 @@ impl Validator<'_> {
     fn check_sinks(
         &self,
         sinks: &BTreeMap<String, Entry<SinkConnector>>,
+        store: &StoreKind,
     ) -> Result<(), ConfigError> {
         let mut owners: BTreeSet<(String, String)> = BTreeSet::new();
         for (name, entry) in sinks {
@@ -848,7 +849,7 @@ impl Validator<'_> {
                             .to_owned();
                         return Err(self.bad_value(&at(&key), &message));
                     }
-                    match crate::sinks::lake_location(&named, self.base_dir) {
+                    match crate::sinks::lake_location(&named, self.base_dir, store) {
                         Ok(Some(l)) => Some((l.warehouse, Some(l.namespace))),
                         Ok(None) => None,
                         Err(crate::sinks::SinkError::Config { message, .. }) => {
@@ -874,7 +875,7 @@ impl Validator<'_> {
                         name: name.clone(),
                         connector: entry.connector.clone(),
                     };
-                    match crate::sinks::lake_location(&named, self.base_dir) {
+                    match crate::sinks::lake_location(&named, self.base_dir, store) {
                         Ok(Some(l)) => Some((l.warehouse, Some(l.namespace))),
                         Ok(None) => None,
                         Err(crate::sinks::SinkError::Config { message, .. }) => {

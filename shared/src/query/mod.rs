@@ -20,6 +20,7 @@ pub mod athena;
 mod error;
 mod lake;
 mod output;
+pub mod s3_objects;
 mod table;
 #[cfg(test)]
 mod tests;
@@ -127,9 +128,36 @@ impl QueryEngine {
         if let [only] = wals.as_slice() {
             session = session.with_default_catalog_and_schema(CATALOG, &only.name);
         }
+        let ctx = SessionContext::new_with_config(session);
+        // The landed files of a lake on S3 are read through its catalog's file I/O.
+        for pipeline in &wals {
+            let Some(lake) = &pipeline.lake else { continue };
+            let Some(bucket) = lake
+                .catalog
+                .warehouse()
+                .strip_prefix("s3://")
+                .and_then(|rest| rest.split('/').next())
+            else {
+                continue;
+            };
+            let url = datafusion::execution::object_store::ObjectStoreUrl::parse(format!(
+                "s3://{bucket}"
+            ))
+            .map_err(|e| QueryError::Unsupported {
+                pipeline: pipeline.name.clone(),
+                reason: format!("the warehouse bucket `{bucket}` is not a valid URL host: {e}"),
+            })?;
+            ctx.register_object_store(
+                url.as_ref(),
+                Arc::new(s3_objects::FileIoObjects::new(
+                    bucket.to_owned(),
+                    lake.catalog.file_io().clone(),
+                )),
+            );
+        }
         let mut engine = QueryEngine {
             runtime,
-            ctx: SessionContext::new_with_config(session),
+            ctx,
             pipelines: wals,
             registered: Vec::new(),
             tables: Vec::new(),
@@ -270,12 +298,11 @@ fn lake_source(
     let Some(sink) = &pipeline.sink else {
         return Ok(None);
     };
-    let location = crate::sinks::lake_location(sink, &config.base_dir).map_err(|e| {
-        QueryError::Unsupported {
+    let location = crate::sinks::lake_location(sink, &config.base_dir, &config.settings.store)
+        .map_err(|e| QueryError::Unsupported {
             pipeline: pipeline.name.clone(),
             reason: e.to_string(),
-        }
-    })?;
+        })?;
     let Some(location) = location else {
         return Ok(None);
     };

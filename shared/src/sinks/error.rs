@@ -94,6 +94,16 @@ pub enum SinkError {
         /// What is wrong and how to fix it.
         message: String,
     },
+    /// The catalog store of the sink (the DynamoDB table of a `SkipprLake` on S3) cannot be
+    /// used.
+    #[error("data sink `{sink}`: catalog store: {source}")]
+    Catalog {
+        /// The sink's name in `data_sinks`.
+        sink: String,
+        /// The cause (boxed: it is large).
+        #[source]
+        source: Box<crate::state::StateError>,
+    },
     /// A failpoint fired (tests only).
     #[error("failpoint `{name}` fired")]
     Failpoint {
@@ -120,6 +130,7 @@ impl SinkError {
             }
             SinkError::Wal { source, .. } => source.is_retryable(),
             SinkError::Align { .. } => false,
+            SinkError::Catalog { source, .. } => source.is_retryable(),
             SinkError::Io { .. } | SinkError::Failpoint { .. } => true,
         }
     }

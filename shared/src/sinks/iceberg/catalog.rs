@@ -99,14 +99,13 @@ pub trait Pointer: Debug + Send + Sync {
 
     /// The namespaces under `warehouse` (default: its directories).
     async fn list_namespaces(&self, warehouse: &str) -> Result<Vec<String>> {
-        list_dirs(&local_path(warehouse))
+        local_namespaces(warehouse)
     }
 
     /// Create `namespace` at `location` if it does not exist (default: a directory).
     async fn create_namespace(&self, namespace: &NamespaceIdent, location: &str) -> Result<()> {
         let _ = namespace;
-        let dir = local_path(location);
-        create_dir_durable(&dir).map_err(|e| io_error("cannot create directory", &dir, e))
+        local_create_namespace(location)
     }
 
     /// Whether `namespace` at `location` exists (default: the directory exists).
@@ -118,20 +117,41 @@ pub trait Pointer: Debug + Send + Sync {
     /// The names of the tables of `namespace` at `location` (default: its directories with a
     /// current version).
     async fn list_tables(&self, namespace: &NamespaceIdent, location: &str) -> Result<Vec<String>> {
-        let mut tables = Vec::new();
-        for name in list_dirs(&local_path(location))? {
-            let ident = TableIdent::new(namespace.clone(), name.clone());
-            let table_location = format!("{location}/{name}");
-            let table = TableRef {
-                ident: &ident,
-                location: &table_location,
-            };
-            if self.current(table).await?.is_some() {
-                tables.push(name);
-            }
-        }
-        Ok(tables)
+        local_tables(self, namespace, location).await
     }
+}
+
+/// The namespaces of a local warehouse: its directories.
+fn local_namespaces(warehouse: &str) -> Result<Vec<String>> {
+    list_dirs(&local_path(warehouse))
+}
+
+/// Create the directory of a namespace of a local warehouse.
+fn local_create_namespace(location: &str) -> Result<()> {
+    let dir = local_path(location);
+    create_dir_durable(&dir).map_err(|e| io_error("cannot create directory", &dir, e))
+}
+
+/// The tables of a namespace of a local warehouse: its directories that `pointer` knows a
+/// current version of.
+async fn local_tables<P: Pointer + ?Sized>(
+    pointer: &P,
+    namespace: &NamespaceIdent,
+    location: &str,
+) -> Result<Vec<String>> {
+    let mut tables = Vec::new();
+    for name in list_dirs(&local_path(location))? {
+        let ident = TableIdent::new(namespace.clone(), name.clone());
+        let table_location = format!("{location}/{name}");
+        let table = TableRef {
+            ident: &ident,
+            location: &table_location,
+        };
+        if pointer.current(table).await?.is_some() {
+            tables.push(name);
+        }
+    }
+    Ok(tables)
 }
 
 /// The conflict error of a compare-and-swap that another writer won.
@@ -591,24 +611,68 @@ impl<P: Pointer> Catalog for FileCatalog<P> {
 /// The `SkipprLake` pointer: the current metadata location of each table is an item in a
 /// state store, swapped by compare-and-swap.
 ///
-/// - The item: partition `catalog`, sort key `table#{namespace}/{table}`, value
-///   `{"version":N,"location":"file:///.../metadata/0000N-<uuid>.metadata.json"}`.
-/// - A commit writes the new metadata file under a fresh name (atomically: temporary file,
-///   fsync, rename), then puts the item on condition that it is still at the version read (or
-///   absent, for a new table). A failed condition is a retryable conflict, and the unused
-///   metadata file is deleted.
+/// - The item: sort key `table#{namespace}/{table}`, value
+///   `{"version":N,"location":"<table>/metadata/0000N-<uuid>.metadata.json"}`, in the
+///   partition [`CATALOG_PARTITION`] of the embedded store, or `catalog#{warehouse}` (see
+///   [`catalog_partition`]) of a shared store (DynamoDB).
+/// - A commit writes the new metadata file under a fresh name (a `file://` table atomically:
+///   temporary file, fsync, rename; an `s3://` table through the catalog's file I/O, a single
+///   PUT), then puts the item on condition that it is still at the version read (or absent,
+///   for a new table). A failed condition is a retryable conflict, and the unused metadata file
+///   is deleted. When the outcome of the put is unknown (a failed request), the file is kept.
 /// - With the embedded store, the items live in `{warehouse}/_skippr_catalog/{name}.redb`,
 ///   shared by every pipeline that writes to the warehouse. The file is opened for each
 ///   operation and closed after it (redb admits one process at a time), retrying for up to
-///   five seconds while another process has it open.
-#[derive(Debug, Clone)]
+///   five seconds while another process has it open. Namespaces and tables are then the
+///   warehouse's directories.
+/// - With a shared store (an `s3://` warehouse: DynamoDB), namespaces and tables come from the
+///   store: a namespace is an item `namespace#{namespace}` (value `{}`), a table its pointer
+///   item. Object stores have no directories to list.
+#[derive(Clone)]
 pub struct StorePointer {
-    warehouse: PathBuf,
-    store_file: PathBuf,
+    store: PointerStore,
+    partition: String,
 }
 
-/// The partition of the catalog items.
+#[derive(Clone)]
+enum PointerStore {
+    /// The embedded store file, opened per operation.
+    Embedded { warehouse: PathBuf, file: PathBuf },
+    /// A store shared by every writer of the warehouse (DynamoDB; tests: memory).
+    Shared {
+        store: std::sync::Arc<dyn crate::state::StateStore>,
+        describe: String,
+    },
+}
+
+impl Debug for StorePointer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let store = match &self.store {
+            PointerStore::Embedded { file, .. } => file.display().to_string(),
+            PointerStore::Shared { describe, .. } => describe.clone(),
+        };
+        f.debug_struct("StorePointer")
+            .field("store", &store)
+            .field("partition", &self.partition)
+            .finish()
+    }
+}
+
+/// The partition of the catalog items in the embedded store (one store file per warehouse).
 pub const CATALOG_PARTITION: &str = "catalog";
+
+/// The partition of the catalog items of `warehouse` (a URI, no trailing `/`) in a shared
+/// store: `catalog#{warehouse}`, e.g. `catalog#s3://bucket/lake`. Pipeline partitions are
+/// `{tenant}#{workspace}#{pipeline}` of names without `:` or `/`, so the two never meet, and
+/// several warehouses can share one table.
+pub fn catalog_partition(warehouse: &str) -> String {
+    format!("{CATALOG_PARTITION}#{}", warehouse.trim_end_matches('/'))
+}
+
+/// The sort-key prefix of the table pointers.
+const TABLE_PREFIX: &str = "table#";
+/// The sort-key prefix of the namespace items of a shared store.
+const NAMESPACE_PREFIX: &str = "namespace#";
 
 #[derive(serde::Serialize, serde::Deserialize)]
 struct PointerValue {
@@ -620,41 +684,79 @@ impl StorePointer {
     /// Pointers for the tables under `warehouse`, kept in the embedded store file
     /// `{warehouse}/_skippr_catalog/{name}.redb`.
     pub fn embedded(warehouse: PathBuf, name: &str) -> Self {
-        let store_file = warehouse
+        let file = warehouse
             .join("_skippr_catalog")
             .join(format!("{name}.redb"));
         StorePointer {
-            warehouse,
-            store_file,
+            store: PointerStore::Embedded { warehouse, file },
+            partition: CATALOG_PARTITION.to_owned(),
         }
     }
 
-    /// The store file.
-    pub fn store_file(&self) -> &Path {
-        &self.store_file
+    /// Pointers for the tables under the warehouse URI `warehouse`, kept in `store` (a
+    /// DynamoDB table, described as `describe` in logs, e.g. `DynamoDB table 'skippr'`) in
+    /// the partition [`catalog_partition`]`(warehouse)`.
+    pub fn shared(
+        store: std::sync::Arc<dyn crate::state::StateStore>,
+        describe: String,
+        warehouse: &str,
+    ) -> Self {
+        StorePointer {
+            store: PointerStore::Shared { store, describe },
+            partition: catalog_partition(warehouse),
+        }
     }
 
-    /// The warehouse directory.
-    pub fn warehouse(&self) -> &Path {
-        &self.warehouse
+    /// The embedded store file (`None` for a shared store).
+    pub fn store_file(&self) -> Option<&Path> {
+        match &self.store {
+            PointerStore::Embedded { file, .. } => Some(file),
+            PointerStore::Shared { .. } => None,
+        }
     }
 
-    fn key(&self, ident: &TableIdent) -> crate::state::StateKey {
+    /// The warehouse directory of the embedded store (`None` for a shared store).
+    pub fn warehouse(&self) -> Option<&Path> {
+        match &self.store {
+            PointerStore::Embedded { warehouse, .. } => Some(warehouse),
+            PointerStore::Shared { .. } => None,
+        }
+    }
+
+    /// The partition of the catalog items.
+    pub fn partition(&self) -> &str {
+        &self.partition
+    }
+
+    /// The key of `ident`'s pointer item.
+    pub fn key(&self, ident: &TableIdent) -> crate::state::StateKey {
         let mut relative = String::new();
         for part in ident.namespace().iter() {
             relative.push_str(part);
             relative.push('/');
         }
         relative.push_str(ident.name());
-        crate::state::StateKey::new(CATALOG_PARTITION, format!("table#{relative}"))
+        crate::state::StateKey::new(self.partition.as_str(), format!("{TABLE_PREFIX}{relative}"))
     }
 
-    fn with_store<T>(&self, f: impl Fn(&crate::state::EmbeddedStore) -> Result<T>) -> Result<T> {
-        let dir = self.store_file.parent().unwrap_or(Path::new("/"));
+    fn namespace_key(&self, namespace: &NamespaceIdent) -> crate::state::StateKey {
+        crate::state::StateKey::new(
+            self.partition.as_str(),
+            format!("{NAMESPACE_PREFIX}{}", namespace.join("/")),
+        )
+    }
+
+    /// Run `f` on the store: the embedded file is opened for it (see the type's docs).
+    fn with_store<T>(&self, f: impl Fn(&dyn crate::state::StateStore) -> Result<T>) -> Result<T> {
+        let file = match &self.store {
+            PointerStore::Shared { store, .. } => return f(store.as_ref()),
+            PointerStore::Embedded { file, .. } => file,
+        };
+        let dir = file.parent().unwrap_or(Path::new("/"));
         create_dir_durable(dir).map_err(|e| io_error("cannot create directory", dir, e))?;
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
         loop {
-            match crate::state::EmbeddedStore::open(&self.store_file) {
+            match crate::state::EmbeddedStore::open(file) {
                 Ok(store) => return f(&store),
                 Err(e) if std::time::Instant::now() < deadline => {
                     tracing::debug!(error = %e, "The catalog store is busy; retrying.");
@@ -671,6 +773,11 @@ impl StorePointer {
         }
     }
 
+    /// Whether the store is missing altogether (an embedded file not created yet).
+    fn absent(&self) -> bool {
+        matches!(&self.store, PointerStore::Embedded { file, .. } if !file.exists())
+    }
+
     fn read(item: &crate::state::Item, key: &crate::state::StateKey) -> Result<PointerValue> {
         serde_json::from_slice(&item.value).map_err(|e| {
             Error::new(
@@ -679,6 +786,53 @@ impl StorePointer {
             )
             .with_source(e)
         })
+    }
+
+    /// The sort keys (without `prefix`) of the items under `prefix`.
+    fn scan(&self, prefix: &str) -> Result<Vec<String>> {
+        let partition = self.partition.as_str();
+        self.with_store(|store| {
+            Ok(store
+                .scan_prefix(partition, prefix)
+                .map_err(state_error)?
+                .into_iter()
+                .filter_map(|(sort, _)| sort.strip_prefix(prefix).map(str::to_owned))
+                .collect())
+        })
+    }
+
+    /// Write the metadata file of version `next` of the table at `location`; returns its URI.
+    async fn write_metadata(
+        file_io: &FileIO,
+        location: &str,
+        next: u64,
+        metadata: &TableMetadata,
+    ) -> Result<String> {
+        let name = format!("{next:05}-{}.metadata.json", uuid::Uuid::new_v4());
+        let bytes = serde_json::to_vec(metadata).map_err(|e| {
+            Error::new(ErrorKind::DataInvalid, "cannot serialize table metadata").with_source(e)
+        })?;
+        if location.starts_with("file:") {
+            let path = local_path(location).join("metadata").join(name);
+            write_atomic(&path, &bytes).map_err(|e| io_error("cannot write", &path, e))?;
+            Ok(format!("file://{}", path.display()))
+        } else {
+            let uri = format!("{location}/metadata/{name}");
+            file_io.new_output(&uri)?.write(bytes.into()).await?;
+            Ok(uri)
+        }
+    }
+
+    /// Delete the metadata file of a lost commit (nothing references it).
+    async fn delete_metadata(file_io: &FileIO, uri: &str) {
+        let deleted = if uri.starts_with("file:") {
+            fs::remove_file(local_path(uri)).map_err(|e| e.to_string())
+        } else {
+            file_io.delete(uri).await.map_err(|e| e.to_string())
+        };
+        if let Err(error) = deleted {
+            tracing::warn!(file = %uri, %error, "Could not delete the metadata file of a lost commit; it is unreferenced.");
+        }
     }
 }
 
@@ -691,37 +845,28 @@ fn state_error(e: crate::state::StateError) -> Error {
 impl Pointer for StorePointer {
     async fn current(&self, table: TableRef<'_>) -> Result<Option<Current>> {
         let key = self.key(table.ident);
-        if !self.store_file.exists() {
+        if self.absent() {
             return Ok(None);
         }
-        self.with_store(|store| {
-            use crate::state::StateStore as _;
-            match store.get(&key).map_err(state_error)? {
-                Some(item) => {
-                    let value = Self::read(&item, &key)?;
-                    Ok(Some(Current::new(value.version, value.location)))
-                }
-                None => Ok(None),
+        self.with_store(|store| match store.get(&key).map_err(state_error)? {
+            Some(item) => {
+                let value = Self::read(&item, &key)?;
+                Ok(Some(Current::new(value.version, value.location)))
             }
+            None => Ok(None),
         })
     }
 
     async fn publish(
         &self,
-        _file_io: &FileIO,
+        file_io: &FileIO,
         table: TableRef<'_>,
         previous: Option<&Current>,
         metadata: &TableMetadata,
     ) -> Result<String> {
-        use crate::state::{Condition, StateStore as _};
+        use crate::state::Condition;
         let next = previous.map_or(1, |c| c.version + 1);
-        let metadata_dir = local_path(table.location).join("metadata");
-        let path = metadata_dir.join(format!("{next:05}-{}.metadata.json", uuid::Uuid::new_v4()));
-        let bytes = serde_json::to_vec(metadata).map_err(|e| {
-            Error::new(ErrorKind::DataInvalid, "cannot serialize table metadata").with_source(e)
-        })?;
-        write_atomic(&path, &bytes).map_err(|e| io_error("cannot write", &path, e))?;
-        let location = format!("file://{}", path.display());
+        let location = Self::write_metadata(file_io, table.location, next, metadata).await?;
         let key = self.key(table.ident);
         let value = serde_json::to_vec(&PointerValue {
             version: next,
@@ -750,15 +895,57 @@ impl Pointer for StorePointer {
         match swapped {
             Ok(true) => Ok(location),
             Ok(false) => {
-                let _ = fs::remove_file(&path);
+                Self::delete_metadata(file_io, &location).await;
                 Err(commit_conflict(table.location, next))
             }
-            Err(e) => {
-                // The pointer may or may not have moved (a failure after the write): keep the
-                // file, which is harmless if unreferenced and needed if referenced.
-                Err(e)
-            }
+            // The pointer may or may not have moved (a failure after the request was sent):
+            // keep the file, which is harmless if unreferenced and needed if referenced.
+            Err(e) => Err(e),
         }
+    }
+
+    async fn list_namespaces(&self, warehouse: &str) -> Result<Vec<String>> {
+        if self.warehouse().is_some() {
+            return local_namespaces(warehouse);
+        }
+        let mut names = self.scan(NAMESPACE_PREFIX)?;
+        names.sort();
+        Ok(names)
+    }
+
+    async fn create_namespace(&self, namespace: &NamespaceIdent, location: &str) -> Result<()> {
+        if self.warehouse().is_some() {
+            return local_create_namespace(location);
+        }
+        let key = self.namespace_key(namespace);
+        self.with_store(|store| {
+            match store.put(&key, b"{}", crate::state::Condition::Absent, None) {
+                Ok(_) | Err(crate::state::StateError::Conflict { .. }) => Ok(()),
+                Err(e) => Err(state_error(e)),
+            }
+        })
+    }
+
+    async fn namespace_exists(&self, namespace: &NamespaceIdent, location: &str) -> Result<bool> {
+        if self.warehouse().is_some() {
+            return Ok(local_path(location).is_dir());
+        }
+        let key = self.namespace_key(namespace);
+        self.with_store(|store| Ok(store.get(&key).map_err(state_error)?.is_some()))
+    }
+
+    async fn list_tables(&self, namespace: &NamespaceIdent, location: &str) -> Result<Vec<String>> {
+        if self.warehouse().is_some() {
+            return local_tables(self, namespace, location).await;
+        }
+        let prefix = format!("{TABLE_PREFIX}{}/", namespace.join("/"));
+        let mut names: Vec<String> = self
+            .scan(&prefix)?
+            .into_iter()
+            .filter(|name| !name.contains('/'))
+            .collect();
+        names.sort();
+        Ok(names)
     }
 }
 

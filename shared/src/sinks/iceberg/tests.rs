@@ -542,7 +542,7 @@ fn a_skipprlake_table_keeps_its_pointer_in_the_catalog_store_and_swaps_it_by_cas
     let (version, location) = (read.version, read.location.clone());
     assert_eq!(version, 3, "create, then two appends");
     assert!(location.contains("/metadata/00003-"), "{location}");
-    assert!(pointer.store_file().is_file());
+    assert!(pointer.store_file().ok_or("no store file")?.is_file());
     assert!(
         !dir.join("metadata").join(VERSION_HINT).exists(),
         "no hint: the store is the pointer"
@@ -760,5 +760,245 @@ fn two_writers_of_one_pipeline_racing_on_a_glue_table_land_the_batch_once() -> T
     f.sink = glue_sink(&warehouse, &glue, "t#w#p")?;
     assert_eq!(f.count("a")?, 9, "rows 0..9 once");
     assert_eq!(f.sink.landed_through(&f.table("a")?), 2);
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// The SkipprLake pointer in a shared store (DynamoDB in production), against the memory store
+// ---------------------------------------------------------------------------------------------
+
+/// A [`crate::state::MemoryStore`] whose first `armed` puts wait for each other: every racer
+/// has read the pointer before any of them writes it.
+struct RacingStore {
+    inner: crate::state::MemoryStore,
+    armed: std::sync::atomic::AtomicUsize,
+    barrier: std::sync::Barrier,
+    conflicts: std::sync::atomic::AtomicUsize,
+}
+
+impl RacingStore {
+    fn new(racers: usize) -> Self {
+        RacingStore {
+            inner: crate::state::MemoryStore::default(),
+            armed: std::sync::atomic::AtomicUsize::new(0),
+            barrier: std::sync::Barrier::new(racers),
+            conflicts: std::sync::atomic::AtomicUsize::new(0),
+        }
+    }
+
+    fn arm(&self, racers: usize) {
+        self.armed
+            .store(racers, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+impl crate::state::StateStore for RacingStore {
+    fn get(
+        &self,
+        key: &crate::state::StateKey,
+    ) -> Result<Option<crate::state::Item>, crate::state::StateError> {
+        self.inner.get(key)
+    }
+
+    fn put(
+        &self,
+        key: &crate::state::StateKey,
+        value: &[u8],
+        condition: crate::state::Condition,
+        fence: Option<crate::state::Fence>,
+    ) -> Result<u64, crate::state::StateError> {
+        use std::sync::atomic::Ordering;
+        let racing = self
+            .armed
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok();
+        if racing {
+            self.barrier.wait();
+        }
+        let put = self.inner.put(key, value, condition, fence);
+        if matches!(put, Err(crate::state::StateError::Conflict { .. })) {
+            self.conflicts.fetch_add(1, Ordering::SeqCst);
+        }
+        put
+    }
+
+    fn delete(
+        &self,
+        key: &crate::state::StateKey,
+        condition: crate::state::Condition,
+        fence: Option<crate::state::Fence>,
+    ) -> Result<(), crate::state::StateError> {
+        self.inner.delete(key, condition, fence)
+    }
+
+    fn scan_prefix(
+        &self,
+        partition: &str,
+        sort_prefix: &str,
+    ) -> Result<Vec<(String, crate::state::Item)>, crate::state::StateError> {
+        self.inner.scan_prefix(partition, sort_prefix)
+    }
+}
+
+/// A `SkipprLake` sink of pipeline `identity` on `warehouse`, its pointers in `store`.
+fn shared_store_sink(
+    warehouse: &std::path::Path,
+    store: &Arc<RacingStore>,
+    identity: &str,
+) -> Result<IcebergSink, SinkError> {
+    use super::catalog::{FileCatalog, LakePointer, StorePointer};
+    let warehouse_uri = format!("file://{}", warehouse.display());
+    let shared: Arc<dyn crate::state::StateStore> = store.clone();
+    let catalog = FileCatalog::at(
+        warehouse_uri.clone(),
+        storage::durable_file_io(),
+        LakePointer::Store(StorePointer::shared(
+            shared,
+            "racing memory store".to_owned(),
+            &warehouse_uri,
+        )),
+    );
+    IcebergSink::with_catalog(catalog, "ns", identity.to_owned())
+}
+
+/// Two pipelines append to one `SkipprLake` table at the same moment, its pointer in a shared
+/// store: both read version N, both put version N+1 on condition "still at N"; the store lets
+/// one in and refuses the other, whose transaction reloads and appends on the winner's
+/// version. Both batches land exactly once, the loser's metadata file is deleted, and the
+/// namespace and table are listed from the store (not from directories).
+#[test]
+fn two_pipelines_racing_on_a_shared_store_table_both_land_exactly_once() -> TestResult {
+    let mut f = fixture()?;
+    let store = Arc::new(RacingStore::new(2));
+    let warehouse = f._dir.path().join("shared-wh");
+    let schema = pipeline_schema(&[("a", vec![Field::new("id", FieldType::Int)])]);
+    let mut wal_a = disk_wal(&f._dir.path().join("wal-a"))?;
+    let mut wal_b = disk_wal(&f._dir.path().join("wal-b"))?;
+    wal_a.append(b"a1", &[part("a", ids_batch(0..10))])?;
+    let sink_a = shared_store_sink(&warehouse, &store, "t#w#a")?;
+    let sink_b = shared_store_sink(&warehouse, &store, "t#w#b")?;
+    assert_eq!(deliver(&sink_a, &wal_a, &schema)?.rows, 10);
+    wal_a.append(b"a2", &[part("a", ids_batch(10..15))])?;
+    wal_b.append(b"b1", &[part("a", ids_batch(100..107))])?;
+
+    store.arm(2);
+    let (a, b) = std::thread::scope(|s| {
+        let a = s.spawn(|| deliver(&sink_a, &wal_a, &schema));
+        let b = s.spawn(|| deliver(&sink_b, &wal_b, &schema));
+        (a.join(), b.join())
+    });
+    let (a, b) = (
+        a.map_err(|_| "pipeline A panicked")??,
+        b.map_err(|_| "pipeline B panicked")??,
+    );
+    assert_eq!((a.rows, b.rows), (5, 7));
+    assert_eq!(
+        store.conflicts.load(std::sync::atomic::Ordering::SeqCst),
+        1,
+        "exactly one put lost the swap"
+    );
+
+    f.sink = shared_store_sink(&warehouse, &store, "t#w#a")?;
+    let mut ids: Vec<i32> = f
+        .rows("a")?
+        .iter()
+        .flat_map(|b| {
+            b.column(0)
+                .as_primitive::<arrow::datatypes::Int32Type>()
+                .values()
+                .to_vec()
+        })
+        .collect();
+    ids.sort_unstable();
+    let expected: Vec<i32> = (0..15).chain(100..107).collect();
+    assert_eq!(ids, expected, "every row once");
+    let table = f.table("a")?;
+    assert_eq!(landed_through(table.metadata(), "t#w#a"), 2);
+    assert_eq!(landed_through(table.metadata(), "t#w#b"), 1);
+    assert_eq!(
+        unreferenced_metadata(&f, &f.sink.table_ident("a"))?,
+        Vec::<String>::new(),
+        "the losing attempt's metadata file is deleted"
+    );
+
+    // The pointer item: partition `catalog#{warehouse}`, value {version, location}.
+    let partition = format!("catalog#file://{}", warehouse.display());
+    let items = crate::state::StateStore::scan_prefix(store.as_ref(), &partition, "")?;
+    let sorts: Vec<&str> = items.iter().map(|(s, _)| s.as_str()).collect();
+    assert_eq!(sorts, ["namespace#ns", "table#ns/a"]);
+    let value: serde_json::Value = serde_json::from_slice(&items[1].1.value)?;
+    assert_eq!(value["version"], 4, "create, append, then one append each");
+    assert_eq!(
+        value["location"].as_str(),
+        table.metadata_location(),
+        "the item points at the current metadata"
+    );
+    // Namespaces and tables come from the store.
+    let catalog = f.sink.catalog();
+    let (namespaces, tables) = f.sink.block_on(async {
+        let ns = catalog.list_namespaces(None).await?;
+        let tables = catalog
+            .list_tables(&iceberg::NamespaceIdent::new("ns".to_owned()))
+            .await?;
+        Ok::<_, iceberg::Error>((ns, tables))
+    })?;
+    assert_eq!(namespaces, [iceberg::NamespaceIdent::new("ns".to_owned())]);
+    assert_eq!(tables, [f.sink.table_ident("a")]);
+    Ok(())
+}
+
+/// Two writers of the SAME pipeline deliver the same batch to a `SkipprLake` table whose
+/// pointer is in a shared store: the conditional put lets one in, the other's transaction
+/// reloads, and the catalog's landed check refuses batches the winner already holds, so the
+/// rows land once (as with the other pointers).
+#[test]
+fn two_writers_of_one_pipeline_racing_on_a_shared_store_table_land_the_batch_once() -> TestResult {
+    let mut f = fixture()?;
+    let store = Arc::new(RacingStore::new(2));
+    let warehouse = f._dir.path().join("shared-wh");
+    let schema = pipeline_schema(&[("a", vec![Field::new("id", FieldType::Int)])]);
+    let mut wal_1 = disk_wal(&f._dir.path().join("wal-1"))?;
+    let mut wal_2 = disk_wal(&f._dir.path().join("wal-2"))?;
+    for wal in [&mut wal_1, &mut wal_2] {
+        wal.append(b"p1", &[part("a", ids_batch(0..4))])?;
+    }
+    let sink_1 = shared_store_sink(&warehouse, &store, "t#w#p")?;
+    let sink_2 = shared_store_sink(&warehouse, &store, "t#w#p")?;
+    assert_eq!(deliver(&sink_1, &wal_1, &schema)?.rows, 4);
+    assert_eq!(deliver(&sink_2, &wal_2, &schema)?.rows, 0, "batch 1 landed");
+    for wal in [&mut wal_1, &mut wal_2] {
+        wal.append(b"p2", &[part("a", ids_batch(4..9))])?;
+    }
+
+    store.arm(2);
+    let (one, two) = std::thread::scope(|s| {
+        let one = s.spawn(|| deliver(&sink_1, &wal_1, &schema));
+        let two = s.spawn(|| deliver(&sink_2, &wal_2, &schema));
+        (one.join(), two.join())
+    });
+    let results = [
+        one.map_err(|_| "writer 1 panicked")?,
+        two.map_err(|_| "writer 2 panicked")?,
+    ];
+    let landed: Vec<_> = results.iter().filter_map(|r| r.as_ref().ok()).collect();
+    assert_eq!(landed.len(), 1, "one writer lands batch 2: {results:?}");
+    assert_eq!(landed[0].rows, 5);
+    let refused = results
+        .iter()
+        .find_map(|r| r.as_ref().err())
+        .ok_or("both writers succeeded")?;
+    assert!(refused.to_string().contains("already landed"), "{refused}");
+    assert!(refused.is_retryable(), "the pipeline tries again later");
+    assert_eq!(store.conflicts.load(std::sync::atomic::Ordering::SeqCst), 1);
+
+    let again = deliver(&sink_2, &wal_2, &schema)?;
+    assert_eq!((again.rows, again.commits), (0, 0));
+    f.sink = shared_store_sink(&warehouse, &store, "t#w#p")?;
+    assert_eq!(f.count("a")?, 9, "rows 0..9 once");
+    assert_eq!(f.sink.landed_through(&f.table("a")?), 2);
+    assert_eq!(
+        unreferenced_metadata(&f, &f.sink.table_ident("a"))?,
+        Vec::<String>::new()
+    );
     Ok(())
 }
