@@ -984,6 +984,7 @@ impl<'a> Delivery<'a> {
                 self.deadletters.as_ref().map(|d| d.sink),
                 &job,
                 &mut |id| wal_ref.read(id),
+                &self.commit_guard(),
             )
             .map_err(|source| PipelineError::Sink {
                 pipeline: self.pipeline.to_owned(),
@@ -1087,6 +1088,15 @@ impl<'a> Delivery<'a> {
         Ok(())
     }
 
+    /// The lease check run before each table commit.
+    fn commit_guard(&self) -> CommitGuard<'a> {
+        CommitGuard {
+            store: self.store,
+            partition: self.partition.clone(),
+            fence: self.fence,
+        }
+    }
+
     /// Start the delivery thread for the read loop (see [`Delivery::poll`]).
     fn start_worker<'scope>(
         &mut self,
@@ -1100,6 +1110,7 @@ impl<'a> Delivery<'a> {
         let data = self.data.as_ref().map(|d| d.sink);
         let dead = self.deadletters.as_ref().map(|d| d.sink);
         let pipeline = self.pipeline.to_owned();
+        let guard = self.commit_guard();
         scope.spawn(move || {
             while let Ok(job) = job_rx.recv() {
                 // The job's batches are committed and not reclaimed until it is done: read
@@ -1108,11 +1119,12 @@ impl<'a> Delivery<'a> {
                     Some(meta) => reader.read_committed(meta),
                     None => Err(crate::wal::WalError::NotFound { batch: id }),
                 };
-                let result =
-                    run_job(data, dead, &job, &mut read).map_err(|source| PipelineError::Sink {
+                let result = run_job(data, dead, &job, &mut read, &guard).map_err(|source| {
+                    PipelineError::Sink {
                         pipeline: pipeline.clone(),
                         source: Box::new(source),
-                    });
+                    }
+                });
                 if done_tx.send(result).is_err() {
                     break;
                 }
@@ -1200,11 +1212,39 @@ impl<'a> Delivery<'a> {
 }
 
 /// Deliver a job: rejected records first, then rows.
+/// The sort key the lease check before each table commit writes (fenced, empty value).
+pub const COMMIT_CHECK_SORT_KEY: &str = "lease#commit-check";
+
+/// Proves, right before each table commit, that the writer still holds its lease: a fenced
+/// write to [`COMMIT_CHECK_SORT_KEY`]. Without a fence (no lease token) it checks nothing.
+struct CommitGuard<'a> {
+    store: &'a dyn StateStore,
+    partition: String,
+    fence: Option<crate::state::Fence>,
+}
+
+impl CommitGuard<'_> {
+    fn check(&self, table: &str) -> Result<(), crate::sinks::SinkError> {
+        if self.fence.is_none() {
+            return Ok(());
+        }
+        let key = StateKey::new(self.partition.as_str(), COMMIT_CHECK_SORT_KEY);
+        self.store
+            .put(&key, b"", Condition::Any, self.fence)
+            .map(|_| ())
+            .map_err(|source| crate::sinks::SinkError::LeaseLost {
+                table: table.to_owned(),
+                source: Box::new(source),
+            })
+    }
+}
+
 fn run_job(
     data: Option<&crate::sinks::iceberg::IcebergSink>,
     dead: Option<&crate::sinks::deadletter::DeadletterSink>,
     job: &Job,
     read: &mut dyn FnMut(BatchId) -> Result<Vec<BatchPart>, crate::wal::WalError>,
+    guard: &CommitGuard<'_>,
 ) -> Result<Outcome, crate::sinks::SinkError> {
     let started = Instant::now();
     let last = job.batches.last().map_or(BatchId(0), |b| b.id);
@@ -1226,7 +1266,7 @@ fn run_job(
             .filter(|b| b.id.0 > job.data_acked)
             .cloned()
             .collect();
-        delivered = sink.deliver(&todo, read, &job.schema)?;
+        delivered = sink.deliver_guarded(&todo, read, &job.schema, &|table| guard.check(table))?;
     }
     Ok(Outcome {
         last,

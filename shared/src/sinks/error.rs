@@ -94,6 +94,16 @@ pub enum SinkError {
         /// What is wrong and how to fix it.
         message: String,
     },
+    /// The writer's lease was lost (taken over by another writer) before a table commit:
+    /// nothing was published to that table.
+    #[error("table {table}: not committed: {source}")]
+    LeaseLost {
+        /// The table.
+        table: String,
+        /// The state store's answer (usually `Fenced`).
+        #[source]
+        source: Box<crate::state::StateError>,
+    },
     /// The catalog store of the sink (the DynamoDB table of a `SkipprLake` on S3) cannot be
     /// used.
     #[error("data sink `{sink}`: catalog store: {source}")]
@@ -130,7 +140,9 @@ impl SinkError {
             }
             SinkError::Wal { source, .. } => source.is_retryable(),
             SinkError::Align { .. } => false,
-            SinkError::Catalog { source, .. } => source.is_retryable(),
+            SinkError::Catalog { source, .. } | SinkError::LeaseLost { source, .. } => {
+                source.is_retryable()
+            }
             SinkError::Io { .. } | SinkError::Failpoint { .. } => true,
         }
     }

@@ -288,6 +288,21 @@ impl IcebergSink {
         read: &mut dyn FnMut(BatchId) -> Result<Vec<BatchPart>, WalError>,
         schema: &PipelineSchema,
     ) -> Result<Delivered, SinkError> {
+        self.deliver_guarded(batches, read, schema, &|_| Ok(()))
+    }
+
+    /// [`IcebergSink::deliver`], calling `before_commit` with the table's name right before
+    /// each table commit: the pipeline proves there that the writer still holds its lease (a
+    /// fenced state write), so a writer that stalled past its lease (and was replaced) stops
+    /// before publishing anything. An error from it leaves that table untouched (its data
+    /// files become orphans for maintenance) and ends the delivery.
+    pub fn deliver_guarded(
+        &self,
+        batches: &[BatchMeta],
+        read: &mut dyn FnMut(BatchId) -> Result<Vec<BatchPart>, WalError>,
+        schema: &PipelineSchema,
+        before_commit: &(dyn Fn(&str) -> Result<(), SinkError> + Sync),
+    ) -> Result<Delivered, SinkError> {
         let Some(last) = batches.last().map(|b| b.id) else {
             return Ok(Delivered::default());
         };
@@ -382,6 +397,7 @@ impl IcebergSink {
                     ),
                     (SUMMARY_LAST_BATCH.to_owned(), last.0.to_string()),
                 ]);
+                before_commit(&ns)?;
                 let tx = Transaction::new(&o.table);
                 let tx = tx
                     .update_table_properties()

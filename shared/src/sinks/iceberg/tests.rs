@@ -195,6 +195,62 @@ fn a_crash_before_the_table_commit_writes_the_batches_again_once() -> TestResult
     Ok(())
 }
 
+/// A writer whose lease was taken over stops before a table commit: the check the pipeline
+/// runs there (a fenced state write) fails, nothing is published, and the new holder's
+/// delivery lands the rows once.
+#[test]
+fn a_failed_lease_check_before_the_commit_publishes_nothing() -> TestResult {
+    use crate::state::{Condition, Fence, MemoryStore, StateError, StateKey, StateStore};
+    let mut f = fixture()?;
+    let schema = pipeline_schema(&[("a", vec![Field::new("id", FieldType::Int)])]);
+    f.wal.append(b"p1", &[part("a", ids_batch(0..7))])?;
+    let store = MemoryStore::default();
+    let lease = StateKey::new("t#w#p", crate::state::LEASE_SORT_KEY);
+    let old = store.put(&lease, b"old", Condition::Absent, None)?;
+    let new = store.put(&lease, b"new", Condition::Version(old), None)?;
+    let store = &store;
+    let check = |fence: Fence| {
+        move |table: &str| {
+            store
+                .put(
+                    &StateKey::new("t#w#p", "lease#commit-check"),
+                    b"",
+                    Condition::Any,
+                    Some(fence),
+                )
+                .map(|_| ())
+                .map_err(|source| SinkError::LeaseLost {
+                    table: table.to_owned(),
+                    source: Box::new(source),
+                })
+        }
+    };
+    let batches = f.wal.batches().to_vec();
+    let stale = f.sink.deliver_guarded(
+        &batches,
+        &mut |id| f.wal.read(id),
+        &schema,
+        &check(Fence { token: old }),
+    );
+    match &stale {
+        Err(e @ SinkError::LeaseLost { source, .. }) => {
+            assert!(matches!(**source, StateError::Fenced { .. }), "{e}");
+            assert!(!e.is_retryable());
+        }
+        other => panic!("expected LeaseLost, got {other:?}"),
+    }
+    assert_eq!(f.count("a")?, 0, "nothing published by the stale writer");
+    let current = f.sink.deliver_guarded(
+        &batches,
+        &mut |id| f.wal.read(id),
+        &schema,
+        &check(Fence { token: new }),
+    )?;
+    assert_eq!(current.rows, 7);
+    assert_eq!(f.count("a")?, 7);
+    Ok(())
+}
+
 #[test]
 fn evolution_adds_columns_at_any_depth_and_widens_int_to_long_keeping_field_ids() -> TestResult {
     let mut f = fixture()?;
