@@ -57,8 +57,8 @@ impl fmt::Display for SdkFailure {
     }
 }
 
-/// Error codes AWS services use for throttling.
-const THROTTLING_CODES: &[&str] = &[
+/// Error codes of throttling and of transient service faults: retryable.
+const RETRYABLE_CODES: &[&str] = &[
     "Throttling",
     "ThrottlingException",
     "ThrottledException",
@@ -119,7 +119,7 @@ impl SdkFailure {
                 let status = e.raw().status_code();
                 let code = e.err().code().unwrap_or("unknown").to_owned();
                 let retryable =
-                    status >= 500 || status == 429 || THROTTLING_CODES.contains(&code.as_str());
+                    status >= 500 || status == 429 || RETRYABLE_CODES.contains(&code.as_str());
                 SdkFailure {
                     code,
                     status: Some(status),
@@ -411,36 +411,49 @@ impl Bucket {
     /// The bytes of the object `key`, or `None` when there is no such object. A missing
     /// bucket is an error, not `None`.
     pub fn get(&self, key: &str) -> Result<Option<Vec<u8>>, SdkFailure> {
-        self.aws.block_on(async {
-            match self
-                .client
-                .get_object()
-                .bucket(&self.name)
-                .key(key)
-                .send()
-                .await
-            {
-                Ok(out) => match out.body.collect().await {
-                    Ok(data) => Ok(Some(data.into_bytes().to_vec())),
-                    Err(e) => Err(SdkFailure {
-                        code: "body".into(),
-                        status: None,
-                        message: e.to_string(),
-                        retryable: true,
-                    }),
-                },
-                Err(e) => {
-                    let failure = SdkFailure::from_sdk(&e);
-                    let missing_key = failure.code == "NoSuchKey"
-                        || (failure.status == Some(404) && failure.code != "NoSuchBucket");
-                    if missing_key { Ok(None) } else { Err(failure) }
-                }
+        self.aws.block_on(self.get_async(key))
+    }
+
+    /// [`Bucket::get`], for callers already in async code (concurrent reads).
+    pub async fn get_async(&self, key: &str) -> Result<Option<Vec<u8>>, SdkFailure> {
+        match self
+            .client
+            .get_object()
+            .bucket(&self.name)
+            .key(key)
+            .send()
+            .await
+        {
+            Ok(out) => match out.body.collect().await {
+                Ok(data) => Ok(Some(data.into_bytes().to_vec())),
+                Err(e) => Err(SdkFailure {
+                    code: "body".into(),
+                    status: None,
+                    message: e.to_string(),
+                    retryable: true,
+                }),
+            },
+            Err(e) => {
+                let failure = SdkFailure::from_sdk(&e);
+                let missing_key = failure.code == "NoSuchKey"
+                    || (failure.status == Some(404) && failure.code != "NoSuchBucket");
+                if missing_key { Ok(None) } else { Err(failure) }
             }
-        })
+        }
     }
 
     /// The keys under `prefix`, in key order (every page).
     pub fn list(&self, prefix: &str) -> Result<Vec<String>, SdkFailure> {
+        Ok(self
+            .list_sized(prefix)?
+            .into_iter()
+            .map(|(key, _)| key)
+            .collect())
+    }
+
+    /// The keys under `prefix` with their sizes in bytes, in key order (every page: one
+    /// request per 1,000 keys).
+    pub fn list_sized(&self, prefix: &str) -> Result<Vec<(String, u64)>, SdkFailure> {
         self.aws.block_on(async {
             let mut keys = Vec::new();
             let mut token: Option<String> = None;
@@ -454,11 +467,10 @@ impl Bucket {
                     .send()
                     .await
                     .map_err(|e| SdkFailure::from_sdk(&e))?;
-                keys.extend(
-                    out.contents()
-                        .iter()
-                        .filter_map(|o| o.key().map(str::to_owned)),
-                );
+                keys.extend(out.contents().iter().filter_map(|o| {
+                    let size = u64::try_from(o.size().unwrap_or(0)).unwrap_or(0);
+                    o.key().map(|k| (k.to_owned(), size))
+                }));
                 match out.next_continuation_token() {
                     Some(next) if out.is_truncated() == Some(true) => token = Some(next.to_owned()),
                     _ => break,
@@ -467,6 +479,11 @@ impl Bucket {
             keys.sort();
             Ok(keys)
         })
+    }
+
+    /// The S3 client (for the operations this type does not wrap).
+    pub fn client(&self) -> &aws_sdk_s3::Client {
+        &self.client
     }
 }
 

@@ -148,6 +148,8 @@ struct Objects {
     client: aws_sdk_s3::Client,
     bucket: String,
     prefix: String,
+    /// Whole-object reads and listings (shared with the schema store and deadletter sink).
+    io: crate::aws::Bucket,
 }
 
 impl Objects {
@@ -267,37 +269,17 @@ impl Objects {
 
     /// Every object name under the prefix with its size.
     fn list(&self) -> Result<Vec<(String, u64)>, WalError> {
-        let mut out = Vec::new();
-        let mut token: Option<String> = None;
-        loop {
-            let page = self
-                .aws
-                .block_on(async {
-                    self.client
-                        .list_objects_v2()
-                        .bucket(&self.bucket)
-                        .prefix(&self.prefix)
-                        .set_continuation_token(token.clone())
-                        .send()
-                        .await
-                })
-                .map_err(|e| self.err("list", "", SdkFailure::from_sdk(&e)))?;
-            for object in page.contents() {
-                if let Some(key) = object.key()
-                    && let Some(name) = key.strip_prefix(self.prefix.as_str())
-                {
-                    out.push((
-                        name.to_owned(),
-                        u64::try_from(object.size().unwrap_or(0)).unwrap_or(0),
-                    ));
-                }
-            }
-            match page.next_continuation_token() {
-                Some(t) if page.is_truncated().unwrap_or(false) => token = Some(t.to_owned()),
-                _ => break,
-            }
-        }
-        Ok(out)
+        let listed = self
+            .io
+            .list_sized(&self.prefix)
+            .map_err(|f| self.err("list", "", f))?;
+        Ok(listed
+            .into_iter()
+            .filter_map(|(key, size)| {
+                key.strip_prefix(self.prefix.as_str())
+                    .map(|name| (name.to_owned(), size))
+            })
+            .collect())
     }
 
     /// Read and verify a committed batch's body.
@@ -405,6 +387,7 @@ impl<'a> S3Wal<'a> {
             client: client.clone(),
             bucket: config.bucket.clone(),
             prefix: config.prefix.clone(),
+            io: crate::aws::Bucket::new(&config.aws, &config.bucket, None),
         };
         let mut recovery = Recovery::default();
         let watermark_key = StateKey::new(config.partition.as_str(), WATERMARK_SORT_KEY);
@@ -595,6 +578,7 @@ impl<'a> S3Wal<'a> {
             client: self.client.clone(),
             bucket: self.config.bucket.clone(),
             prefix: self.config.prefix.clone(),
+            io: crate::aws::Bucket::new(&self.config.aws, &self.config.bucket, None),
         }
     }
 
@@ -668,36 +652,10 @@ fn decode_watermark(key: &StateKey, value: &[u8]) -> Result<(u64, Option<Vec<u8>
 impl Objects {
     async fn get_async(&self, name: &str) -> Result<Option<Vec<u8>>, WalError> {
         let key = format!("{}{}", self.prefix, name);
-        match self
-            .client
-            .get_object()
-            .bucket(&self.bucket)
-            .key(&key)
-            .send()
+        self.io
+            .get_async(&key)
             .await
-        {
-            Ok(out) => match out.body.collect().await {
-                Ok(data) => Ok(Some(data.into_bytes().to_vec())),
-                Err(e) => Err(self.err(
-                    "read",
-                    name,
-                    SdkFailure {
-                        code: "body".into(),
-                        status: None,
-                        message: e.to_string(),
-                        retryable: true,
-                    },
-                )),
-            },
-            Err(e) => {
-                let failure = SdkFailure::from_sdk(&e);
-                if failure.status == Some(404) || failure.code == "NoSuchKey" {
-                    Ok(None)
-                } else {
-                    Err(self.err("read", name, failure))
-                }
-            }
-        }
+            .map_err(|f| self.err("read", name, f))
     }
 }
 
