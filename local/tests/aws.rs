@@ -190,6 +190,11 @@ fn event(out: &Output, name: &str) -> Value {
 
 /// `(count(*), count(distinct id), sum(id))` of the landed table.
 fn landed(project: &Path) -> (u64, u64, u64) {
+    landed_with(project, &[])
+}
+
+/// [`landed`], with `env` set for `skipprd query`.
+fn landed_with(project: &Path, env: &[(&str, &str)]) -> (u64, u64, u64) {
     let out = skipprd(
         project,
         &[
@@ -198,7 +203,7 @@ fn landed(project: &Path) -> (u64, u64, u64) {
             "-s",
             "select count(*) as n, count(distinct id) as d, sum(id) as s from events",
         ],
-        &[],
+        env,
     );
     assert!(
         out.status.success(),
@@ -363,6 +368,101 @@ fn an_idle_pass_and_a_batch_cost_a_constant_number_of_requests() {
         per_batch[0], per_batch[1],
         "requests per batch must not depend on rows"
     );
+}
+
+/// `skipprd query` reads a pipeline's WAL in S3, with nothing of it on local disk: without a
+/// destination the WAL is the dataset (with the embedded store, and with the DynamoDB store
+/// whose reclaim watermark it reads); with one, the landed table plus the WAL's tail.
+#[test]
+fn query_reads_a_wal_kept_in_s3() {
+    let aws = aws();
+    let sum = |n: u64| n * (n - 1) / 2;
+    let table = format!("query-{}-{}", std::process::id(), rand_suffix());
+    for store in ["", &dynamodb_store(&table)] {
+        // A bucket per project: the WAL prefix is named by tenant, workspace and pipeline.
+        let bucket = new_bucket(&aws, "query");
+        let env = [
+            ("WAL_STORAGE", "s3"),
+            ("SKIPPR_WAL_S3_BUCKET", bucket.as_str()),
+        ];
+        let dir = project();
+        let config = CONFIG
+            .replace("    data_sink: data_sinks.lake\n", "")
+            .replace("pipelines:", &format!("{store}pipelines:"));
+        std::fs::write(dir.path().join("skippr.yml"), config).unwrap();
+        if !store.is_empty() {
+            let out = skipprd(dir.path(), &["store", "create"], &env);
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        write_records(dir.path(), "a.jsonl", 0..100);
+        let out = skipprd(dir.path(), &["sync", "--once"], &env);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            walkdir_has_no_segments(&dir.path().join("data")),
+            "the WAL must not be on local disk"
+        );
+        assert_eq!(
+            landed_with(dir.path(), &env),
+            (100, 100, sum(100)),
+            "store: {store:?}"
+        );
+        write_records(dir.path(), "b.jsonl", 100..250);
+        let out = skipprd(dir.path(), &["sync", "--once"], &env);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(
+            landed_with(dir.path(), &env),
+            (250, 250, sum(250)),
+            "store: {store:?}"
+        );
+    }
+    // With a destination: delivered batches are reclaimed from S3 and read from the lake.
+    let bucket = new_bucket(&aws, "query");
+    let env = [
+        ("WAL_STORAGE", "s3"),
+        ("SKIPPR_WAL_S3_BUCKET", bucket.as_str()),
+    ];
+    let dir = project();
+    write_records(dir.path(), "a.jsonl", 0..300);
+    let out = skipprd(dir.path(), &["sync", "--once"], &env);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(landed_with(dir.path(), &env), (300, 300, sum(300)));
+    // Without the S3 settings the same project has no disk WAL to read: the lake alone.
+    assert_eq!(landed(dir.path()), (300, 300, sum(300)));
+}
+
+/// Whether no WAL segment file exists under `dir`.
+fn walkdir_has_no_segments(dir: &Path) -> bool {
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for entry in entries {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if path.extension().is_some_and(|e| e == "seg") {
+                return false;
+            }
+        }
+    }
+    true
 }
 
 /// The reader venv's Python (PyIceberg with Glue support), or a failure naming the fix.

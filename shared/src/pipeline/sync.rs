@@ -553,16 +553,6 @@ fn pass_aws(
     options: &SyncOptions,
 ) -> Result<Option<crate::aws::Aws>, crate::aws::AwsError> {
     use crate::config::connectors::SinkConnector;
-    // A connector's own region lets the handle load when the environment names none (the
-    // sink's or source's clients still use their connector's region).
-    let connector_region = match (
-        &pipeline.source.connector,
-        pipeline.sink.as_ref().map(|s| &s.connector),
-    ) {
-        (SourceConnector::S3(c), _) if c.region.is_some() => c.region.clone(),
-        (_, Some(SinkConnector::AthenaIceberg(c))) => c.region.clone(),
-        _ => None,
-    };
     let needed = settings.wal_storage == WalStorage::S3
         || matches!(settings.store, StoreKind::Dynamodb { .. })
         || settings.storage_mode == crate::config::StorageMode::S3
@@ -577,14 +567,61 @@ fn pass_aws(
         );
     match (&options.aws, needed) {
         (Some(aws), _) => Ok(Some(aws.clone())),
-        (None, true) => match (crate::aws::Aws::load(None), connector_region) {
-            (Err(crate::aws::AwsError::NoRegion), Some(region)) => {
-                crate::aws::Aws::load(Some(&region)).map(Some)
-            }
-            (loaded, _) => loaded.map(Some),
-        },
+        (None, true) => aws_for(pipeline).map(Some),
         (None, false) => Ok(None),
     }
+}
+
+/// Load the AWS handle for a pipeline from the environment; when the environment names no
+/// region, the region of the pipeline's S3 source or AthenaIceberg sink is used (their own
+/// clients use their connector's region either way).
+///
+/// # Errors
+///
+/// [`crate::aws::AwsError`] when no region is known or the configuration does not load.
+pub fn aws_for(pipeline: &ValidatedPipeline) -> Result<crate::aws::Aws, crate::aws::AwsError> {
+    use crate::config::connectors::SinkConnector;
+    let connector_region = match (
+        &pipeline.source.connector,
+        pipeline.sink.as_ref().map(|s| &s.connector),
+    ) {
+        (SourceConnector::S3(c), _) if c.region.is_some() => c.region.clone(),
+        (_, Some(SinkConnector::AthenaIceberg(c))) => c.region.clone(),
+        _ => None,
+    };
+    match (crate::aws::Aws::load(None), connector_region) {
+        (Err(crate::aws::AwsError::NoRegion), Some(region)) => crate::aws::Aws::load(Some(&region)),
+        (loaded, _) => loaded,
+    }
+}
+
+/// The bucket and the pipeline's prefix (`wal/{tenant}/{workspace}/{pipeline}/`) of an S3 WAL.
+///
+/// # Errors
+///
+/// [`ConfigError::UnsupportedSetting`] when neither `wal_s3_bucket` nor `skippr_s3_bucket` is
+/// set.
+pub fn s3_wal_place(
+    settings: &crate::config::validate::Settings,
+    pipeline: &str,
+) -> Result<(String, String), ConfigError> {
+    let bucket = settings
+        .wal_s3_bucket
+        .clone()
+        .or_else(|| settings.skippr_s3_bucket.clone())
+        .ok_or_else(|| ConfigError::UnsupportedSetting {
+            setting: "WAL_STORAGE".into(),
+            value: "s3".into(),
+            note: Some(
+                "the S3 WAL needs a bucket: set skippr.wal_s3_bucket (SKIPPR_WAL_S3_BUCKET) or skippr.skippr_s3_bucket (SKIPPR_S3_BUCKET)"
+                    .into(),
+            ),
+        })?;
+    let prefix = format!(
+        "wal/{}/{}/{}/",
+        settings.tenant, settings.workspace, pipeline
+    );
+    Ok((bucket, prefix))
 }
 
 /// Requests per service since `before`.
@@ -630,27 +667,11 @@ fn open_wal<'a>(
             Ok((Box::new(wal), recovery))
         }
         WalStorage::S3 => {
-            let settings = place.settings;
-            let bucket = settings
-                .wal_s3_bucket
-                .clone()
-                .or_else(|| settings.skippr_s3_bucket.clone())
-                .ok_or_else(|| ConfigError::UnsupportedSetting {
-                    setting: "WAL_STORAGE".into(),
-                    value: "s3".into(),
-                    note: Some(
-                        "the S3 WAL needs a bucket: set skippr.wal_s3_bucket (SKIPPR_WAL_S3_BUCKET) or skippr.skippr_s3_bucket (SKIPPR_S3_BUCKET)"
-                            .into(),
-                    ),
-                })?;
+            let (bucket, prefix) = s3_wal_place(place.settings, place.pipeline)?;
             let aws = place.aws.ok_or_else(|| PipelineError::Aws {
                 pipeline: place.pipeline.to_owned(),
                 message: "no AWS configuration was loaded for the S3 WAL".into(),
             })?;
-            let prefix = format!(
-                "wal/{}/{}/{}/",
-                settings.tenant, settings.workspace, place.pipeline
-            );
             let (wal, recovery) = crate::wal::s3::S3Wal::open(crate::wal::s3::S3WalConfig {
                 aws: aws.clone(),
                 bucket,

@@ -49,6 +49,14 @@ pub enum QueryError {
         /// Why.
         reason: String,
     },
+    /// The AWS configuration a pipeline's S3 WAL needs could not be loaded (no region, ...).
+    #[error("pipeline '{pipeline}': {message}")]
+    Aws {
+        /// The pipeline.
+        pipeline: String,
+        /// What went wrong.
+        message: String,
+    },
     /// A landed Iceberg table of a pipeline could not be listed or loaded.
     #[error("pipeline '{pipeline}': reading its Iceberg tables: {source}")]
     Lake {

@@ -1,7 +1,8 @@
 //! SQL over the batches committed in pipelines' write-ahead logs, with DataFusion.
 //!
-//! [`QueryEngine::open`] reads each given pipeline's WAL (`<state dir>/wal`) without writing to
-//! it, so it is safe while a `sync` runs, and registers one table per namespace:
+//! [`QueryEngine::open`] reads each given pipeline's WAL (`<state dir>/wal`, or its prefix in
+//! the WAL bucket with `WAL_STORAGE=s3`) without writing to it, so it is safe while a `sync`
+//! runs, and registers one table per namespace:
 //! `<pipeline>.<namespace>` (a DataFusion schema per pipeline). With a single pipeline its
 //! tables can also be named by namespace alone.
 //!
@@ -42,7 +43,7 @@ pub use output::QueryOutput;
 use crate::config::validate::WalStorage;
 use crate::config::{ValidatedConfig, ValidatedPipeline};
 use crate::sinks::iceberg::catalog::{FileCatalog, LakePointer};
-use crate::wal::{DiskWal, ReadOnlyWal};
+use crate::wal::{DiskWal, WalView};
 
 /// The DataFusion catalog the pipelines' schemas are registered in.
 const CATALOG: &str = "datafusion";
@@ -61,7 +62,7 @@ pub struct QueryEngine {
 /// One pipeline's WAL snapshot, and its Iceberg destination if it has one.
 struct PipelineWal {
     name: String,
-    wal: Arc<ReadOnlyWal>,
+    wal: Arc<dyn WalView>,
     lake: Option<Arc<LakeSource>>,
 }
 
@@ -86,31 +87,45 @@ impl QueryEngine {
     ///
     /// # Errors
     ///
-    /// [`QueryError::Wal`] when a WAL cannot be read (corrupt, unreadable),
-    /// [`QueryError::Unsupported`] for a WAL kept in S3, [`QueryError::Runtime`].
+    /// [`QueryError::Wal`] when a WAL cannot be read (corrupt, unreadable, S3 unreachable),
+    /// [`QueryError::Aws`] when an S3 WAL needs an AWS configuration that cannot be loaded,
+    /// [`QueryError::Runtime`].
     pub fn open(
         config: &ValidatedConfig,
         pipelines: &[&ValidatedPipeline],
     ) -> Result<QueryEngine, QueryError> {
         let mut wals = Vec::with_capacity(pipelines.len());
+        let mut aws: Option<crate::aws::Aws> = None;
         for pipeline in pipelines {
-            if config.settings.wal_storage != WalStorage::Disk {
-                return Err(QueryError::Unsupported {
-                    pipeline: pipeline.name.clone(),
-                    reason:
-                        "its WAL is kept in S3 (WAL_STORAGE=s3); only a disk WAL can be queried"
-                            .to_owned(),
-                });
-            }
-            let dir = pipeline.state_dir(&config.settings).join("wal");
-            let wal = DiskWal::open_read_only(&dir).map_err(|source| QueryError::Wal {
+            let wal_error = |source| QueryError::Wal {
                 pipeline: pipeline.name.clone(),
                 source,
-            })?;
+            };
+            let wal: Arc<dyn WalView> = match config.settings.wal_storage {
+                WalStorage::Disk => {
+                    let dir = pipeline.state_dir(&config.settings).join("wal");
+                    Arc::new(DiskWal::open_read_only(&dir).map_err(wal_error)?)
+                }
+                WalStorage::S3 => {
+                    let aws = match &aws {
+                        Some(aws) => aws.clone(),
+                        None => {
+                            let loaded = crate::pipeline::sync::aws_for(pipeline).map_err(|e| {
+                                QueryError::Aws {
+                                    pipeline: pipeline.name.clone(),
+                                    message: e.to_string(),
+                                }
+                            })?;
+                            aws.insert(loaded).clone()
+                        }
+                    };
+                    Arc::new(s3_wal_view(config, pipeline, &aws)?)
+                }
+            };
             let lake = lake_source(config, pipeline)?;
             wals.push(PipelineWal {
                 name: pipeline.name.clone(),
-                wal: Arc::new(wal),
+                wal,
                 lake,
             });
         }
@@ -201,14 +216,13 @@ impl QueryEngine {
     pub fn refresh(&mut self) -> Result<(), QueryError> {
         let mut refreshed = Vec::with_capacity(self.pipelines.len());
         for pipeline in &self.pipelines {
-            let mut wal = ReadOnlyWal::clone(&pipeline.wal);
-            wal.refresh().map_err(|source| QueryError::Wal {
+            let wal = pipeline.wal.refreshed().map_err(|source| QueryError::Wal {
                 pipeline: pipeline.name.clone(),
                 source,
             })?;
             refreshed.push(PipelineWal {
                 name: pipeline.name.clone(),
-                wal: Arc::new(wal),
+                wal: Arc::from(wal),
                 lake: pipeline.lake.clone(),
             });
         }
@@ -288,6 +302,44 @@ fn build_tables(
                 .map(|tables| (pipeline.name.clone(), tables))
         })
         .collect()
+}
+
+/// A read-only view of the pipeline's S3 WAL, with the watermark read from the DynamoDB store
+/// when that is the store (the embedded store is held open by a running writer: without it,
+/// the view goes by the listing alone, see [`crate::wal::S3WalView`]).
+fn s3_wal_view(
+    config: &ValidatedConfig,
+    pipeline: &ValidatedPipeline,
+    aws: &crate::aws::Aws,
+) -> Result<crate::wal::S3WalView, QueryError> {
+    let settings = &config.settings;
+    let wal_error = |source| QueryError::Wal {
+        pipeline: pipeline.name.clone(),
+        source,
+    };
+    let (bucket, prefix) =
+        crate::pipeline::sync::s3_wal_place(settings, &pipeline.name).map_err(|e| {
+            QueryError::Unsupported {
+                pipeline: pipeline.name.clone(),
+                reason: e.to_string(),
+            }
+        })?;
+    let watermark = match &settings.store {
+        crate::config::validate::StoreKind::Dynamodb { table } => {
+            let store = crate::state::DynamoStore::open(aws, table)
+                .map_err(|source| wal_error(crate::wal::WalError::State { source }))?;
+            Some(crate::wal::s3::WatermarkSource {
+                store: Arc::new(store),
+                partition: crate::state::partition_key(
+                    &settings.tenant,
+                    &settings.workspace,
+                    &pipeline.name,
+                ),
+            })
+        }
+        crate::config::validate::StoreKind::Embedded => None,
+    };
+    crate::wal::S3WalView::open(aws, &bucket, &prefix, watermark).map_err(wal_error)
 }
 
 /// The pipeline's Iceberg destination, if it has one this build can read.

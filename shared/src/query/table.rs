@@ -18,7 +18,7 @@ use datafusion::catalog::TableProvider;
 use super::error::{QueryError, ScanError};
 use super::lake::{LakePart, LakeTable};
 use crate::schema::adapt::{adapt_batch, merge_schemas, normalize};
-use crate::wal::{BatchId, ReadOnlyWal, WalError};
+use crate::wal::{BatchId, WalError, WalView};
 
 /// One namespace of one pipeline's WAL.
 pub(super) struct NamespaceTable {
@@ -34,7 +34,7 @@ pub(super) struct NamespaceTable {
 /// schemas of the newest batch of each schema version (no rows are decoded).
 pub(super) fn namespace_tables(
     pipeline: &str,
-    wal: &Arc<ReadOnlyWal>,
+    wal: &Arc<dyn WalView>,
     mut lakes: BTreeMap<String, LakePart>,
 ) -> Result<Vec<NamespaceTable>, QueryError> {
     /// Per namespace: the batches holding rows of it, and the newest batch of each version.
@@ -138,7 +138,7 @@ pub(super) fn namespace_tables(
 struct WalPartition {
     pipeline: String,
     namespace: String,
-    wal: Arc<ReadOnlyWal>,
+    wal: Arc<dyn WalView>,
     batches: Arc<[BatchId]>,
     schema: SchemaRef,
 }

@@ -76,6 +76,7 @@ mod tests;
 use std::fmt;
 use std::path::PathBuf;
 
+use arrow::datatypes::SchemaRef;
 use arrow::record_batch::RecordBatch;
 
 pub use disk::{DiskWal, read_committed};
@@ -84,6 +85,7 @@ pub use format::{
     FORMAT_VERSION, MAX_NAMESPACE_BYTES, MAX_PARTS, MAX_PAYLOAD_BYTES, MAX_POSITION_BYTES,
 };
 pub use read_only::ReadOnlyWal;
+pub use s3::S3WalView;
 
 /// A write-ahead log as the pipeline uses it, whatever holds it: segment files on disk
 /// ([`DiskWal`]) or objects in S3 ([`s3::S3Wal`]). The guarantees are the same: when
@@ -107,6 +109,26 @@ pub trait Wal: Send {
     /// A reader of committed batches by their listing entries, for another thread (the
     /// delivery thread) while this handle goes on appending.
     fn reader(&self) -> std::sync::Arc<dyn WalReader>;
+    /// Where the WAL lives, for messages: a directory or an `s3://` prefix.
+    fn location(&self) -> String;
+}
+
+/// A read-only snapshot of a WAL's committed batches, wherever it lives: what `skipprd query`
+/// scans while a `sync` may be appending. It never creates, cuts or deletes anything:
+/// [`ReadOnlyWal`] for a directory, [`s3::S3WalView`] for an S3 prefix.
+pub trait WalView: Send + Sync + fmt::Debug {
+    /// Committed batches that had not been reclaimed when the snapshot was taken, ascending.
+    fn batches(&self) -> &[BatchMeta];
+    /// Read a batch of the snapshot back, verifying its checksum again. A batch reclaimed
+    /// since the snapshot was taken may be gone ([`WalError::Io`] of kind not found on disk,
+    /// [`WalError::Corrupt`] naming the missing object on S3).
+    fn read(&self, id: BatchId) -> Result<Vec<BatchPart>, WalError>;
+    /// The namespace, schema version and Arrow schema of each part of a batch, without
+    /// decoding its rows.
+    fn read_schemas(&self, id: BatchId) -> Result<Vec<(String, u32, SchemaRef)>, WalError>;
+    /// A newer snapshot: batches committed (or reclaimed) since show up. What was already
+    /// read and cannot change is not read again.
+    fn refreshed(&self) -> Result<Box<dyn WalView>, WalError>;
     /// Where the WAL lives, for messages: a directory or an `s3://` prefix.
     fn location(&self) -> String;
 }

@@ -129,22 +129,7 @@ impl ReadOnlyWal {
     pub fn read_schemas(&self, id: BatchId) -> Result<Vec<(String, u32, SchemaRef)>, WalError> {
         let meta = self.meta(id)?;
         let (path, payload) = read_verified_payload(&self.dir, meta)?;
-        let parsed = format::parse_data_payload(&payload)
-            .map_err(|reason| WalError::corrupt(&path, meta.offset, reason))?;
-        let mut out = Vec::with_capacity(parsed.parts.len());
-        for (part, stream) in parsed.parts.into_iter().zip(parsed.streams) {
-            let reader =
-                StreamReader::try_new(std::io::Cursor::new(stream), None).map_err(|source| {
-                    WalError::Arrow {
-                        op: "decode",
-                        batch: id,
-                        namespace: part.namespace.clone(),
-                        source,
-                    }
-                })?;
-            out.push((part.namespace, part.schema_version, reader.schema()));
-        }
-        Ok(out)
+        schemas_of_payload(id, &payload, &path, meta.offset)
     }
 
     fn meta(&self, id: BatchId) -> Result<&BatchMeta, WalError> {
@@ -280,6 +265,56 @@ fn scan_one(path: &Path, id: u64, is_last: bool) -> Result<ScannedSegment, WalEr
         reclaimed_through: scan.reclaimed_through,
         batches: scan.batches,
     })
+}
+
+/// The namespace, schema version and Arrow schema of each part of a verified data payload
+/// (`path` and `offset` name it in errors), without decoding rows.
+pub(super) fn schemas_of_payload(
+    id: BatchId,
+    payload: &[u8],
+    path: &Path,
+    offset: u64,
+) -> Result<Vec<(String, u32, SchemaRef)>, WalError> {
+    let parsed = format::parse_data_payload(payload)
+        .map_err(|reason| WalError::corrupt(path, offset, reason))?;
+    let mut out = Vec::with_capacity(parsed.parts.len());
+    for (part, stream) in parsed.parts.into_iter().zip(parsed.streams) {
+        let reader =
+            StreamReader::try_new(std::io::Cursor::new(stream), None).map_err(|source| {
+                WalError::Arrow {
+                    op: "decode",
+                    batch: id,
+                    namespace: part.namespace.clone(),
+                    source,
+                }
+            })?;
+        out.push((part.namespace, part.schema_version, reader.schema()));
+    }
+    Ok(out)
+}
+
+impl super::WalView for ReadOnlyWal {
+    fn batches(&self) -> &[BatchMeta] {
+        ReadOnlyWal::batches(self)
+    }
+
+    fn read(&self, id: BatchId) -> Result<Vec<BatchPart>, WalError> {
+        ReadOnlyWal::read(self, id)
+    }
+
+    fn read_schemas(&self, id: BatchId) -> Result<Vec<(String, u32, SchemaRef)>, WalError> {
+        ReadOnlyWal::read_schemas(self, id)
+    }
+
+    fn refreshed(&self) -> Result<Box<dyn super::WalView>, WalError> {
+        let mut wal = self.clone();
+        wal.refresh()?;
+        Ok(Box::new(wal))
+    }
+
+    fn location(&self) -> String {
+        self.dir.display().to_string()
+    }
 }
 
 #[cfg(test)]

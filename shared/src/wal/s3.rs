@@ -40,6 +40,9 @@ use super::{BatchId, BatchMeta, BatchPart, PartMeta, Recovery, WalError, WalRead
 use crate::aws::{Aws, SdkFailure};
 use crate::state::{Condition, Fence, StateKey, StateStore};
 
+mod view;
+pub use view::{S3WalView, WatermarkSource};
+
 /// The state store sort key of the watermark: 8 bytes (the id reclaimed through, little-endian),
 /// then the newest committed position.
 pub const WATERMARK_SORT_KEY: &str = "wal#reclaimed";
@@ -454,22 +457,8 @@ impl<'a> S3Wal<'a> {
         };
         let mut parsed: std::collections::BTreeMap<u64, Marker> = Default::default();
         for (id, bytes) in markers {
-            let name = marker_name(id);
             if let Some(bytes) = bytes? {
-                let marker: Marker = serde_json::from_slice(&bytes).map_err(|e| {
-                    WalError::corrupt(objects.uri(&name), 0, format!("not a commit marker: {e}"))
-                })?;
-                if marker.batch != id || marker.format != 1 {
-                    return Err(WalError::corrupt(
-                        objects.uri(&name),
-                        0,
-                        format!(
-                            "the marker names batch b{} (format {})",
-                            marker.batch, marker.format
-                        ),
-                    ));
-                }
-                parsed.insert(id, marker);
+                parsed.insert(id, view::parse_marker(&objects, id, &bytes)?);
             }
         }
 

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use arrow::array::{Int64Array, RecordBatch, StringArray};
 use arrow::datatypes::{DataType, Field, Schema};
 
-use super::s3::{S3Wal, S3WalConfig, WATERMARK_SORT_KEY};
+use super::s3::{S3Wal, S3WalConfig, S3WalView, WATERMARK_SORT_KEY, WatermarkSource};
 use super::*;
 use crate::aws::Aws;
 use crate::aws::testing::{bucket, moto};
@@ -45,7 +45,7 @@ fn parts(seed: i64) -> Vec<BatchPart> {
 struct Fixture {
     aws: Aws,
     bucket: String,
-    store: MemoryStore,
+    store: Arc<MemoryStore>,
     fence: Fence,
 }
 
@@ -53,7 +53,7 @@ impl Fixture {
     fn new() -> Fixture {
         let aws = moto();
         let bucket = bucket(&aws, "wal");
-        let store = MemoryStore::default();
+        let store = Arc::new(MemoryStore::default());
         let token = store
             .put(
                 &StateKey::new(PARTITION, LEASE_SORT_KEY),
@@ -75,7 +75,7 @@ impl Fixture {
             aws: self.aws.clone(),
             bucket: self.bucket.clone(),
             prefix: PREFIX.into(),
-            store: &self.store,
+            store: &*self.store,
             partition: PARTITION.into(),
             fence: Some(self.fence),
             recorded_through,
@@ -148,6 +148,34 @@ impl Fixture {
             })
             .unwrap();
     }
+}
+
+impl Fixture {
+    /// A read-only view, reading the watermark when `watermark`.
+    fn view(&self, watermark: bool) -> Result<S3WalView, WalError> {
+        let source = watermark.then(|| WatermarkSource {
+            store: Arc::clone(&self.store) as Arc<dyn StateStore>,
+            partition: PARTITION.into(),
+        });
+        S3WalView::open(&self.aws, &self.bucket, PREFIX, source)
+    }
+
+    fn set_watermark(&self, through: u64) {
+        let mut value = through.to_le_bytes().to_vec();
+        value.extend_from_slice(b"pos");
+        self.store
+            .put(
+                &StateKey::new(PARTITION, WATERMARK_SORT_KEY),
+                &value,
+                Condition::Any,
+                None,
+            )
+            .unwrap();
+    }
+}
+
+fn view_ids(view: &dyn WalView) -> Vec<u64> {
+    view.batches().iter().map(|b| b.id.0).collect()
 }
 
 fn ids(wal: &dyn Wal) -> Vec<u64> {
@@ -449,4 +477,148 @@ fn s3_refuses_a_second_put_of_the_same_body() {
     let failure = put(b"second").unwrap_err();
     assert_eq!(failure.status, Some(412), "{failure}");
     assert!(!failure.retryable);
+}
+
+#[test]
+fn a_view_lists_and_reads_what_the_writer_committed_and_refreshes_cheaply() {
+    let f = Fixture::new();
+    let (mut wal, _) = f.open();
+    for seed in 1..=3 {
+        wal.append(format!("pos {seed}").as_bytes(), &parts(seed))
+            .unwrap();
+    }
+    for watermark in [false, true] {
+        let view = f.view(watermark).unwrap();
+        assert_eq!(view_ids(&view), [1, 2, 3], "watermark read: {watermark}");
+        assert_eq!(view.read(BatchId(2)).unwrap(), parts(2));
+        let schemas = view.read_schemas(BatchId(3)).unwrap();
+        assert_eq!(
+            schemas
+                .iter()
+                .map(|(ns, v, schema)| (ns.as_str(), *v, schema.fields().len()))
+                .collect::<Vec<_>>(),
+            [("orders", 1, 2), ("refunds", 2, 2)]
+        );
+        assert!(matches!(
+            view.read(BatchId(4)),
+            Err(WalError::NotFound { batch: BatchId(4) })
+        ));
+    }
+    let view = f.view(true).unwrap();
+    wal.append(b"pos 4", &parts(4)).unwrap();
+    wal.reclaim_through(BatchId(1)).unwrap();
+    let before = f.aws.requests();
+    let refreshed = view.refreshed().unwrap();
+    assert_eq!(view_ids(&*refreshed), [2, 3, 4]);
+    let s3 =
+        f.aws.requests().get("s3").copied().unwrap_or(0) - before.get("s3").copied().unwrap_or(0);
+    assert_eq!(s3, 2, "a refresh is one LIST and one GET of the new marker");
+    // The old snapshot still lists the reclaimed batch; reading it says what is missing.
+    let error = view.read(BatchId(1)).unwrap_err().to_string();
+    assert!(error.contains("b00000000000000000001.batch"), "{error}");
+    assert_eq!(refreshed.read(BatchId(4)).unwrap(), parts(4));
+}
+
+#[test]
+fn a_view_hides_an_append_in_flight_and_changes_nothing() {
+    let f = Fixture::new();
+    let (mut wal, _) = f.open();
+    for seed in 1..=2 {
+        wal.append(format!("pos {seed}").as_bytes(), &parts(seed))
+            .unwrap();
+    }
+    let body = f.get("b00000000000000000002.batch");
+    // Batch 3's body is written, its marker not yet.
+    f.put("b00000000000000000003.batch", body);
+    let objects = f.objects();
+    for watermark in [false, true] {
+        assert_eq!(view_ids(&f.view(watermark).unwrap()), [1, 2]);
+    }
+    assert_eq!(f.objects(), objects, "a view deletes nothing");
+    // A marker without its body at the top is hidden too (the writer's recovery decides).
+    f.delete("b00000000000000000003.batch");
+    wal.append(b"pos 3", &parts(3)).unwrap();
+    f.delete("b00000000000000000003.batch");
+    assert_eq!(view_ids(&f.view(true).unwrap()), [1, 2]);
+    assert!(
+        f.objects()
+            .contains(&"b00000000000000000003.commit".to_owned())
+    );
+}
+
+#[test]
+fn a_view_skips_reclaim_leftovers_with_or_without_the_watermark() {
+    let f = Fixture::new();
+    let (mut wal, _) = f.open();
+    for seed in 1..=4 {
+        wal.append(format!("pos {seed}").as_bytes(), &parts(seed))
+            .unwrap();
+    }
+    drop(wal);
+    // A reclaim through 2 wrote its watermark and deleted the markers, then died.
+    f.set_watermark(2);
+    f.delete("b00000000000000000001.commit");
+    f.delete("b00000000000000000002.commit");
+    assert_eq!(view_ids(&f.view(true).unwrap()), [3, 4]);
+    assert_eq!(view_ids(&f.view(false).unwrap()), [3, 4]);
+    // Died before deleting anything: only the watermark knows.
+    let g = Fixture::new();
+    let (mut wal, _) = g.open();
+    for seed in 1..=3 {
+        wal.append(format!("pos {seed}").as_bytes(), &parts(seed))
+            .unwrap();
+    }
+    g.set_watermark(2);
+    assert_eq!(view_ids(&g.view(true).unwrap()), [3]);
+    assert_eq!(view_ids(&g.view(false).unwrap()), [1, 2, 3]);
+}
+
+#[test]
+fn a_view_reports_a_hole_or_a_committed_batch_after_an_incomplete_one() {
+    let f = Fixture::new();
+    let (mut wal, _) = f.open();
+    for seed in 1..=4 {
+        wal.append(format!("pos {seed}").as_bytes(), &parts(seed))
+            .unwrap();
+    }
+    f.delete("b00000000000000000002.commit");
+    let error = f.view(true).unwrap_err();
+    assert!(matches!(error, WalError::Corrupt { .. }), "{error}");
+    assert!(error.to_string().contains("b2 is incomplete"), "{error}");
+    f.delete("b00000000000000000002.batch");
+    let error = f.view(true).unwrap_err();
+    assert!(
+        matches!(
+            error,
+            WalError::SegmentGap {
+                expected: BatchId(2),
+                found: BatchId(3),
+                ..
+            }
+        ),
+        "{error}"
+    );
+}
+
+#[test]
+fn a_view_checks_a_body_against_its_marker() {
+    let f = Fixture::new();
+    let (mut wal, _) = f.open();
+    for seed in 1..=2 {
+        wal.append(format!("pos {seed}").as_bytes(), &parts(seed))
+            .unwrap();
+    }
+    let view = f.view(true).unwrap();
+    // A valid body of batch 1 with the same length but another position (as a writer that
+    // lost its lease could have left): the record checks out, the marker's CRC32C does not.
+    let g = Fixture::new();
+    let (mut other, _) = g.open();
+    other.append(b"pos 9", &parts(1)).unwrap();
+    let body = g.get("b00000000000000000001.batch");
+    assert_eq!(body.len(), f.get("b00000000000000000001.batch").len());
+    f.delete("b00000000000000000001.batch");
+    f.put("b00000000000000000001.batch", body);
+    let error = view.read(BatchId(1)).unwrap_err().to_string();
+    assert!(error.contains("CRC32C"), "{error}");
+    assert!(error.contains("b00000000000000000001.batch"), "{error}");
 }
