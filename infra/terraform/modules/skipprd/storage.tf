@@ -89,7 +89,7 @@ data "aws_iam_policy_document" "tls_only" {
   }
 }
 
-resource "aws_s3_bucket_policy" "tls_only" {
+resource "aws_s3_bucket_policy" "this" {
   for_each   = local.buckets
   bucket     = aws_s3_bucket.this[each.key].id
   policy     = data.aws_iam_policy_document.tls_only[each.key].json
