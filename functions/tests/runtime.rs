@@ -17,6 +17,11 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::{Value, json};
 
+#[path = "../../local/tests/common/fault_proxy.rs"]
+mod fault_proxy;
+
+use fault_proxy::Proxy;
+
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
@@ -525,7 +530,7 @@ fn discover_with_the_config_from_s3_returns_the_schema_summary() {
             .put_object()
             .bucket(&bucket)
             .key("config/skippr.yml")
-            .body(text.into())
+            .body(text.clone().into())
             .send()
             .await
     })
@@ -535,6 +540,8 @@ fn discover_with_the_config_from_s3_returns_the_schema_summary() {
         "SKIPPR_CONFIG_S3_URI",
         format!("s3://{}/config/skippr.yml", project.bucket),
     ));
+    // A skippr bucket: schemas are kept there (`skipprd_el_storage_mode` defaults to `s3`).
+    env.push(("SKIPPR_S3_BUCKET", project.bucket.clone()));
     let api = RuntimeApi::start();
     let logs = tempfile::tempdir().unwrap();
     let _function = Function::start(
@@ -550,6 +557,55 @@ fn discover_with_the_config_from_s3_returns_the_schema_summary() {
     assert_eq!(summary["version"], 1);
     assert_eq!(summary["namespaces"]["events"]["fields"], 3, "{summary}");
     assert_eq!(summary["namespaces"]["events"]["records"], 30);
+    let key = "schemas/default/default/events/schema.json";
+    let object = aws
+        .block_on(async {
+            let out = client.get_object().bucket(&bucket).key(key).send().await?;
+            Ok::<_, Box<dyn std::error::Error + Send + Sync>>(
+                out.body.collect().await?.into_bytes(),
+            )
+        })
+        .unwrap_or_else(|e| panic!("discover wrote no s3://{bucket}/{key}: {e}"));
+    assert!(!object.is_empty());
+
+    // The CLI, in another directory with the same config and no local state, reads the schema
+    // discover wrote.
+    let cli = Path::new(env!("CARGO_BIN_EXE_skipprd-discover")).with_file_name("skipprd");
+    assert!(
+        cli.exists(),
+        "{} is missing: build the CLI too (`cargo test --workspace` does)",
+        cli.display()
+    );
+    let elsewhere = tempfile::tempdir().unwrap();
+    std::fs::write(elsewhere.path().join("skippr.yml"), &text).unwrap();
+    let out = Command::new(&cli)
+        .current_dir(elsewhere.path())
+        .args(["schema", "-p", "events"])
+        .env_remove("SKIPPR_CONFIG_FILE")
+        .env_remove("DATA_DIR")
+        .env("WAL_STORAGE", "s3")
+        .env("SKIPPR_WAL_S3_BUCKET", &project.bucket)
+        .env("SKIPPR_S3_BUCKET", &project.bucket)
+        .output()
+        .unwrap();
+    let printed = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "skipprd schema: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    println!("skipprd schema:\n{printed}");
+    for field in ["id", "name", "score"] {
+        assert!(printed.contains(field), "{field} missing from:\n{printed}");
+    }
+    assert!(
+        !elsewhere.path().join("data").exists()
+            || std::fs::read_dir(elsewhere.path().join("data"))
+                .unwrap()
+                .flatten()
+                .all(|d| !d.path().join("schema.json").exists()),
+        "the schema came from S3, not a local file"
+    );
 }
 
 /// Two overlapping invokes of one pipeline (two execution environments, each with its own
@@ -629,4 +685,75 @@ fn overlapping_invokes_never_double_write_and_a_cold_start_continues() {
     println!("cold start: {cold}");
     assert_eq!(cold["rows"], 100);
     assert_eq!(project.landed_ids(), (0..rows + 100).collect::<Vec<_>>());
+}
+
+/// Throttling and 5xx through the function: with every third request to S3 and DynamoDB
+/// answered `503 SlowDown` / `ThrottlingException` / `500`, the SDK's retries carry the pass
+/// and every row lands once. With every request failing, the invocation fails with a
+/// `Retryable.*` error type, and the next invocation (AWS healthy again) lands everything once.
+#[test]
+fn throttling_and_5xx_are_retried_or_reported_as_retryable() {
+    reader_python();
+    let project = Project::new();
+    project.write("a.jsonl", 0..400);
+    let logs = tempfile::tempdir().unwrap();
+    let api = RuntimeApi::start();
+
+    let flaky = Proxy::start(&endpoint(), &["--every", "3"]);
+    let mut env = project.env();
+    env.push(("AWS_ENDPOINT_URL", flaky.url.clone()));
+    let function = Function::start(
+        env!("CARGO_BIN_EXE_skipprd-sync"),
+        &api,
+        &env,
+        logs.path().join("flaky.log"),
+    );
+    let summary = api.invoke_ok(&fixture("scheduled.json"), now_ms() + 120_000);
+    let (requests, faults) = flaky.counts();
+    println!("through faults ({faults} injected in {requests} requests): {summary}");
+    assert!(faults >= 5, "only {faults} faults were injected");
+    assert_eq!(summary["rows"], 400, "{summary}");
+    assert_eq!(summary["pending"], 0, "{summary}");
+    drop(function);
+    assert_eq!(project.landed_ids(), (0..400).collect::<Vec<_>>());
+
+    project.write("b.jsonl", 400..700);
+    let down = Proxy::start(&endpoint(), &["--always"]);
+    let mut env = project.env();
+    env.push(("AWS_ENDPOINT_URL", down.url.clone()));
+    let function = Function::start(
+        env!("CARGO_BIN_EXE_skipprd-sync"),
+        &api,
+        &env,
+        logs.path().join("down.log"),
+    );
+    let (error_type, body) = api
+        .invoke(&fixture("scheduled.json"), now_ms() + 120_000)
+        .expect_err("every AWS request failed, yet the invocation succeeded");
+    println!("AWS down: {error_type}: {body}");
+    assert!(error_type.starts_with("Retryable."), "{error_type}: {body}");
+    let message = body["errorMessage"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("ThrottlingException")
+            || message.contains("SlowDown")
+            || message.contains("Internal"),
+        "the message names the service's error: {message}"
+    );
+    assert!(
+        !message.contains("headers") && message.len() < 600,
+        "the message is the service's, not the raw response: {message}"
+    );
+    drop(function);
+    drop(down);
+
+    let function = Function::start(
+        env!("CARGO_BIN_EXE_skipprd-sync"),
+        &api,
+        &project.env(),
+        logs.path().join("healthy.log"),
+    );
+    let summary = api.invoke_ok(&fixture("scheduled.json"), now_ms() + 120_000);
+    println!("AWS healthy again: {summary}");
+    drop(function);
+    assert_eq!(project.landed_ids(), (0..700).collect::<Vec<_>>());
 }

@@ -15,8 +15,11 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 mod common;
+#[path = "common/fault_proxy.rs"]
+mod fault_proxy;
 
 use common::Rng;
+use fault_proxy::Proxy;
 
 /// The `skipprd` binary under test: cargo's, or `SKIPPR_TEST_BIN` (a copy, when several
 /// worktrees share one target directory and may replace cargo's mid-run).
@@ -59,69 +62,6 @@ fn rand_suffix() -> u64 {
             .as_nanos() as u64,
     );
     h.finish() % 1_000_000
-}
-
-/// The fault proxy, stopped on drop.
-struct Proxy {
-    child: Child,
-    url: String,
-}
-
-impl Proxy {
-    fn start(args: &[&str]) -> Proxy {
-        let dir = tempfile::tempdir().unwrap();
-        let port_file = dir.path().join("port");
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/aws/fault_proxy.py");
-        let python = std::env::var("SKIPPR_TEST_PYTHON").unwrap_or_else(|_| "python3".into());
-        let child = Command::new(python)
-            .arg(script)
-            .arg(endpoint())
-            .arg(&port_file)
-            .args(args)
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap();
-        let started = Instant::now();
-        while !port_file.exists() {
-            assert!(
-                started.elapsed() < Duration::from_secs(10),
-                "the fault proxy did not start"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let port = std::fs::read_to_string(&port_file).unwrap();
-        Proxy {
-            child,
-            url: format!("http://127.0.0.1:{}", port.trim()),
-        }
-    }
-
-    /// (requests seen, faults injected).
-    fn counts(&self) -> (u64, u64) {
-        let out = Command::new("python3")
-            .args([
-                "-c",
-                &format!(
-                    "import urllib.request;print(urllib.request.urlopen('{}/_faults').read().decode())",
-                    self.url
-                ),
-            ])
-            .output()
-            .unwrap();
-        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
-        (
-            v["requests"].as_u64().unwrap(),
-            v["faults"].as_u64().unwrap(),
-        )
-    }
-}
-
-impl Drop for Proxy {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 const CONFIG: &str = "\
@@ -240,7 +180,7 @@ fn s3_wal_objects(aws: &skipprd::aws::Aws, bucket: &str) -> i32 {
 fn throttling_and_5xx_from_s3_are_retried_and_nothing_is_lost() {
     let aws = aws();
     let bucket = new_bucket(&aws, "faults");
-    let proxy = Proxy::start(&["--every", "3"]);
+    let proxy = Proxy::start(&endpoint(), &["--every", "3"]);
     let dir = project();
     let env = [
         ("WAL_STORAGE", "s3"),
@@ -285,7 +225,7 @@ fn an_s3_that_keeps_failing_is_reported_as_retryable_and_the_next_pass_recovers(
     let dir = project();
     write_records(dir.path(), "a.jsonl", 0..100);
     {
-        let proxy = Proxy::start(&["--always"]);
+        let proxy = Proxy::start(&endpoint(), &["--always"]);
         let env = [
             ("WAL_STORAGE", "s3"),
             ("SKIPPR_WAL_S3_BUCKET", bucket.as_str()),

@@ -118,6 +118,12 @@ impl SdkFailure {
             SdkError::ServiceError(e) => {
                 let status = e.raw().status_code();
                 let code = e.err().code().unwrap_or("unknown").to_owned();
+                // The service's own message: the error context would add the raw response
+                // (headers, body) to every log line and invocation error.
+                let message = e.err().message().map_or_else(
+                    || aws_sdk_s3::error::DisplayErrorContext(e.err()).to_string(),
+                    str::to_owned,
+                );
                 let retryable =
                     status >= 500 || status == 429 || RETRYABLE_CODES.contains(&code.as_str());
                 SdkFailure {
