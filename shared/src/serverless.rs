@@ -18,8 +18,9 @@
 //!
 //! The WAL and the state store must outlive the execution environment: a config whose WAL is on
 //! disk (`WAL_STORAGE` other than `s3`) or whose store is the embedded one is refused,
-//! non-retryably ([`check_remote_state`]). The saved schema still lives under `DATA_DIR` in
-//! this build (`skipprd_el_storage_mode: s3` is not supported yet): a cold start re-infers it
+//! non-retryably ([`check_remote_state`]). The saved schema goes to the skippr bucket when one
+//! is configured (`skipprd_el_storage_mode: s3`, its default then), where `discover` writes it
+//! and the CLI reads it; with `local` it lives under `DATA_DIR`, and a cold start re-infers it
 //! from the data it reads.
 //!
 //! ## Deadline
