@@ -17,10 +17,10 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::{Value, json};
 
-#[path = "../../local/tests/common/fault_proxy.rs"]
-mod fault_proxy;
+#[path = "../../local/tests/common/loopback.rs"]
+mod loopback;
 
-use fault_proxy::Proxy;
+use loopback::{Proxy, ScriptServer};
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
@@ -39,13 +39,6 @@ fn endpoint() -> String {
         "AWS_ENDPOINT_URL must point at the test server too; run bash tests/run"
     );
     endpoint
-}
-
-fn python() -> String {
-    std::env::var("SKIPPR_TEST_PYTHON")
-        .ok()
-        .filter(|p| !p.is_empty())
-        .unwrap_or_else(|| "python3".into())
 }
 
 fn reader_python() -> String {
@@ -92,35 +85,18 @@ fn http(port: u16, method: &str, path: &str, body: Option<&Value>) -> (u16, Valu
 
 /// The Runtime API emulator, stopped on drop.
 struct RuntimeApi {
-    child: Child,
+    _server: ScriptServer,
     port: u16,
 }
 
 impl RuntimeApi {
     fn start() -> RuntimeApi {
-        let dir = tempfile::tempdir().unwrap();
-        let port_file = dir.path().join("port");
-        let child = Command::new(python())
-            .arg(repo().join("tests/lambda/runtime_api.py"))
-            .arg(&port_file)
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap();
-        let started = Instant::now();
-        while !port_file.exists() {
-            assert!(
-                started.elapsed() < Duration::from_secs(10),
-                "the Runtime API emulator did not start"
-            );
-            std::thread::sleep(Duration::from_millis(10));
+        let server = ScriptServer::start("tests/lambda/runtime_api.py", &[], &[]);
+        let port = server.port;
+        RuntimeApi {
+            _server: server,
+            port,
         }
-        let port = std::fs::read_to_string(&port_file)
-            .unwrap()
-            .trim()
-            .parse()
-            .unwrap();
-        RuntimeApi { child, port }
     }
 
     /// Queue `event` with `deadline_ms`; the request id.
@@ -182,13 +158,6 @@ impl RuntimeApi {
             Ok(v) => v,
             Err((t, body)) => panic!("the invocation failed: {t}: {body}"),
         }
-    }
-}
-
-impl Drop for RuntimeApi {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

@@ -15,11 +15,11 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 mod common;
-#[path = "common/fault_proxy.rs"]
-mod fault_proxy;
+#[path = "common/loopback.rs"]
+mod loopback;
 
 use common::Rng;
-use fault_proxy::Proxy;
+use loopback::Proxy;
 
 /// The `skipprd` binary under test: cargo's, or `SKIPPR_TEST_BIN` (a copy, when several
 /// worktrees share one target directory and may replace cargo's mid-run).
@@ -332,19 +332,11 @@ fn query_reads_a_wal_kept_in_s3() {
         std::fs::write(dir.path().join("skippr.yml"), config).unwrap();
         if !store.is_empty() {
             let out = skipprd(dir.path(), &["store", "create"], &env);
-            assert!(
-                out.status.success(),
-                "{}",
-                String::from_utf8_lossy(&out.stderr)
-            );
+            succeeded(&out);
         }
         write_records(dir.path(), "a.jsonl", 0..100);
         let out = skipprd(dir.path(), &["sync", "--once"], &env);
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        succeeded(&out);
         assert!(
             walkdir_has_no_segments(&dir.path().join("data")),
             "the WAL must not be on local disk"
@@ -356,11 +348,7 @@ fn query_reads_a_wal_kept_in_s3() {
         );
         write_records(dir.path(), "b.jsonl", 100..250);
         let out = skipprd(dir.path(), &["sync", "--once"], &env);
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        succeeded(&out);
         assert_eq!(
             landed_with(dir.path(), &env),
             (250, 250, sum(250)),
@@ -376,14 +364,19 @@ fn query_reads_a_wal_kept_in_s3() {
     let dir = project();
     write_records(dir.path(), "a.jsonl", 0..300);
     let out = skipprd(dir.path(), &["sync", "--once"], &env);
+    succeeded(&out);
+    assert_eq!(landed_with(dir.path(), &env), (300, 300, sum(300)));
+    // Without the S3 settings the same project has no disk WAL to read: the lake alone.
+    assert_eq!(landed(dir.path()), (300, 300, sum(300)));
+}
+
+/// Fail with the command's stderr unless it succeeded.
+fn succeeded(out: &Output) {
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert_eq!(landed_with(dir.path(), &env), (300, 300, sum(300)));
-    // Without the S3 settings the same project has no disk WAL to read: the lake alone.
-    assert_eq!(landed(dir.path()), (300, 300, sum(300)));
 }
 
 /// Whether no WAL segment file exists under `dir`.

@@ -151,6 +151,16 @@ impl Fixture {
 }
 
 impl Fixture {
+    /// The WAL opened with batches 1..=n appended (positions `pos {n}`, rows `parts(n)`).
+    fn with_batches(&self, n: i64) -> S3Wal<'_> {
+        let (mut wal, _) = self.open();
+        for seed in 1..=n {
+            wal.append(format!("pos {seed}").as_bytes(), &parts(seed))
+                .unwrap();
+        }
+        wal
+    }
+
     /// A read-only view, reading the watermark when `watermark`.
     fn view(&self, watermark: bool) -> Result<S3WalView, WalError> {
         let source = watermark.then(|| WatermarkSource {
@@ -225,11 +235,7 @@ fn batches_survive_reopen_and_read_back_exactly() {
 #[test]
 fn reclaim_deletes_objects_and_ids_are_never_reused() {
     let f = Fixture::new();
-    let (mut wal, _) = f.open();
-    for seed in 1..=3 {
-        wal.append(format!("pos {seed}").as_bytes(), &parts(seed))
-            .unwrap();
-    }
+    let mut wal = f.with_batches(3);
     assert!(matches!(
         wal.reclaim_through(BatchId(4)),
         Err(WalError::ReclaimAhead { .. })
@@ -256,11 +262,7 @@ fn reclaim_deletes_objects_and_ids_are_never_reused() {
 #[test]
 fn an_interrupted_reclaim_is_finished_on_open() {
     let f = Fixture::new();
-    let (mut wal, _) = f.open();
-    for seed in 1..=3 {
-        wal.append(format!("pos {seed}").as_bytes(), &parts(seed))
-            .unwrap();
-    }
+    let wal = f.with_batches(3);
     drop(wal);
     // The watermark was written, then the process died before deleting anything.
     let mut value = 2u64.to_le_bytes().to_vec();
@@ -373,11 +375,7 @@ fn a_marker_without_body_is_torn_or_corrupt_by_the_recorded_position() {
 #[test]
 fn a_missing_batch_in_the_middle_is_a_gap() {
     let f = Fixture::new();
-    let (mut wal, _) = f.open();
-    for seed in 1..=3 {
-        wal.append(format!("pos {seed}").as_bytes(), &parts(seed))
-            .unwrap();
-    }
+    let wal = f.with_batches(3);
     drop(wal);
     f.delete("b00000000000000000002.batch");
     f.delete("b00000000000000000002.commit");
@@ -482,11 +480,7 @@ fn s3_refuses_a_second_put_of_the_same_body() {
 #[test]
 fn a_view_lists_and_reads_what_the_writer_committed_and_refreshes_cheaply() {
     let f = Fixture::new();
-    let (mut wal, _) = f.open();
-    for seed in 1..=3 {
-        wal.append(format!("pos {seed}").as_bytes(), &parts(seed))
-            .unwrap();
-    }
+    let mut wal = f.with_batches(3);
     for watermark in [false, true] {
         let view = f.view(watermark).unwrap();
         assert_eq!(view_ids(&view), [1, 2, 3], "watermark read: {watermark}");
@@ -522,11 +516,7 @@ fn a_view_lists_and_reads_what_the_writer_committed_and_refreshes_cheaply() {
 #[test]
 fn a_view_hides_an_append_in_flight_and_changes_nothing() {
     let f = Fixture::new();
-    let (mut wal, _) = f.open();
-    for seed in 1..=2 {
-        wal.append(format!("pos {seed}").as_bytes(), &parts(seed))
-            .unwrap();
-    }
+    let mut wal = f.with_batches(2);
     let body = f.get("b00000000000000000002.batch");
     // Batch 3's body is written, its marker not yet.
     f.put("b00000000000000000003.batch", body);
@@ -549,11 +539,7 @@ fn a_view_hides_an_append_in_flight_and_changes_nothing() {
 #[test]
 fn a_view_skips_reclaim_leftovers_with_or_without_the_watermark() {
     let f = Fixture::new();
-    let (mut wal, _) = f.open();
-    for seed in 1..=4 {
-        wal.append(format!("pos {seed}").as_bytes(), &parts(seed))
-            .unwrap();
-    }
+    let wal = f.with_batches(4);
     drop(wal);
     // A reclaim through 2 wrote its watermark and deleted the markers, then died.
     f.set_watermark(2);
@@ -576,11 +562,7 @@ fn a_view_skips_reclaim_leftovers_with_or_without_the_watermark() {
 #[test]
 fn a_view_reports_a_hole_or_a_committed_batch_after_an_incomplete_one() {
     let f = Fixture::new();
-    let (mut wal, _) = f.open();
-    for seed in 1..=4 {
-        wal.append(format!("pos {seed}").as_bytes(), &parts(seed))
-            .unwrap();
-    }
+    f.with_batches(4);
     f.delete("b00000000000000000002.commit");
     let error = f.view(true).unwrap_err();
     assert!(matches!(error, WalError::Corrupt { .. }), "{error}");
@@ -603,11 +585,7 @@ fn a_view_reports_a_hole_or_a_committed_batch_after_an_incomplete_one() {
 #[test]
 fn a_view_checks_a_body_against_its_marker() {
     let f = Fixture::new();
-    let (mut wal, _) = f.open();
-    for seed in 1..=2 {
-        wal.append(format!("pos {seed}").as_bytes(), &parts(seed))
-            .unwrap();
-    }
+    f.with_batches(2);
     let view = f.view(true).unwrap();
     // A valid body of batch 1 with the same length but another position (as a writer that
     // lost its lease could have left): the record checks out, the marker's CRC32C does not.
