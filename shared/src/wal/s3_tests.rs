@@ -170,9 +170,10 @@ impl Fixture {
         S3WalView::open(&self.aws, &self.bucket, PREFIX, source)
     }
 
-    fn set_watermark(&self, through: u64) {
+    /// Write the watermark as a reclaim through `through` does (newest position `position`).
+    fn set_watermark(&self, through: u64, position: &[u8]) {
         let mut value = through.to_le_bytes().to_vec();
-        value.extend_from_slice(b"pos");
+        value.extend_from_slice(position);
         self.store
             .put(
                 &StateKey::new(PARTITION, WATERMARK_SORT_KEY),
@@ -262,19 +263,9 @@ fn reclaim_deletes_objects_and_ids_are_never_reused() {
 #[test]
 fn an_interrupted_reclaim_is_finished_on_open() {
     let f = Fixture::new();
-    let wal = f.with_batches(3);
-    drop(wal);
+    drop(f.with_batches(3));
     // The watermark was written, then the process died before deleting anything.
-    let mut value = 2u64.to_le_bytes().to_vec();
-    value.extend_from_slice(b"pos 3");
-    f.store
-        .put(
-            &StateKey::new(PARTITION, WATERMARK_SORT_KEY),
-            &value,
-            Condition::Any,
-            None,
-        )
-        .unwrap();
+    f.set_watermark(2, b"pos 3");
     let (wal, recovery) = f.open();
     assert_eq!(ids(&wal), [3]);
     assert_eq!(recovery.warnings.len(), 1, "{:?}", recovery.warnings);
@@ -542,7 +533,7 @@ fn a_view_skips_reclaim_leftovers_with_or_without_the_watermark() {
     let wal = f.with_batches(4);
     drop(wal);
     // A reclaim through 2 wrote its watermark and deleted the markers, then died.
-    f.set_watermark(2);
+    f.set_watermark(2, b"pos 4");
     f.delete("b00000000000000000001.commit");
     f.delete("b00000000000000000002.commit");
     assert_eq!(view_ids(&f.view(true).unwrap()), [3, 4]);
@@ -554,7 +545,7 @@ fn a_view_skips_reclaim_leftovers_with_or_without_the_watermark() {
         wal.append(format!("pos {seed}").as_bytes(), &parts(seed))
             .unwrap();
     }
-    g.set_watermark(2);
+    g.set_watermark(2, b"pos 3");
     assert_eq!(view_ids(&g.view(true).unwrap()), [3]);
     assert_eq!(view_ids(&g.view(false).unwrap()), [1, 2, 3]);
 }
