@@ -726,3 +726,167 @@ fn throttling_and_5xx_are_retried_or_reported_as_retryable() {
     drop(function);
     assert_eq!(project.landed_ids(), (0..700).collect::<Vec<_>>());
 }
+
+/// The deployment's own config (`infra/skippr.example.yml`, uploaded to the config object) with
+/// the environment both stacks set (`infra/sam/template.yaml` Globals; `tests/infra/compare.py`
+/// checks every `${NAME}` of the file is set on both functions), against moto resources made as
+/// the stacks make them: discover writes the schema, a scheduled invoke lands both event types
+/// in Glue tables that PyIceberg reads, rejects go to the deadletter prefix.
+#[test]
+fn the_deployment_example_config_runs_as_the_stacks_configure_it() {
+    reader_python();
+    let aws = skipprd::aws::Aws::load(Some("us-east-1")).unwrap();
+    let s3 = aws.s3(None);
+    let bucket = |stem: &str| {
+        let name = unique(stem);
+        aws.block_on(s3.create_bucket().bucket(&name).send())
+            .unwrap();
+        name
+    };
+    let (source, skippr, wal, warehouse, results) = (
+        bucket("src"),
+        bucket("skippr"),
+        bucket("wal"),
+        bucket("wh"),
+        bucket("athena"),
+    );
+    let table = unique("state");
+    skipprd::state::dynamodb::create_table(&aws, &table).unwrap();
+    let database = unique("db").replace('-', "_");
+    let glue = aws.glue();
+    aws.block_on(
+        glue.create_database()
+            .database_input(
+                aws_sdk_glue::types::DatabaseInput::builder()
+                    .name(&database)
+                    .build()
+                    .unwrap(),
+            )
+            .send(),
+    )
+    .unwrap();
+    let put = |bucket: &str, key: &str, body: Vec<u8>| {
+        aws.block_on(
+            s3.put_object()
+                .bucket(bucket)
+                .key(key)
+                .body(body.into())
+                .send(),
+        )
+        .unwrap();
+    };
+    let config = std::fs::read(repo().join("infra/skippr.example.yml")).unwrap();
+    put(&skippr, "config/skippr.yml", config.clone());
+    let mut records = String::new();
+    for id in 0..120u64 {
+        let kind = if id % 3 == 0 {
+            "ride_ended"
+        } else {
+            "ride_started"
+        };
+        records.push_str(&format!(
+            "{{\"event_type\":\"{kind}\",\"id\":{id},\"station\":\"s{}\"}}\n",
+            id % 5
+        ));
+    }
+    records.push_str("{\"event_type\":\"ride_started\",\"id\":\n");
+    put(&source, "bikehire/2026/12/01/a.jsonl", records.into_bytes());
+
+    let env: Vec<(&str, String)> = vec![
+        (
+            "SKIPPR_CONFIG_S3_URI",
+            format!("s3://{skippr}/config/skippr.yml"),
+        ),
+        ("WAL_STORAGE", "s3".into()),
+        ("SKIPPR_S3_BUCKET", skippr.clone()),
+        ("SKIPPR_WAL_S3_BUCKET", wal.clone()),
+        ("SKIPPRD_EL_STORAGE_MODE", "s3".into()),
+        ("SKIPPR_STATE_TABLE", table.clone()),
+        ("SKIPPR_WAREHOUSE", format!("s3://{warehouse}/iceberg")),
+        ("SKIPPR_GLUE_DATABASE", database.clone()),
+        ("SKIPPR_ATHENA_WORKGROUP", "primary".into()),
+        ("SKIPPR_ATHENA_RESULTS_BUCKET", results.clone()),
+        ("SKIPPR_SOURCE_BUCKET", source.clone()),
+        ("AWS_REGION", "us-east-1".into()),
+    ];
+    // Every variable the config names is one this test (and so the stacks) sets.
+    let text = String::from_utf8(config).unwrap();
+    let uncommented: String = text
+        .lines()
+        .map(|line| line.split('#').next().unwrap_or_default())
+        .collect::<Vec<_>>()
+        .join("\n");
+    for name in uncommented
+        .split("${")
+        .skip(1)
+        .filter_map(|rest| rest.split('}').next())
+    {
+        assert!(
+            env.iter().any(|(k, _)| *k == name),
+            "infra/skippr.example.yml uses ${{{name}}}, which this test does not set: add it here and to both stacks"
+        );
+    }
+    let scratch = tempfile::tempdir().unwrap();
+    let mut env = env;
+    env.push(("DATA_DIR", scratch.path().display().to_string()));
+    env.push(("LAMBDA_TASK_ROOT", scratch.path().display().to_string()));
+    let logs = tempfile::tempdir().unwrap();
+    let api = RuntimeApi::start();
+    let event = json!({"pipeline": "bikehire"});
+
+    let discover = Function::start(
+        env!("CARGO_BIN_EXE_skipprd-discover"),
+        &api,
+        &env,
+        logs.path().join("discover.log"),
+    );
+    let schema = api.invoke_ok(&event, now_ms() + 60_000);
+    println!("discover: {schema}");
+    drop(discover);
+    assert_eq!(
+        schema["namespaces"]["ride_started"]["records"], 80,
+        "{schema}"
+    );
+    assert_eq!(
+        schema["namespaces"]["ride_ended"]["records"], 40,
+        "{schema}"
+    );
+
+    let sync = Function::start(
+        env!("CARGO_BIN_EXE_skipprd-sync"),
+        &api,
+        &env,
+        logs.path().join("sync.log"),
+    );
+    let mut scheduled = fixture("scheduled.json");
+    scheduled["detail"] = event.clone();
+    let summary = api.invoke_ok(&scheduled, now_ms() + 120_000);
+    println!("sync: {summary}");
+    drop(sync);
+    assert_eq!(summary["rows"], 120, "{summary}");
+    assert_eq!(summary["deadletters"], 1, "{summary}");
+    assert_eq!(summary["pending"], 0, "{summary}");
+
+    let out = Command::new(reader_python())
+        .arg(repo().join("tests/readers/read_glue_table.py"))
+        .args(["--database", &database, "ride_started", "ride_ended"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "read_glue_table.py: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let read: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(read["tables"]["ride_started"]["pyiceberg"]["rows"], 80);
+    assert_eq!(read["tables"]["ride_ended"]["pyiceberg"]["rows"], 40);
+    let rejected = aws
+        .block_on(
+            s3.list_objects_v2()
+                .bucket(&skippr)
+                .prefix("deadletters/")
+                .send(),
+        )
+        .unwrap();
+    assert_eq!(rejected.key_count(), Some(1), "one deadletter object");
+}
