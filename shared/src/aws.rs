@@ -460,37 +460,83 @@ impl Bucket {
     /// The keys under `prefix` with their sizes in bytes, in key order (every page: one
     /// request per 1,000 keys).
     pub fn list_sized(&self, prefix: &str) -> Result<Vec<(String, u64)>, SdkFailure> {
-        self.aws.block_on(async {
-            let mut keys = Vec::new();
-            let mut token: Option<String> = None;
-            loop {
-                let out = self
-                    .client
-                    .list_objects_v2()
-                    .bucket(&self.name)
-                    .prefix(prefix)
-                    .set_continuation_token(token.take())
-                    .send()
-                    .await
-                    .map_err(|e| SdkFailure::from_sdk(&e))?;
-                keys.extend(out.contents().iter().filter_map(|o| {
-                    let size = u64::try_from(o.size().unwrap_or(0)).unwrap_or(0);
-                    o.key().map(|k| (k.to_owned(), size))
-                }));
-                match out.next_continuation_token() {
-                    Some(next) if out.is_truncated() == Some(true) => token = Some(next.to_owned()),
-                    _ => break,
-                }
-            }
-            keys.sort();
-            Ok(keys)
-        })
+        let objects = self.aws.block_on(list_objects(
+            self.client.clone(),
+            self.name.clone(),
+            prefix.to_owned(),
+        ))?;
+        Ok(objects.into_iter().map(|o| (o.key, o.size)).collect())
+    }
+
+    /// The objects under `prefix` with their sizes and modification times, in key order
+    /// (every page), from async code of any runtime (the call runs on the [`Aws`] runtime).
+    pub async fn list_objects(&self, prefix: &str) -> Result<Vec<ObjectInfo>, SdkFailure> {
+        self.aws
+            .run(list_objects(
+                self.client.clone(),
+                self.name.clone(),
+                prefix.to_owned(),
+            ))
+            .await
+            .map_err(|e| SdkFailure {
+                code: "runtime".into(),
+                status: None,
+                message: e.to_string(),
+                retryable: false,
+            })?
     }
 
     /// The S3 client (for the operations this type does not wrap).
     pub fn client(&self) -> &aws_sdk_s3::Client {
         &self.client
     }
+}
+
+/// An object of a listing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObjectInfo {
+    /// The key.
+    pub key: String,
+    /// The size in bytes.
+    pub size: u64,
+    /// When the object was written (S3's `LastModified`: whole seconds; for a multipart
+    /// upload, when the upload started), when S3 said.
+    pub last_modified: Option<std::time::SystemTime>,
+}
+
+/// Every object under `prefix` of `bucket`, in key order (one request per 1,000 keys).
+async fn list_objects(
+    client: aws_sdk_s3::Client,
+    bucket: String,
+    prefix: String,
+) -> Result<Vec<ObjectInfo>, SdkFailure> {
+    let mut objects = Vec::new();
+    let mut token: Option<String> = None;
+    loop {
+        let out = client
+            .list_objects_v2()
+            .bucket(&bucket)
+            .prefix(&prefix)
+            .set_continuation_token(token.take())
+            .send()
+            .await
+            .map_err(|e| SdkFailure::from_sdk(&e))?;
+        objects.extend(out.contents().iter().filter_map(|o| {
+            Some(ObjectInfo {
+                key: o.key()?.to_owned(),
+                size: u64::try_from(o.size().unwrap_or(0)).unwrap_or(0),
+                last_modified: o
+                    .last_modified()
+                    .and_then(|t| std::time::SystemTime::try_from(*t).ok()),
+            })
+        }));
+        match out.next_continuation_token() {
+            Some(next) if out.is_truncated() == Some(true) => token = Some(next.to_owned()),
+            _ => break,
+        }
+    }
+    objects.sort_by(|a, b| a.key.cmp(&b.key));
+    Ok(objects)
 }
 
 #[cfg(test)]

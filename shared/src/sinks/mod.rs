@@ -122,6 +122,7 @@ impl LakeLocation {
                         &self.warehouse,
                     )),
                 )
+                .with_aws(aws)
             }
             LakeCatalog::Glue { region, catalog_id } => {
                 let aws = aws_of(region.as_deref())?;
@@ -131,6 +132,7 @@ impl LakeLocation {
                     iceberg::s3::s3_file_io(&aws, None),
                     LakePointer::Glue(iceberg::glue::GluePointer::new(std::sync::Arc::new(glue))),
                 )
+                .with_aws(aws)
             }
         })
     }

@@ -314,6 +314,7 @@ pub struct FileCatalog<P: Pointer> {
     warehouse: String,
     file_io: FileIO,
     pointer: P,
+    aws: Option<crate::aws::Aws>,
 }
 
 impl<P: Pointer> FileCatalog<P> {
@@ -329,7 +330,20 @@ impl<P: Pointer> FileCatalog<P> {
             warehouse: warehouse.trim_end_matches('/').to_owned(),
             file_io,
             pointer,
+            aws: None,
         }
+    }
+
+    /// The AWS handle of an `s3://` warehouse, for what Iceberg's file I/O cannot do: list
+    /// the objects under a table (maintenance deletes the ones no snapshot references).
+    pub fn with_aws(mut self, aws: crate::aws::Aws) -> Self {
+        self.aws = Some(aws);
+        self
+    }
+
+    /// The AWS handle given with [`FileCatalog::with_aws`].
+    pub fn aws(&self) -> Option<&crate::aws::Aws> {
+        self.aws.as_ref()
     }
 
     /// The warehouse URI (no trailing `/`).

@@ -12,29 +12,34 @@
 //! - temporary files of a crashed metadata commit (`metadata/.*.tmp`) go by age too;
 //! - `vN.metadata.json` (or `0000N-<uuid>.metadata.json`) below the current version minus
 //!   [`Policy::retain_metadata_versions`] are deleted, never the current one nor the one the
-//!   hint names.
+//!   hint names (`version-hint.text`, read only when listed: S3 tables have none).
+//!
+//! The same rules hold on local and S3 warehouses: the files come from a listing
+//! ([`super::files`]: a directory walk, or `ListObjectsV2` of the table's `data/` and
+//! `metadata/` prefixes, with sizes and modification times) and are deleted through the
+//! table's file I/O, in one batch per run. On S3 a file's age is its `LastModified` (whole
+//! seconds, S3's clock), so [`Policy::orphan_min_age`] should stay well above clock skew and
+//! the longest upload.
 //!
 //! If any manifest of the live set cannot be read, nothing is deleted.
 
 use std::collections::HashSet;
-use std::fs;
-use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
 use iceberg::TableIdent;
 use iceberg::spec::{ManifestStatus, SnapshotRef};
 use iceberg::table::Table;
 
+use super::files::{self, TableFile, TableFiles, normalize};
 use super::{Policy, table_name};
 use crate::sinks::SinkError;
 use crate::sinks::iceberg::catalog::{FileCatalog, LakePointer, VERSION_HINT};
-use crate::sinks::iceberg::storage::local_path;
 
-/// Files some snapshots reference (local paths).
+/// Files some snapshots reference (URIs, normalised by [`normalize`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Referenced {
     /// Manifest lists, manifests and data files.
-    pub files: HashSet<PathBuf>,
+    pub files: HashSet<String>,
 }
 
 /// What a cleanup deleted.
@@ -70,19 +75,19 @@ async fn collect(
     let mut out = Referenced::default();
     let mut manifests_seen: HashSet<String> = HashSet::new();
     for snapshot in snapshots {
-        out.files.insert(local_path(snapshot.manifest_list()));
+        out.files.insert(normalize(snapshot.manifest_list()));
         let list = table.manifest_list_reader(snapshot).load().await?;
         for manifest_file in list.entries() {
             if !manifests_seen.insert(manifest_file.manifest_path.clone()) {
                 continue;
             }
-            out.files.insert(local_path(&manifest_file.manifest_path));
+            out.files.insert(normalize(&manifest_file.manifest_path));
             let manifest = manifest_file.load_manifest(table.file_io()).await?;
             for entry in manifest.entries() {
                 if live_only && entry.status() == ManifestStatus::Deleted {
                     continue;
                 }
-                out.files.insert(local_path(entry.file_path()));
+                out.files.insert(normalize(entry.file_path()));
             }
         }
     }
@@ -106,125 +111,69 @@ pub async fn delete_unreferenced(
         .await
         .map_err(iceberg_err)?;
     let live = live(&table).await.map_err(iceberg_err)?;
-    let dir = catalog.table_dir(ident);
+    let listing = TableFiles::at(catalog, &name, table.metadata().location())?;
+    let data_files = listing.list("data").await?;
+    let metadata_files = listing.list("metadata").await?;
     let old_before = SystemTime::now()
         .checked_sub(policy.orphan_min_age)
         .unwrap_or(SystemTime::UNIX_EPOCH);
-    let mut deleted = Deleted::default();
+    let is_old = |file: &TableFile| file.modified.is_some_and(|m| m < old_before);
+    let unreferenced_and_due = |file: &TableFile| {
+        !live.files.contains(&file.uri) && (dead.files.contains(&file.uri) || is_old(file))
+    };
 
-    let mut data_files = Vec::new();
-    list_recursive(&dir.join("data"), &mut data_files)?;
-    let metadata_dir = dir.join("metadata");
-    let mut metadata_files = Vec::new();
-    list_dir(&metadata_dir, &mut metadata_files)?;
-
-    let is_old = |meta: &fs::Metadata| meta.modified().is_ok_and(|m| m < old_before);
-    for (path, meta) in &data_files {
-        let parquet = path.extension().is_some_and(|e| e == "parquet");
-        if !parquet || live.files.contains(path) {
-            continue;
-        }
-        if dead.files.contains(path) || is_old(meta) {
-            remove(path, meta, &mut deleted)?;
-        }
-    }
+    let mut doomed: Vec<&TableFile> = data_files
+        .iter()
+        .filter(|f| f.name().ends_with(".parquet") && unreferenced_and_due(f))
+        .collect();
 
     // The current version and the hint's: never deleted.
-    let current = parse_version(&local_path(table.metadata_location().unwrap_or_default()));
-    let hinted = fs::read_to_string(metadata_dir.join(VERSION_HINT))
-        .ok()
-        .and_then(|t| t.trim().parse::<u64>().ok());
-    for (path, meta) in &metadata_files {
-        let file_name = path
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        if file_name.ends_with(".avro") {
-            if live.files.contains(path) {
-                continue;
-            }
-            if dead.files.contains(path) || is_old(meta) {
-                remove(path, meta, &mut deleted)?;
-            }
+    let current = table.metadata_location().and_then(parse_version);
+    let hinted = match metadata_files.iter().find(|f| f.name() == VERSION_HINT) {
+        Some(hint) => read_hint(&table, &hint.uri).await,
+        None => None,
+    };
+    for file in &metadata_files {
+        let file_name = file.name();
+        let due = if file_name.ends_with(".avro") {
+            unreferenced_and_due(file)
         } else if file_name.starts_with('.') && file_name.ends_with(".tmp") {
-            if is_old(meta) {
-                remove(path, meta, &mut deleted)?;
-            }
-        } else if let (Some(version), Some(current)) = (parse_version(path), current)
-            && version != current
-            && Some(version) != hinted
-            && version.saturating_add(policy.retain_metadata_versions) < current
-        {
-            remove(path, meta, &mut deleted)?;
+            is_old(file)
+        } else if let (Some(version), Some(current)) = (parse_version(&file.uri), current) {
+            version != current
+                && Some(version) != hinted
+                && version.saturating_add(policy.retain_metadata_versions) < current
+        } else {
+            false
+        };
+        if due {
+            doomed.push(file);
         }
     }
+
+    let deleted = Deleted {
+        files: doomed.len() as u64,
+        bytes: doomed.iter().map(|f| f.size).sum(),
+    };
+    let uris = doomed.iter().map(|f| f.uri.clone()).collect();
+    files::delete(table.file_io(), &name, uris).await?;
     Ok(deleted)
 }
 
+/// The version `version-hint.text` names (`None` when it cannot be read or parsed).
+async fn read_hint(table: &Table, uri: &str) -> Option<u64> {
+    let input = table.file_io().new_input(uri).ok()?;
+    let bytes = input.read().await.ok()?;
+    std::str::from_utf8(&bytes).ok()?.trim().parse().ok()
+}
+
 /// The `N` of `…/vN.metadata.json` (`Duckdb`) or `…/0000N-<uuid>.metadata.json`
-/// (`SkipprLake`).
-fn parse_version(path: &Path) -> Option<u64> {
-    let stem = path.file_name()?.to_str()?.strip_suffix(".metadata.json")?;
+/// (`SkipprLake`, `AthenaIceberg`).
+fn parse_version(uri: &str) -> Option<u64> {
+    let name = uri.rsplit('/').next()?;
+    let stem = name.strip_suffix(".metadata.json")?;
     match stem.strip_prefix('v') {
         Some(n) => n.parse().ok(),
         None => stem.split_once('-')?.0.parse().ok(),
     }
-}
-
-fn remove(path: &Path, meta: &fs::Metadata, deleted: &mut Deleted) -> Result<(), SinkError> {
-    match fs::remove_file(path) {
-        Ok(()) => {
-            deleted.files += 1;
-            deleted.bytes += meta.len();
-            tracing::debug!(file = %path.display(), "Deleted an unreferenced table file.");
-            Ok(())
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(source) => Err(SinkError::Io {
-            path: path.to_path_buf(),
-            source,
-        }),
-    }
-}
-
-fn list_dir(dir: &Path, out: &mut Vec<(PathBuf, fs::Metadata)>) -> Result<(), SinkError> {
-    let io = |source| SinkError::Io {
-        path: dir.to_path_buf(),
-        source,
-    };
-    let entries = match fs::read_dir(dir) {
-        Ok(entries) => entries,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => return Err(io(e)),
-    };
-    for entry in entries {
-        let entry = entry.map_err(io)?;
-        let meta = entry.metadata().map_err(io)?;
-        if meta.is_file() {
-            out.push((entry.path(), meta));
-        }
-    }
-    Ok(())
-}
-
-fn list_recursive(dir: &Path, out: &mut Vec<(PathBuf, fs::Metadata)>) -> Result<(), SinkError> {
-    let io = |source| SinkError::Io {
-        path: dir.to_path_buf(),
-        source,
-    };
-    let entries = match fs::read_dir(dir) {
-        Ok(entries) => entries,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => return Err(io(e)),
-    };
-    for entry in entries {
-        let entry = entry.map_err(io)?;
-        let meta = entry.metadata().map_err(io)?;
-        if meta.is_dir() {
-            list_recursive(&entry.path(), out)?;
-        } else if meta.is_file() {
-            out.push((entry.path(), meta));
-        }
-    }
-    Ok(())
 }

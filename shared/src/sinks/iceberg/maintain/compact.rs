@@ -8,7 +8,8 @@
 //!    files, or not in format v2, is not compacted;
 //! 2. candidates are grouped by partition and packed, in sequence-number order, into bins of
 //!    about the target size; a bin of one file is left alone;
-//! 3. each bin is read with the Parquet reader, each batch shaped to the current schema by
+//! 3. each bin is read with the Parquet reader (each file whole, through the table's file I/O:
+//!    a local file or one S3 `GetObject`; it is below the target size), each batch shaped to the current schema by
 //!    [`adapt_batch`] (matching columns by name, a missing column or struct field reads as
 //!    null; iceberg-rust's own reader fails on files written before a struct gained a
 //!    field), and written through iceberg-rust's data file writer (column statistics
@@ -21,7 +22,8 @@
 //!    `AddSnapshot` + `SetSnapshotRef(main)` through the catalog, **required** to apply to
 //!    the same table whose `main` is still the snapshot compacted. If another writer
 //!    committed first, the commit fails and nothing is lost: once the reloaded table shows
-//!    that the snapshot did not land, the files written for it are deleted.
+//!    that the snapshot did not land, the files written for it are deleted (through the
+//!    table's file I/O, as on local warehouses so on S3).
 //!
 //! Readers of older snapshots keep reading the replaced files until expiry and cleanup
 //! remove them ([`super::cleanup`]).
@@ -52,7 +54,6 @@ use super::{Policy, SUMMARY_MAINTENANCE, SUMMARY_SMALL_FILES, table_name};
 use crate::schema::adapt::adapt_batch;
 use crate::sinks::SinkError;
 use crate::sinks::iceberg::catalog::{FileCatalog, LakePointer};
-use crate::sinks::iceberg::storage::local_path;
 
 /// The summary value of [`SUMMARY_MAINTENANCE`] for a compaction.
 pub const COMPACT: &str = "compact";
@@ -246,7 +247,7 @@ pub async fn compact(
     let updates = match staged {
         Ok(updates) => updates,
         Err(e) => {
-            discard(&ours);
+            discard(table, &ours).await;
             return Err(iceberg_err(e));
         }
     };
@@ -278,7 +279,7 @@ pub async fn compact(
                 .await
                 .map(|t| t.metadata().snapshot_by_id(snapshot_id).is_some());
             if let Ok(false) = landed {
-                discard(&ours);
+                discard(table, &ours).await;
             }
             if e.kind() == ErrorKind::CatalogCommitConflicts {
                 tracing::info!(table = %name, error = %e, "Compaction skipped: the table changed meanwhile.");
@@ -290,14 +291,12 @@ pub async fn compact(
     }
 }
 
-fn discard(paths: &[String]) {
-    for path in paths {
-        let path = local_path(path);
-        if let Err(e) = std::fs::remove_file(&path)
-            && e.kind() != std::io::ErrorKind::NotFound
-        {
-            tracing::warn!(file = %path.display(), error = %e, "Could not delete a file of an abandoned compaction; cleanup removes it once it is old.");
-        }
+/// Delete the files of a compaction that did not land (best effort: cleanup removes what is
+/// left once it is old).
+async fn discard(table: &Table, paths: &[String]) {
+    let name = table_name(table.identifier());
+    if let Err(e) = super::files::delete(table.file_io(), &name, paths.to_vec()).await {
+        tracing::warn!(table = %name, error = %e, "Could not delete the files of an abandoned compaction; cleanup removes them once they are old.");
     }
 }
 
@@ -350,20 +349,8 @@ async fn rewrite(
         let mut writer = DataFileWriterBuilder::new(rolling).build(partition).await?;
         let mut failed = None;
         for l in bin {
-            let path = local_path(l.entry.file_path());
-            let read = (|| -> Result<Vec<_>, String> {
-                let file = std::fs::File::open(&path).map_err(|e| e.to_string())?;
-                let reader = ParquetRecordBatchReaderBuilder::try_new(file)
-                    .and_then(|b| b.build())
-                    .map_err(|e| e.to_string())?;
-                let mut batches = Vec::new();
-                for batch in reader {
-                    let batch = batch.map_err(|e| e.to_string())?;
-                    batches.push(adapt_batch(&batch, &arrow).map_err(|e| e.to_string())?);
-                }
-                Ok(batches)
-            })();
-            match read {
+            let path = l.entry.file_path();
+            match read_adapted(table, path, &arrow).await {
                 Ok(batches) => {
                     for batch in batches {
                         writer.write(batch).await?;
@@ -372,10 +359,7 @@ async fn rewrite(
                 Err(message) => {
                     failed = Some(iceberg::Error::new(
                         ErrorKind::DataInvalid,
-                        format!(
-                            "cannot read data file {} for compaction: {message}",
-                            path.display()
-                        ),
+                        format!("cannot read data file {path} for compaction: {message}"),
                     ));
                     break;
                 }
@@ -395,6 +379,32 @@ async fn rewrite(
         }
     }
     Ok(())
+}
+
+/// The rows of the data file `path`, shaped to `arrow` (the current schema). The file is read
+/// whole through the table's file I/O (one `GetObject` on S3): it is smaller than the target
+/// size, or it would not be compacted.
+async fn read_adapted(
+    table: &Table,
+    path: &str,
+    arrow: &arrow::datatypes::SchemaRef,
+) -> Result<Vec<arrow::array::RecordBatch>, String> {
+    let bytes = table
+        .file_io()
+        .new_input(path)
+        .map_err(|e| e.to_string())?
+        .read()
+        .await
+        .map_err(|e| e.to_string())?;
+    let reader = ParquetRecordBatchReaderBuilder::try_new(bytes)
+        .and_then(|b| b.build())
+        .map_err(|e| e.to_string())?;
+    let mut batches = Vec::new();
+    for batch in reader {
+        let batch = batch.map_err(|e| e.to_string())?;
+        batches.push(adapt_batch(&batch, arrow).map_err(|e| e.to_string())?);
+    }
+    Ok(batches)
 }
 
 /// Names and counts of the snapshot being staged.

@@ -26,9 +26,12 @@
 //! Exactly once never depends on a snapshot surviving: the landed id is the table property
 //! `skippr.landed.<pipeline>`, which every metadata version carries forward.
 //!
-//! Maintenance runs on local (`file://`) warehouses only for now: on an `s3://` warehouse
-//! (`AthenaIceberg`) it is skipped and logged, never failed (Athena's `OPTIMIZE` and
-//! `VACUUM` can maintain those tables meanwhile).
+//! The rules and guarantees are the same on local (`file://`) and `s3://` warehouses
+//! (`AthenaIceberg` with the pointer in Glue, `SkipprLake` with the pointer in DynamoDB):
+//! files are read and written through the table's file I/O, listed by [`files`] (a
+//! directory walk or `ListObjectsV2`), and every commit goes through the catalog's pointer,
+//! whose compare-and-swap (a new `vN` file, Glue's `VersionId`, a conditional DynamoDB put)
+//! makes a concurrent delivery win and maintenance give up.
 //!
 //! It runs after every delivery commit (when [`Policy::auto`]; cheap when nothing is due: the
 //! decision reads only the table metadata in hand, see [`due`]) and from `skipprd maintain`.
@@ -36,6 +39,7 @@
 pub mod cleanup;
 pub mod compact;
 pub mod expire;
+pub mod files;
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -242,10 +246,6 @@ impl IcebergSink {
     /// Run maintenance on every table of the sink's namespace (`skipprd maintain`). The caller
     /// holds the pipeline's writer lease.
     pub fn maintain_all(&self) -> Result<MaintenanceReport, SinkError> {
-        if !self.catalog.is_local() {
-            tracing::warn!(warehouse = %self.catalog.warehouse(), "Table maintenance is not implemented for S3 warehouses yet; nothing was done.");
-            return Ok(MaintenanceReport::default());
-        }
         self.block_on(async {
             let idents = iceberg::Catalog::list_tables(self.catalog.as_ref(), &self.namespace)
                 .await
@@ -269,12 +269,6 @@ impl IcebergSink {
     /// the next one.
     pub(super) async fn after_commit(&self, table: &Table) {
         if !self.maintenance.auto {
-            return;
-        }
-        if !self.catalog.is_local() {
-            // Deleting unreferenced files lists local directories; S3 maintenance is not
-            // built yet (see the module docs).
-            tracing::debug!(warehouse = %self.catalog.warehouse(), "Automatic table maintenance is skipped on S3 warehouses.");
             return;
         }
         let due = due(table, &self.maintenance, now_ms());
