@@ -1,5 +1,6 @@
 //! Maintenance on real temporary warehouses: deliveries through the sink, then expiry,
-//! compaction and cleanup, read back file by file.
+//! compaction and cleanup, read back file by file. The same on S3 warehouses against the local
+//! AWS (moto) in [`s3`].
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -75,20 +76,32 @@ struct Fixture {
     dir: tempfile::TempDir,
     wal: DiskWal,
     sink: IcebergSink,
+    /// The warehouse's bucket, on S3.
+    bucket: Option<crate::aws::Bucket>,
 }
 
-fn fixture(policy: Policy) -> Result<Fixture, Box<dyn std::error::Error>> {
-    let dir = tempfile::tempdir()?;
+fn disk_wal(dir: &Path) -> Result<DiskWal, Box<dyn std::error::Error>> {
     let (wal, _) = DiskWal::open(
-        &dir.path().join("wal"),
+        dir,
         WalOptions {
             fsync: false,
             ..WalOptions::default()
         },
     )?;
+    Ok(wal)
+}
+
+fn fixture(policy: Policy) -> Result<Fixture, Box<dyn std::error::Error>> {
+    let dir = tempfile::tempdir()?;
+    let wal = disk_wal(&dir.path().join("wal"))?;
     let sink = IcebergSink::hadoop(dir.path().join("lake"), "ns", IDENTITY.to_owned())?
         .with_maintenance(policy);
-    Ok(Fixture { dir, wal, sink })
+    Ok(Fixture {
+        dir,
+        wal,
+        sink,
+        bucket: None,
+    })
 }
 
 impl Fixture {
@@ -156,13 +169,18 @@ impl Fixture {
         })?)
     }
 
-    /// Every `(id, name)` of the current snapshot, sorted, read with the Parquet reader.
+    /// Every `(id, name)` of the current snapshot, sorted, read with the Parquet reader
+    /// (each file through the table's file I/O).
     fn rows(&self) -> Result<Rows, Box<dyn std::error::Error>> {
+        let table = self.table();
         let mut out = Vec::new();
         for file in self.live_files()? {
-            let file = std::fs::File::open(local_path(&file))?;
+            let io = table.as_ref().map_err(|e| e.to_string())?.file_io();
+            let bytes = self
+                .sink
+                .block_on(async { io.new_input(&file)?.read().await })?;
             let reader =
-                parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(file)?
+                parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(bytes)?
                     .build()?;
             for batch in reader {
                 let batch = batch?;
@@ -177,6 +195,20 @@ impl Fixture {
         }
         out.sort();
         Ok(out)
+    }
+
+    /// The files under the table's `dir` (`data`, `metadata`) whose names end in `ext`,
+    /// listed without skipprd's code: a directory walk, or the bucket's keys.
+    fn files(&self, dir: &str, ext: &str) -> Result<usize, Box<dyn std::error::Error>> {
+        let Some(bucket) = &self.bucket else {
+            return Ok(files_in(&self.table_dir().join(dir), ext));
+        };
+        let location = self.sink.catalog().table_location(&self.ident());
+        let (_, key) = crate::sinks::iceberg::s3::split_uri(&location)?;
+        let keys = bucket
+            .list(&format!("{key}/{dir}/"))
+            .map_err(|e| e.to_string())?;
+        Ok(keys.iter().filter(|k| k.ends_with(ext)).count())
     }
 }
 
@@ -206,15 +238,31 @@ fn expected_rows(n: i32) -> Rows {
 #[test]
 fn many_small_deliveries_compact_into_one_file_with_the_same_rows_and_land_nothing_twice()
 -> TestResult {
-    let mut f = fixture(eager())?;
+    compact_many_small_deliveries(&mut fixture(eager())?)
+}
+
+/// 20 deliveries of 50 rows, then maintenance under [`eager`]: one file, one snapshot, the
+/// same rows; redelivery lands nothing and new batches land once.
+fn compact_many_small_deliveries(f: &mut Fixture) -> TestResult {
     f.deliver_many(20, 50)?;
-    let data = f.table_dir().join("data");
     assert_eq!(f.live_files()?.len(), 20);
-    assert_eq!(files_in(&data, ".parquet"), 20);
+    assert_eq!(f.files("data", ".parquet")?, 20);
     let before = f.rows()?;
     assert_eq!(before, expected_rows(1000));
+    let figures = |f: &Fixture| -> Result<String, Box<dyn std::error::Error>> {
+        Ok(format!(
+            "{} snapshots; files: {} data, {} manifests and manifest lists, {} metadata versions",
+            f.table()?.metadata().snapshots().count(),
+            f.files("data", ".parquet")?,
+            f.files("metadata", ".avro")?,
+            f.files("metadata", ".metadata.json")?
+        ))
+    };
+    eprintln!("before maintenance: {}", figures(f)?);
 
-    let report = f.maintain(&eager())?;
+    let policy = f.sink.maintenance().clone();
+    let report = f.maintain(&policy)?;
+    eprintln!("after maintenance: {}; {report:?}", figures(f)?);
     assert_eq!(report.files_compacted_from, 20);
     assert_eq!(report.files_compacted_to, 1);
     assert_eq!(
@@ -226,7 +274,7 @@ fn many_small_deliveries_compact_into_one_file_with_the_same_rows_and_land_nothi
         "{report:?}"
     );
     assert_eq!(f.live_files()?.len(), 1);
-    assert_eq!(files_in(&data, ".parquet"), 1, "the small files are gone");
+    assert_eq!(f.files("data", ".parquet")?, 1, "the small files are gone");
     assert_eq!(f.rows()?, before, "rows and values unchanged");
 
     // The snapshot is a replace with the maintenance mark and no batch ids; the landed id
@@ -401,14 +449,22 @@ fn old_metadata_versions_go_but_never_the_current_or_the_hinted() -> TestResult 
 
 #[test]
 fn deliveries_compact_and_expire_on_their_own_once_thresholds_are_crossed() -> TestResult {
-    let policy = Policy {
+    maintaining_on_their_own(&mut fixture(auto())?)
+}
+
+/// Maintains after deliveries: compacts over 4 small files, keeps 2 snapshots.
+fn auto() -> Policy {
+    Policy {
         auto: true,
         retain_last: 2,
         max_snapshot_age: Duration::ZERO,
         compact_min_files: 4,
         ..Policy::default()
-    };
-    let mut f = fixture(policy)?;
+    }
+}
+
+/// Deliveries under [`auto`]: they compact and expire on their own.
+fn maintaining_on_their_own(f: &mut Fixture) -> TestResult {
     f.deliver_many(4, 5)?;
     assert_eq!(f.live_files()?.len(), 4, "not over the threshold yet");
     f.deliver_many(1, 5)?;
@@ -425,7 +481,7 @@ fn deliveries_compact_and_expire_on_their_own_once_thresholds_are_crossed() -> T
         "expired in batches: {}",
         table.metadata().snapshots().count()
     );
-    assert!(files_in(&f.table_dir().join("data"), ".parquet") < 20);
+    assert!(f.files("data", ".parquet")? < 20);
     assert_eq!(f.rows()?, expected_rows(175));
     assert_eq!(landed_through(table.metadata(), IDENTITY), 35);
     Ok(())
@@ -433,10 +489,16 @@ fn deliveries_compact_and_expire_on_their_own_once_thresholds_are_crossed() -> T
 
 #[test]
 fn a_compaction_that_loses_to_a_concurrent_commit_changes_nothing() -> TestResult {
-    let mut f = fixture(eager())?;
+    maintenance_losing_to_a_delivery(&mut fixture(eager())?)
+}
+
+/// A delivery commits between maintenance's read of the table and its commit: compaction
+/// and expiry give up, the compaction's files are deleted, nothing is lost.
+fn maintenance_losing_to_a_delivery(f: &mut Fixture) -> TestResult {
     f.deliver_many(5, 10)?;
     let stale = f.table()?;
     f.deliver_many(1, 10)?;
+    let avro = f.files("metadata", ".avro")?;
     let catalog = f.sink.catalog();
     let done = f
         .sink
@@ -444,11 +506,22 @@ fn a_compaction_that_loses_to_a_concurrent_commit_changes_nothing() -> TestResul
     assert!(done.is_none(), "the commit must fail on the moved snapshot");
     assert_eq!(f.live_files()?.len(), 6);
     assert_eq!(
-        files_in(&f.table_dir().join("data"), ".parquet"),
+        f.files("data", ".parquet")?,
         6,
         "the abandoned rewrite left no file"
     );
+    assert_eq!(
+        f.files("metadata", ".avro")?,
+        avro,
+        "nor a manifest or manifest list"
+    );
+    let ids = expire::expirable(stale.metadata(), &eager(), now_ms()).ok_or("refs")?;
+    assert_eq!(ids.len(), 4);
+    let expired = f.sink.block_on(expire::expire(&catalog, &stale, &ids))?;
+    assert!(expired.is_none(), "expiry gives up too");
+    assert_eq!(f.table()?.metadata().snapshots().count(), 6);
     assert_eq!(f.rows()?, expected_rows(60));
+    assert_eq!(landed_through(f.table()?.metadata(), IDENTITY), 6);
     Ok(())
 }
 
@@ -557,3 +630,5 @@ fn files_written_before_a_struct_gained_a_field_compact_with_nulls() -> TestResu
     drop(f.dir);
     Ok(())
 }
+
+mod s3;
