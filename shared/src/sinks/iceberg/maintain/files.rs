@@ -54,8 +54,8 @@ pub enum TableFiles {
     Local(PathBuf),
     /// The table's prefix (`{key}/`, never empty) in its bucket.
     S3 {
-        /// The bucket.
-        bucket: Bucket,
+        /// The bucket (boxed: a client is large).
+        bucket: Box<Bucket>,
         /// The key prefix of the table, ending in `/`.
         prefix: String,
     },
@@ -91,7 +91,7 @@ impl TableFiles {
             ));
         }
         Ok(TableFiles::S3 {
-            bucket: Bucket::new(aws, &bucket, None),
+            bucket: Box::new(Bucket::new(aws, &bucket, None)),
             prefix: format!("{key}/"),
         })
     }
