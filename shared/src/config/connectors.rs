@@ -471,8 +471,9 @@ pub struct SkipprLakeSinkConfig {
 }
 
 /// `AthenaIceberg` sink: Iceberg tables in S3, each registered in Glue (`table_type=ICEBERG`,
-/// `metadata_location`), queryable by Athena. Exactly once. Table maintenance is not run on
-/// S3 warehouses yet (skipped with a log line).
+/// `metadata_location`), queryable by Athena. Exactly once. Tables are maintained as on local
+/// warehouses (expiry, compaction, deleting unreferenced objects) with the default maintenance
+/// settings.
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AthenaIcebergSinkConfig {
