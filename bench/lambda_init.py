@@ -196,7 +196,7 @@ def main():
             emulator.kill()
             emulator.wait()
 
-    print(f"{args.label:<28} start -> first poll ms {spread(starts):>22}   "
+    print(f"{args.label:<30} start -> first poll ms {spread(starts):>22}   "
           f"init_ms {spread(inits):>20}   peak RSS MiB {statistics.median(rss):.1f}   n={args.runs}")
 
 
