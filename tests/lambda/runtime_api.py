@@ -14,7 +14,9 @@ Listens on a free 127.0.0.1 port and writes the port to PORT_FILE. The function 
 The test side:
   POST /_test/invoke  {"event": ..., "deadline_ms": N | "timeout_ms": N} -> {"request_id"}
   GET  /_test/result/{id}?wait=SECONDS  -> {"kind": "response"|"error"|"pending", "body", "error_type"}
-  GET  /_test/stats   -> {"polls", "invocations", "init_errors"}
+  GET  /_test/stats   -> {"polls", "invocations", "init_errors", "poll_times_ns"}
+       (poll_times_ns: the wall-clock time, time.time_ns(), at which each GET .../next
+       arrived; bench/lambda_init.py takes a cold init as process start -> first poll)
 """
 
 import json
@@ -34,7 +36,7 @@ ARN = "arn:aws:lambda:us-east-1:123456789012:function:skipprd-test"
 lock = threading.Condition()
 queue = []  # (request_id, event bytes, deadline_ms)
 results = {}  # request_id -> dict
-stats = {"polls": 0, "invocations": 0, "init_errors": []}
+stats = {"polls": 0, "invocations": 0, "init_errors": [], "poll_times_ns": []}
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -69,8 +71,10 @@ class Handler(BaseHTTPRequestHandler):
     def do_GET(self):
         url = urlparse(self.path)
         if url.path == PREFIX + "/invocation/next":
+            arrived = time.time_ns()
             with lock:
                 stats["polls"] += 1
+                stats["poll_times_ns"].append(arrived)
                 while True:
                     if self.client_gone():
                         # A function killed while it waited: never hand it an event.
