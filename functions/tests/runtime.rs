@@ -295,24 +295,7 @@ data_sinks:
 
     /// Every id of the landed table, read by PyIceberg's `GlueCatalog`, sorted.
     fn landed_ids(&self) -> Vec<u64> {
-        let out = Command::new(reader_python())
-            .arg(repo().join("tests/readers/read_glue_table.py"))
-            .args([
-                "--database",
-                &self.database,
-                "--values",
-                "--key",
-                "id",
-                "events",
-            ])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "read_glue_table.py: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let v = read_glue(&self.database, &["--values", "--key", "id", "events"]);
         let t = &v["tables"]["events"]["pyiceberg"];
         let ids: Vec<u64> = t["values"]
             .as_array()
@@ -325,6 +308,23 @@ data_sinks:
         sorted.sort_unstable();
         sorted
     }
+}
+
+/// What PyIceberg's `GlueCatalog` reads of `database` (`tests/readers/read_glue_table.py` with
+/// `args`: flags, then table names).
+fn read_glue(database: &str, args: &[&str]) -> Value {
+    let out = Command::new(reader_python())
+        .arg(repo().join("tests/readers/read_glue_table.py"))
+        .args(["--database", database])
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "read_glue_table.py: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
 }
 
 fn fixture(name: &str) -> Value {
@@ -867,17 +867,7 @@ fn the_deployment_example_config_runs_as_the_stacks_configure_it() {
     assert_eq!(summary["deadletters"], 1, "{summary}");
     assert_eq!(summary["pending"], 0, "{summary}");
 
-    let out = Command::new(reader_python())
-        .arg(repo().join("tests/readers/read_glue_table.py"))
-        .args(["--database", &database, "ride_started", "ride_ended"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "read_glue_table.py: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let read: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let read = read_glue(&database, &["ride_started", "ride_ended"]);
     assert_eq!(read["tables"]["ride_started"]["pyiceberg"]["rows"], 80);
     assert_eq!(read["tables"]["ride_ended"]["pyiceberg"]["rows"], 40);
     let rejected = aws
