@@ -9,6 +9,10 @@
     reason = "a test binary: a failed set-up step should fail the test loudly"
 )]
 
+#[path = "../../local/tests/common/local_aws.rs"]
+mod local_aws;
+use local_aws::{endpoint, reader_python, unique};
+
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
@@ -24,38 +28,6 @@ use loopback::{Proxy, ScriptServer};
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-/// The moto server of `tests/run`, or a failure naming the fix.
-fn endpoint() -> String {
-    let endpoint = std::env::var("SKIPPR_TEST_AWS_ENDPOINT").unwrap_or_default();
-    assert!(
-        !endpoint.is_empty(),
-        "SKIPPR_TEST_AWS_ENDPOINT is not set: the function tests need the moto server; run bash tests/run"
-    );
-    assert_eq!(
-        std::env::var("AWS_ENDPOINT_URL").ok().as_deref(),
-        Some(endpoint.as_str()),
-        "AWS_ENDPOINT_URL must point at the test server too; run bash tests/run"
-    );
-    endpoint
-}
-
-fn reader_python() -> String {
-    match std::env::var("SKIPPR_TEST_PYTHON") {
-        Ok(p) if !p.is_empty() => p,
-        _ => panic!(
-            "SKIPPR_TEST_PYTHON is not set: run bash tests/run (it builds the reader venv with pyiceberg[pyarrow,glue])"
-        ),
-    }
-}
-
-fn unique(stem: &str) -> String {
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .subsec_nanos();
-    format!("{stem}-{}-{nanos}", std::process::id())
 }
 
 fn now_ms() -> u64 {
@@ -222,7 +194,7 @@ impl Project {
             .unwrap();
         let table = unique("fn-state");
         skipprd::state::dynamodb::create_table(&aws, &table).unwrap();
-        let database = unique("fn").replace('-', "_");
+        let database = unique("fn_");
         let task_root = tempfile::tempdir().unwrap();
         std::fs::write(
             task_root.path().join("skippr.yml"),
@@ -752,7 +724,7 @@ fn the_deployment_example_config_runs_as_the_stacks_configure_it() {
     );
     let table = unique("state");
     skipprd::state::dynamodb::create_table(&aws, &table).unwrap();
-    let database = unique("db").replace('-', "_");
+    let database = unique("db_");
     let glue = aws.glue();
     aws.block_on(
         glue.create_database()

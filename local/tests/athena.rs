@@ -27,6 +27,10 @@
     reason = "a test binary: a failed set-up step should fail the test loudly"
 )]
 
+#[path = "common/local_aws.rs"]
+mod local_aws;
+use local_aws::{endpoint, unique};
+
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
@@ -40,28 +44,9 @@ use skipprd::aws::Aws;
 /// Held by every test that queues results or changes moto's state manager.
 static MOTO: Mutex<()> = Mutex::new(());
 
-/// The local AWS endpoint, or a failure saying how to get one.
-fn aws_endpoint() -> String {
-    match std::env::var("SKIPPR_TEST_AWS_ENDPOINT") {
-        Ok(endpoint) if !endpoint.is_empty() => endpoint,
-        _ => panic!(
-            "SKIPPR_TEST_AWS_ENDPOINT is not set: run `bash tests/run`, which starts a moto server and exports it with AWS_ENDPOINT_URL, AWS_REGION and dummy credentials (or start `moto_server` yourself and export the same variables)"
-        ),
-    }
-}
-
-/// A name no other test of this moto server uses.
-fn unique(prefix: &str) -> String {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .subsec_nanos();
-    format!("{prefix}{}x{nanos}", std::process::id())
-}
-
 /// POST `body` to moto's own API at `path`; panics unless the status is `expect`.
 fn moto_api(path: &str, body: &Value, expect: u16) {
-    let endpoint = aws_endpoint();
+    let endpoint = endpoint();
     let address = endpoint
         .strip_prefix("http://")
         .expect("the test endpoint is http://host:port")
@@ -212,7 +197,7 @@ fn create_workgroup(aws: &Aws, name: &str) {
 
 #[test]
 fn a_select_comes_back_typed_as_json_and_as_a_table_and_runs_in_the_sinks_database() {
-    aws_endpoint();
+    endpoint();
     let _moto = MOTO.lock().unwrap_or_else(|e| e.into_inner());
     let aws = Aws::load(Some("us-east-1")).unwrap();
     let database = unique("shop_");
@@ -299,7 +284,7 @@ fn a_select_comes_back_typed_as_json_and_as_a_table_and_runs_in_the_sinks_databa
 
 #[test]
 fn more_rows_than_one_athena_page_all_come_back() {
-    aws_endpoint();
+    endpoint();
     let _moto = MOTO.lock().unwrap_or_else(|e| e.into_inner());
     let project = athena_project(&unique("big_"), None, "athena-results");
     let rows: Vec<Vec<Option<String>>> = (0..1500)
@@ -356,7 +341,7 @@ impl Drop for HeldQueries {
 
 #[test]
 fn a_query_cancelled_while_polled_fails_with_its_id_and_state() {
-    aws_endpoint();
+    endpoint();
     let _moto = MOTO.lock().unwrap_or_else(|e| e.into_inner());
     let aws = Aws::load(Some("us-east-1")).unwrap();
     let workgroup = unique("wg-");
@@ -409,7 +394,7 @@ fn a_query_cancelled_while_polled_fails_with_its_id_and_state() {
 
 #[test]
 fn a_query_that_outlives_the_timeout_is_stopped() {
-    aws_endpoint();
+    endpoint();
     let _moto = MOTO.lock().unwrap_or_else(|e| e.into_inner());
     let aws = Aws::load(Some("us-east-1")).unwrap();
     let workgroup = unique("wg-");

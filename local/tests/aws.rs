@@ -8,6 +8,10 @@
     reason = "a test binary: a failed set-up step should fail the test loudly"
 )]
 
+#[path = "common/local_aws.rs"]
+mod local_aws;
+use local_aws::{aws, endpoint, new_bucket, reader_python, unique};
+
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -27,41 +31,6 @@ fn bin() -> std::path::PathBuf {
     std::env::var_os("SKIPPR_TEST_BIN")
         .filter(|p| !p.is_empty())
         .map_or_else(|| env!("CARGO_BIN_EXE_skipprd").into(), Into::into)
-}
-
-/// The moto server of `tests/run`, or a failure naming the fix.
-fn endpoint() -> String {
-    let endpoint = std::env::var("SKIPPR_TEST_AWS_ENDPOINT").unwrap_or_default();
-    assert!(
-        !endpoint.is_empty(),
-        "SKIPPR_TEST_AWS_ENDPOINT is not set: the AWS tests need the moto server that `bash tests/run` starts"
-    );
-    endpoint
-}
-
-fn aws() -> skipprd::aws::Aws {
-    endpoint();
-    skipprd::aws::Aws::load(Some("us-east-1")).unwrap()
-}
-
-fn new_bucket(aws: &skipprd::aws::Aws, stem: &str) -> String {
-    let name = format!("{stem}-{}-{}", std::process::id(), rand_suffix());
-    let client = aws.s3(None);
-    aws.block_on(async { client.create_bucket().bucket(&name).send().await })
-        .unwrap();
-    name
-}
-
-fn rand_suffix() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u64(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos() as u64,
-    );
-    h.finish() % 1_000_000
 }
 
 const CONFIG: &str = "\
@@ -317,7 +286,7 @@ fn an_idle_pass_and_a_batch_cost_a_constant_number_of_requests() {
 fn query_reads_a_wal_kept_in_s3() {
     let aws = aws();
     let sum = |n: u64| n * (n - 1) / 2;
-    let table = format!("query-{}-{}", std::process::id(), rand_suffix());
+    let table = unique("query");
     for store in ["", &dynamodb_store(&table)] {
         // A bucket per project: the WAL prefix is named by tenant, workspace and pipeline.
         let bucket = new_bucket(&aws, "query");
@@ -398,16 +367,6 @@ fn walkdir_has_no_segments(dir: &Path) -> bool {
     true
 }
 
-/// The reader venv's Python (PyIceberg with Glue support), or a failure naming the fix.
-fn reader_python() -> String {
-    match std::env::var("SKIPPR_TEST_PYTHON") {
-        Ok(p) if !p.is_empty() => p,
-        _ => panic!(
-            "SKIPPR_TEST_PYTHON is not set: run `bash tests/run` (it builds the reader venv with pyiceberg[pyarrow,glue])"
-        ),
-    }
-}
-
 /// Every row of the Glue tables, read by PyIceberg's `GlueCatalog`: table -> ids.
 fn glue_ids(database: &str, tables: &[&str]) -> std::collections::BTreeMap<String, Vec<u64>> {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/readers/read_glue_table.py");
@@ -448,7 +407,7 @@ struct AwsProject {
 impl AwsProject {
     fn new(aws: &skipprd::aws::Aws, store: &str) -> AwsProject {
         let bucket = new_bucket(aws, "kill");
-        let database = format!("kill_{}_{}", std::process::id(), rand_suffix());
+        let database = unique("kill_");
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(
             dir.path().join("skippr.yml"),
@@ -669,7 +628,7 @@ fn create_store(project: &AwsProject) {
 /// S3 registered in Glue; killed at random moments; every row exactly once.
 #[test]
 fn the_kill_loop_on_s3_wal_dynamodb_and_glue_lands_every_row_exactly_once() {
-    let table = format!("state-{}-{}", std::process::id(), rand_suffix());
+    let table = unique("state");
     aws_kill_loop_with(
         &dynamodb_store(&table),
         "AWS kill loop (S3 WAL, DynamoDB store and lease, AthenaIceberg)",
@@ -695,7 +654,7 @@ fn signal(child: &Child, sig: &str) {
 fn a_writer_frozen_past_its_lease_cannot_commit_after_resuming() {
     reader_python();
     let aws = aws();
-    let table = format!("fence-{}-{}", std::process::id(), rand_suffix());
+    let table = unique("fence");
     let project = AwsProject::new(&aws, &dynamodb_store(&table));
     create_store(&project);
     let dir = project.dir.path().to_path_buf();

@@ -10,6 +10,10 @@
     reason = "a test binary: a failed set-up step should fail the test loudly"
 )]
 
+#[path = "common/local_aws.rs"]
+mod local_aws;
+use local_aws::{endpoint, unique};
+
 use std::path::Path;
 use std::process::Command;
 
@@ -33,23 +37,6 @@ const SCRUBBED: &[&str] = &[
     "TRANSFORM_NAMESPACE_FIELDS",
 ];
 
-/// Fails unless the local AWS endpoint is set, saying how to get one.
-fn require_local_aws() {
-    let endpoint = std::env::var("SKIPPR_TEST_AWS_ENDPOINT")
-        .ok()
-        .filter(|e| !e.is_empty())
-        .unwrap_or_else(|| {
-            panic!(
-                "SKIPPR_TEST_AWS_ENDPOINT is not set: run `bash tests/run` (it starts a moto server and sets it with AWS_ENDPOINT_URL, AWS_REGION and dummy credentials), or start `moto_server` yourself and export those variables"
-            )
-        });
-    assert_eq!(
-        std::env::var("AWS_ENDPOINT_URL").ok().as_deref(),
-        Some(endpoint.as_str()),
-        "AWS_ENDPOINT_URL must point at the test server too (see tests/run)"
-    );
-}
-
 fn skipprd(dir: &Path, args: &[&str]) -> Run {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_skipprd"));
     cmd.current_dir(dir).args(args);
@@ -63,14 +50,6 @@ fn skipprd(dir: &Path, args: &[&str]) -> Run {
         stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
         stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
     }
-}
-
-fn unique_table(prefix: &str) -> String {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos();
-    format!("skipprd-cli-{prefix}-{}-{nanos}", std::process::id())
 }
 
 fn project(table: &str, input: &str) -> tempfile::TempDir {
@@ -122,8 +101,8 @@ fn ids(dir: &Path) -> serde_json::Value {
 
 #[test]
 fn sync_needs_the_table_created_on_request_then_resumes_from_dynamodb() {
-    require_local_aws();
-    let table = unique_table("resume");
+    endpoint();
+    let table = unique("resume");
     let dir = project(&table, RECORDS);
 
     // No table: sync fails naming it and the command that creates it, and creates nothing.

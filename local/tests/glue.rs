@@ -19,7 +19,11 @@
     reason = "a test binary: a failed set-up step should fail the test loudly"
 )]
 
-use std::path::{Path, PathBuf};
+#[path = "common/local_aws.rs"]
+mod local_aws;
+use local_aws::{endpoint, reader_python, unique};
+
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 
@@ -32,47 +36,6 @@ use skipprd::sinks::iceberg::IcebergSink;
 use skipprd::sinks::{LakeCatalog, LakeLocation};
 use skipprd::wal::{BatchPart, DiskWal, WalOptions};
 
-/// The local AWS endpoint, or a failure saying how to get one.
-fn aws_endpoint() -> String {
-    match std::env::var("SKIPPR_TEST_AWS_ENDPOINT") {
-        Ok(endpoint) if !endpoint.is_empty() => endpoint,
-        _ => panic!(
-            "SKIPPR_TEST_AWS_ENDPOINT is not set: run `bash tests/run`, which starts a moto server and exports it with AWS_ENDPOINT_URL, AWS_REGION and dummy credentials (or start `moto_server` yourself and export the same variables)"
-        ),
-    }
-}
-
-/// The Python interpreter of the reader venv, or a failure saying how to get one.
-fn python() -> PathBuf {
-    let python = std::env::var_os("SKIPPR_TEST_PYTHON")
-        .filter(|p| !p.is_empty())
-        .map(PathBuf::from)
-        .or_else(|| {
-            let venv = std::env::var_os("SKIPPR_TEST_VENV")
-                .map(PathBuf::from)
-                .or_else(|| {
-                    std::env::var_os("HOME")
-                        .map(|h| PathBuf::from(h).join(".cache/skipprd-test-venv"))
-                });
-            venv.map(|v| v.join("bin/python"))
-        });
-    match python {
-        Some(python) if python.exists() => python,
-        _ => panic!(
-            "the reader venv is missing: run `bash tests/run` (it builds it with pyiceberg[pyarrow,glue]==0.12.0), or set SKIPPR_TEST_PYTHON to a Python with pyiceberg[pyarrow,glue]==0.12.0"
-        ),
-    }
-}
-
-/// A name no other test of this moto server uses.
-fn unique(prefix: &str) -> String {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .subsec_nanos();
-    format!("{prefix}{}x{nanos}", std::process::id())
-}
-
 fn create_bucket(aws: &Aws, bucket: &str) {
     let s3 = aws.s3(None);
     aws.block_on(async { s3.create_bucket().bucket(bucket).send().await })
@@ -81,9 +44,9 @@ fn create_bucket(aws: &Aws, bucket: &str) {
 
 /// Read the Glue tables `tables` of `database` with PyIceberg's `GlueCatalog` and boto3.
 fn read_glue(database: &str, tables: &[&str], flags: &[&str]) -> Value {
-    aws_endpoint();
+    endpoint();
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/readers/read_glue_table.py");
-    let out = Command::new(python())
+    let out = Command::new(reader_python())
         .arg(&script)
         .args(["--database", database])
         .args(flags)
@@ -118,7 +81,7 @@ fn deliver(sink: &IcebergSink, wal: &DiskWal, schema: &PipelineSchema) -> (u64, 
 
 #[test]
 fn the_glue_sink_lands_evolves_and_never_lands_a_batch_twice_on_s3() {
-    aws_endpoint();
+    endpoint();
     let aws = Aws::load(None).unwrap();
     let bucket = unique("lake");
     let database = unique("db_");
@@ -311,7 +274,7 @@ fn write_lines(path: &Path, records: impl Iterator<Item = Value>) {
 
 #[test]
 fn skipprd_sync_into_athena_iceberg_on_moto_twice_counts_exactly() {
-    aws_endpoint();
+    endpoint();
     let aws = Aws::load(None).unwrap();
     let bucket = unique("cli");
     let database = unique("shop_");
@@ -383,7 +346,7 @@ data_sinks:
 #[test]
 fn s3_file_io_streams_multipart_reads_ranges_and_deletes_prefixes_on_moto() {
     use skipprd::sinks::iceberg::s3::{PART_SIZE, s3_file_io};
-    aws_endpoint();
+    endpoint();
     let aws = Aws::load(None).unwrap();
     let bucket = unique("io");
     create_bucket(&aws, &bucket);

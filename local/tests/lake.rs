@@ -19,6 +19,10 @@
 
 mod common;
 
+#[path = "common/local_aws.rs"]
+mod local_aws;
+use local_aws::reader_python;
+
 use common::Rng;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -31,36 +35,11 @@ use skipprd::wal::{DiskWal, WalOptions};
 
 const READERS: [&str; 2] = ["duckdb", "pyiceberg"];
 
-/// The Python interpreter of the reader venv, or a failure saying how to get one.
-fn python() -> PathBuf {
-    if let Some(python) = std::env::var_os("SKIPPR_TEST_PYTHON").filter(|p| !p.is_empty()) {
-        let python = PathBuf::from(python);
-        assert!(
-            python.exists(),
-            "SKIPPR_TEST_PYTHON={} does not exist: run `bash tests/run` (it builds the reader venv) or point SKIPPR_TEST_PYTHON at a Python with pyiceberg[pyarrow]==0.12.0 and duckdb==1.4.4 + duckdb-ext-iceberg",
-            python.display()
-        );
-        return python;
-    }
-    let venv = std::env::var_os("SKIPPR_TEST_VENV")
-        .map(PathBuf::from)
-        .or_else(|| {
-            std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/skipprd-test-venv"))
-        });
-    let python = venv.map(|v| v.join("bin/python"));
-    match python {
-        Some(python) if python.exists() => python,
-        _ => panic!(
-            "the Iceberg reader venv (DuckDB + PyIceberg) is missing: run `bash tests/run`, which builds it under ${{SKIPPR_TEST_VENV:-$HOME/.cache/skipprd-test-venv}}, or set SKIPPR_TEST_PYTHON to a Python with pyiceberg[pyarrow]==0.12.0 and duckdb==1.4.4 + duckdb-ext-iceberg"
-        ),
-    }
-}
-
 /// Read `tables` with both readers (`flags`: `--key id`, `--values`, `--snapshots`); the
 /// result maps each table directory to `{"duckdb": {...}, "pyiceberg": {...}}`.
 fn read_tables(tables: &[PathBuf], flags: &[&str]) -> BTreeMap<PathBuf, Value> {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/readers/read_table.py");
-    let out = Command::new(python())
+    let out = Command::new(reader_python())
         .arg(&script)
         .args(flags)
         .args(tables)
@@ -692,7 +671,7 @@ fn moto() -> skipprd::aws::Aws {
 /// both readers find every row exactly once. `env` selects the backends.
 fn kill_loop(env: &[(&str, &str)], label: &str) {
     // Fail before any work when the readers are missing.
-    let _ = python();
+    let _ = reader_python();
     let s3_wal = env.iter().any(|(k, v)| *k == "WAL_STORAGE" && *v == "s3");
     let kills: u64 = std::env::var("SKIPPR_KILL_LOOPS")
         .ok()
@@ -798,7 +777,7 @@ fn kill_loop(env: &[(&str, &str)], label: &str) {
 #[cfg(feature = "failpoints")]
 #[test]
 fn a_crash_at_every_delivery_step_lands_every_row_exactly_once() {
-    let _ = python();
+    let _ = reader_python();
     let steps = [
         "sink.after_data_files",
         "sink.after_table_commit",

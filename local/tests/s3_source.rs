@@ -7,38 +7,15 @@
     reason = "a test binary: a failed set-up step should fail the test loudly"
 )]
 
+#[path = "common/local_aws.rs"]
+mod local_aws;
+use local_aws::{aws, endpoint, new_bucket};
+
 use std::io::Write;
 use std::path::Path;
 use std::process::{Command, Output};
 
 use serde_json::Value;
-
-/// The moto server of `tests/run`, or a failure naming the fix.
-fn endpoint() -> String {
-    let endpoint = std::env::var("SKIPPR_TEST_AWS_ENDPOINT").unwrap_or_default();
-    assert!(
-        !endpoint.is_empty(),
-        "SKIPPR_TEST_AWS_ENDPOINT is not set: the S3 source tests need the moto server that `bash tests/run` starts"
-    );
-    endpoint
-}
-
-fn aws() -> skipprd::aws::Aws {
-    endpoint();
-    skipprd::aws::Aws::load(Some("us-east-1")).unwrap()
-}
-
-fn new_bucket(aws: &skipprd::aws::Aws) -> String {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .subsec_nanos();
-    let name = format!("s3src-cli-{}-{nanos}", std::process::id());
-    let client = aws.s3(None);
-    aws.block_on(async { client.create_bucket().bucket(&name).send().await })
-        .unwrap();
-    name
-}
 
 fn put(aws: &skipprd::aws::Aws, bucket: &str, key: &str, bytes: Vec<u8>) {
     let client = aws.s3(None);
@@ -124,7 +101,7 @@ fn counts(project: &Path) -> (u64, u64, u64) {
 #[test]
 fn sync_reads_an_s3_prefix_then_only_new_objects_and_query_counts_every_row_once() {
     let aws = aws();
-    let bucket = new_bucket(&aws);
+    let bucket = new_bucket(&aws, "s3src-cli-");
     put(&aws, &bucket, "in/2026-12-01/a.jsonl", jsonl(0..5));
     let csv: String = std::iter::once("id,name\n".to_owned())
         .chain((5..8).map(|id| format!("{id},row {id}\n")))

@@ -23,7 +23,11 @@
     reason = "a test binary: a failed set-up step should fail the test loudly"
 )]
 
-use std::path::{Path, PathBuf};
+#[path = "common/local_aws.rs"]
+mod local_aws;
+use local_aws::{endpoint, reader_python, unique};
+
+use std::path::Path;
 use std::process::{Command, Output};
 
 use std::sync::Arc;
@@ -38,41 +42,6 @@ use skipprd::sinks::iceberg::catalog::{LakePointer, Pointer, TableRef};
 use skipprd::sinks::{LakeCatalog, LakeLocation};
 use skipprd::state::{DynamoStore, StateKey, StateStore};
 use skipprd::wal::{BatchPart, DiskWal, WalOptions};
-
-/// Fails unless the local AWS endpoint is set, saying how to get one.
-fn require_local_aws() -> String {
-    let endpoint = match std::env::var("SKIPPR_TEST_AWS_ENDPOINT") {
-        Ok(endpoint) if !endpoint.is_empty() => endpoint,
-        _ => panic!(
-            "SKIPPR_TEST_AWS_ENDPOINT is not set: run `bash tests/run`, which starts a moto server and exports it with AWS_ENDPOINT_URL, AWS_REGION and dummy credentials (or start `moto_server` yourself and export the same variables)"
-        ),
-    };
-    assert_eq!(
-        std::env::var("AWS_ENDPOINT_URL").ok().as_deref(),
-        Some(endpoint.as_str()),
-        "AWS_ENDPOINT_URL must point at the test server too (see tests/run)"
-    );
-    endpoint
-}
-
-/// The Python interpreter of the reader venv, or a failure saying how to get one.
-fn python() -> PathBuf {
-    match std::env::var_os("SKIPPR_TEST_PYTHON").filter(|p| !p.is_empty()) {
-        Some(python) if Path::new(&python).exists() => PathBuf::from(python),
-        _ => panic!(
-            "SKIPPR_TEST_PYTHON is not set: run `bash tests/run` (it builds the reader venv with pyiceberg[pyarrow,glue]==0.12.0 and sets it)"
-        ),
-    }
-}
-
-/// A name no other test of this moto server uses.
-fn unique(prefix: &str) -> String {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .subsec_nanos();
-    format!("{prefix}{}x{nanos}", std::process::id())
-}
 
 /// Variables that would change behaviour if the developer's shell had them set.
 const SCRUBBED: &[&str] = &[
@@ -158,7 +127,7 @@ fn pointer(store: &DynamoStore, warehouse: &str, table: &str) -> (u64, Value) {
 /// PyIceberg's view of the table whose current metadata is `location`.
 fn read_back(location: &str) -> Value {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/readers/read_s3_table.py");
-    let out = Command::new(python())
+    let out = Command::new(reader_python())
         .arg(&script)
         .args(["--key", "id", location])
         .output()
@@ -183,7 +152,7 @@ fn query_counts(dir: &Path, table: &str) -> Value {
 
 #[test]
 fn skipprd_sync_into_skipprlake_on_s3_with_pointers_in_dynamodb_twice_counts_exactly() {
-    require_local_aws();
+    endpoint();
     let aws = Aws::load(None).unwrap();
     let bucket = unique("lake");
     let table = unique("skipprd-lake-");
@@ -352,7 +321,7 @@ fn objects(aws: &Aws, bucket: &str, prefix: &str) -> Vec<String> {
 
 #[test]
 fn the_dynamodb_pointer_refuses_a_stale_swap_and_deletes_the_losers_metadata_object() {
-    require_local_aws();
+    endpoint();
     let aws = Aws::load(None).unwrap();
     let bucket = unique("cas");
     let table = unique("skipprd-cas-");
