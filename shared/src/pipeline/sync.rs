@@ -57,9 +57,9 @@ pub struct SyncOptions {
     pub progress_interval: Duration,
     /// WAL segment size target.
     pub wal: WalOptions,
-    /// Replay the files of the pipeline's `File` deadletter sink instead of reading its
-    /// source (`skipprd deadletters replay`): each file's records go through typing, the WAL
-    /// and the destination like any others, and the file moves to `replayed/`.
+    /// Replay the files of the pipeline's deadletter sink (`File` or `S3`) instead of reading
+    /// its source (`skipprd deadletters replay`): each file's records go through typing, the
+    /// WAL and the destination like any others, and the file moves to `replayed/`.
     pub replay: bool,
     /// The AWS handle for the AWS backends (built once per process; loaded from the
     /// environment on first need when `None`).
