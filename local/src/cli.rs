@@ -88,10 +88,11 @@ pub enum StoreCommand {
 /// `deadletters` subcommands.
 #[derive(Debug, Subcommand)]
 pub enum DeadlettersCommand {
-    /// Send the records of the deadletter files (fixed by hand where needed: edit the `record`
-    /// text) back through the pipeline: typed, committed to the WAL and delivered like any
-    /// other record, each file exactly once; a replayed file moves to `replayed/`. Records
-    /// that still cannot be read are rejected again, into new files. Takes the writer lease.
+    /// Send the records of the deadletter files or objects (`File` or `S3` sink; fixed by hand
+    /// where needed: edit the `record` text) back through the pipeline: typed, committed to
+    /// the WAL and delivered like any other record, each file exactly once; a replayed file
+    /// moves to `replayed/`. Records that still cannot be read are rejected again, into new
+    /// files. Takes the writer lease.
     Replay(MaintainArgs),
 }
 

@@ -77,12 +77,26 @@ const SCRUBBED: &[&str] = &[
     "SKIPPR_FAILPOINT",
 ];
 
+/// The `skipprd` binary under test: cargo's, or `SKIPPR_TEST_BIN` (a copy, when several
+/// worktrees share one target directory and may replace cargo's mid-run).
+fn bin() -> std::path::PathBuf {
+    std::env::var_os("SKIPPR_TEST_BIN")
+        .filter(|p| !p.is_empty())
+        .map_or_else(|| env!("CARGO_BIN_EXE_skipprd").into(), Into::into)
+}
+
 fn skipprd(dir: &Path, args: &[&str]) -> Run {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_skipprd"));
+    skipprd_with(dir, args, &[])
+}
+
+/// [`skipprd`] with `env` set on top of the scrubbed environment.
+fn skipprd_with(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Run {
+    let mut cmd = Command::new(bin());
     cmd.current_dir(dir).args(args);
     for var in SCRUBBED {
         cmd.env_remove(var);
     }
+    cmd.envs(env.iter().copied());
     let out = cmd.output().expect("run skipprd");
     Run {
         code: out.status.code().unwrap_or(-1),
@@ -354,17 +368,160 @@ fn rejected_records_land_in_the_s3_deadletter_sink_one_object_per_batch_once() {
     assert_eq!(run.event("sync_complete")["deadletters"], 0);
     assert_eq!(bucket.list("").unwrap(), [first, third]);
     assert_eq!(bucket.get(third).unwrap().unwrap(), before);
+}
 
-    // Replay reads only a `File` sink's files: with an S3 sink it exits 2 and says so.
-    let run = skipprd(dir.path(), &["deadletters", "replay"]);
-    assert_eq!(run.code, 2, "{} {}", run.stdout, run.stderr);
-    assert!(
-        run.stderr.contains("`deadletters replay`")
-            && run
-                .stderr
-                .contains("`S3` deadletter sink is not supported yet"),
-        "{}",
-        run.stderr
+/// Pipeline `p`: files of `input/` into a local lake; rejected records to an `S3` sink.
+fn lake_with_s3_rejects(bucket: &str) -> String {
+    format!(
+        "\
+pipelines:
+  p:
+    data_source: data_sources.f
+    data_sink: data_sinks.lake
+    deadletter_sink: deadletter_sinks.rejects
+data_sources:
+  f:
+    File:
+      path: input/*.jsonl
+data_sinks:
+  lake:
+    Duckdb:
+      warehouse: file://./lake
+deadletter_sinks:
+  rejects:
+    S3:
+      s3_bucket: {bucket}
+      s3_prefix: dead/letters
+"
+    )
+}
+
+const DEADLETTER_KEY: &str = "dead/letters/p/b00000000000000000001.jsonl";
+const REPLAYED_KEY: &str = "dead/letters/p/replayed/b00000000000000000001.jsonl";
+
+/// The lake's row count and sum of `id`, as `skipprd query --plain` prints them.
+fn lake_count(dir: &Path) -> String {
+    let q = skipprd(
+        dir,
+        &[
+            "query",
+            "--plain",
+            "-s",
+            "select count(*) as n, sum(id) as s from p",
+        ],
     );
-    assert_eq!(bucket.list("").unwrap(), [first, third]);
+    assert_eq!(q.code, 0, "{}", q.stderr);
+    q.stdout.trim().to_owned()
+}
+
+/// `deadletters replay -p p`, succeeding; its `sync_complete` event.
+fn replay(dir: &Path) -> Value {
+    let run = skipprd(
+        dir,
+        &["deadletters", "replay", "-p", "p", "--output", "json"],
+    );
+    assert_eq!(run.code, 0, "{} {}", run.stdout, run.stderr);
+    run.event("sync_complete")
+}
+
+/// A project whose first sync rejected `{"id": 3, oops}` into the S3 sink, the user having
+/// fixed it since in its object (GET, edit, PUT); the object's fixed bytes.
+fn synced_with_a_fixed_s3_deadletter(bucket: &Bucket) -> (tempfile::TempDir, Vec<u8>) {
+    let dir = project(
+        &lake_with_s3_rejects(bucket.name()),
+        "{\"id\":1}\n{\"id\": 3, oops}\n{\"id\":2}\n",
+    );
+    let run = skipprd(dir.path(), &["sync", "--once"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(
+        lake_count(dir.path()),
+        r#"{"header":["n","s"],"rows":[[2,3]]}"#
+    );
+    assert_eq!(bucket.list("").unwrap(), [DEADLETTER_KEY]);
+    let text = String::from_utf8(bucket.get(DEADLETTER_KEY).unwrap().unwrap()).unwrap();
+    let mut line: Value = serde_json::from_str(text.trim()).unwrap();
+    assert_eq!(line["record"], "{\"id\": 3, oops}");
+    line["record"] = Value::String("{\"id\": 3}".into());
+    let fixed = format!("{line}\n").into_bytes();
+    bucket
+        .put(DEADLETTER_KEY, fixed.clone(), "application/x-ndjson")
+        .unwrap();
+    (dir, fixed)
+}
+
+#[test]
+fn fixed_s3_deadletters_replay_into_the_lake_exactly_once() {
+    let bucket = new_bucket(&aws(), "replay");
+    let (dir, fixed) = synced_with_a_fixed_s3_deadletter(&bucket);
+    let done = replay(dir.path());
+    assert_eq!(
+        (done["rows"].clone(), done["deadletters"].clone()),
+        (1.into(), 0.into()),
+        "{done}"
+    );
+    assert_eq!(
+        lake_count(dir.path()),
+        r#"{"header":["n","s"],"rows":[[3,6]]}"#
+    );
+    assert_eq!(
+        bucket.list("").unwrap(),
+        [REPLAYED_KEY],
+        "a replayed object moves aside"
+    );
+    assert_eq!(bucket.get(REPLAYED_KEY).unwrap().unwrap(), fixed);
+
+    // Nothing left to replay.
+    let done = replay(dir.path());
+    assert_eq!(done["rows"], 0, "{done}");
+    assert_eq!(bucket.list("").unwrap(), [REPLAYED_KEY]);
+
+    // The object back at its key, as a crash between the PUT under `replayed/` and the
+    // DELETE leaves it: replay and sync add nothing.
+    bucket
+        .put(DEADLETTER_KEY, fixed, "application/x-ndjson")
+        .unwrap();
+    let done = replay(dir.path());
+    assert_eq!(done["rows"], 0, "{done}");
+    let run = skipprd(dir.path(), &["sync", "--once"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(
+        lake_count(dir.path()),
+        r#"{"header":["n","s"],"rows":[[3,6]]}"#
+    );
+    assert_eq!(bucket.list("").unwrap(), [DEADLETTER_KEY, REPLAYED_KEY]);
+}
+
+/// A replay killed right after its batch's WAL commit (before the position, the delivery and
+/// the move aside): the object stays, the next replay does not read it again (the WAL batch
+/// names it), and the next pass delivers the row once.
+#[cfg(feature = "failpoints")]
+#[test]
+fn an_s3_replay_killed_after_its_wal_commit_lands_the_row_once() {
+    let bucket = new_bucket(&aws(), "replay-crash");
+    let (dir, _) = synced_with_a_fixed_s3_deadletter(&bucket);
+    let crashed = skipprd_with(
+        dir.path(),
+        &["deadletters", "replay", "-p", "p"],
+        &[("SKIPPR_FAILPOINT", "sync.after_wal_commit")],
+    );
+    assert_ne!(
+        crashed.code, 0,
+        "the failpoint did not fire: {}",
+        crashed.stderr
+    );
+    assert_eq!(bucket.list("").unwrap(), [DEADLETTER_KEY]);
+    let done = replay(dir.path());
+    assert_eq!(done["rows"], 0, "replayed twice: {done}");
+    let run = skipprd(dir.path(), &["sync", "--once"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(
+        lake_count(dir.path()),
+        r#"{"header":["n","s"],"rows":[[3,6]]}"#
+    );
+    let done = replay(dir.path());
+    assert_eq!(done["rows"], 0, "{done}");
+    assert_eq!(
+        lake_count(dir.path()),
+        r#"{"header":["n","s"],"rows":[[3,6]]}"#
+    );
 }

@@ -448,6 +448,21 @@ impl Bucket {
         }
     }
 
+    /// Delete the object `key`. Deleting a key that does not exist succeeds (as in S3).
+    pub fn delete(&self, key: &str) -> Result<(), SdkFailure> {
+        self.aws
+            .block_on(async {
+                self.client
+                    .delete_object()
+                    .bucket(&self.name)
+                    .key(key)
+                    .send()
+                    .await
+            })
+            .map(|_| ())
+            .map_err(|e| SdkFailure::from_sdk(&e))
+    }
+
     /// The keys under `prefix`, in key order (every page).
     pub fn list(&self, prefix: &str) -> Result<Vec<String>, SdkFailure> {
         Ok(self

@@ -425,7 +425,8 @@ connector_set! {
         /// Deadletter records as objects in S3: one object per WAL batch with rejected records,
         /// `s3://{s3_bucket}/{s3_prefix}/{pipeline}/b{batch id, 20 digits}.jsonl` (or
         /// `.parquet`), written by one PUT of the whole object, so a retry overwrites it.
-        /// `skipprd deadletters replay` does not read them yet (it exits 2).
+        /// `skipprd deadletters replay` reads these objects (and moves each replayed one to
+        /// `{pipeline}/replayed/`: a PUT there, then a DELETE).
         S3(S3SinkConfig) = true,
         /// Deadletter records in an Athena table named `_dl_<pipeline>`.
         Athena(AthenaSinkConfig) = false,

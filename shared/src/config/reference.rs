@@ -56,7 +56,7 @@ fn sections() -> Vec<Section> {
         ),
         (
             "deadletter_sinks",
-            "Where rejected records go: one object per WAL batch that has rejected records, written whole, so a retry replaces it and never appends (default format `jsonl`). `File`: `{path}/{pipeline}/b{batch id, 20 digits}.jsonl` (or `.parquet`); `skipprd deadletters replay` sends these files through the pipeline again. `S3`: `s3://{s3_bucket}/{s3_prefix}/{pipeline}/b{batch id, 20 digits}.jsonl` (or `.parquet`), one PUT per object, in the same encoding as the `File` sink; `deadletters replay` does not read S3 yet (it exits 2). `Athena` is not supported yet.",
+            "Where rejected records go: one object per WAL batch that has rejected records, written whole, so a retry replaces it and never appends (default format `jsonl`). `File`: `{path}/{pipeline}/b{batch id, 20 digits}.jsonl` (or `.parquet`); `skipprd deadletters replay` sends these files through the pipeline again. `S3`: `s3://{s3_bucket}/{s3_prefix}/{pipeline}/b{batch id, 20 digits}.jsonl` (or `.parquet`), one PUT per object, in the same encoding as the `File` sink; `deadletters replay` replays these objects too, each exactly once (a replayed object moves to `{pipeline}/replayed/`). `Athena` is not supported yet.",
             DeadletterConnector::type_schemas(),
         ),
         (

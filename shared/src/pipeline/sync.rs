@@ -57,9 +57,9 @@ pub struct SyncOptions {
     pub progress_interval: Duration,
     /// WAL segment size target.
     pub wal: WalOptions,
-    /// Replay the files of the pipeline's `File` deadletter sink instead of reading its
-    /// source (`skipprd deadletters replay`): each file's records go through typing, the WAL
-    /// and the destination like any others, and the file moves to `replayed/`.
+    /// Replay the files of the pipeline's deadletter sink (`File` or `S3`) instead of reading
+    /// its source (`skipprd deadletters replay`): each file's records go through typing, the
+    /// WAL and the destination like any others, and the file moves to `replayed/`.
     pub replay: bool,
     /// The AWS handle for the AWS backends (built once per process; loaded from the
     /// environment on first need when `None`).
@@ -125,10 +125,12 @@ pub fn sync_pass(
     let name = pipeline.name.clone();
     let settings = &config.settings;
     if options.replay
-        && pipeline
-            .deadletter_sink
-            .as_ref()
-            .is_some_and(|d| !matches!(d.connector, DeadletterConnector::File(_)))
+        && pipeline.deadletter_sink.as_ref().is_some_and(|d| {
+            !matches!(
+                d.connector,
+                DeadletterConnector::File(_) | DeadletterConnector::S3(_)
+            )
+        })
     {
         // Before the lease: nothing is read or delivered.
         return Err(replay_unsupported(pipeline).into());
@@ -272,7 +274,7 @@ pub fn sync_pass(
             position.as_deref(),
         )?;
         let source: Box<dyn crate::sources::Source> = Box::new(
-            crate::sources::replay::ReplaySource::new(plan.files.clone()),
+            crate::sources::replay::ReplaySource::new(plan.sink.target(), plan.files.clone()),
         );
         (source, Some(plan))
     } else {
@@ -1348,7 +1350,7 @@ fn replayed_names(parts: &[BatchPart]) -> Vec<String> {
         .collect()
 }
 
-/// `deadletters replay` with a deadletter sink other than `File`: not supported yet.
+/// `deadletters replay` with a deadletter sink other than `File` or `S3`: not supported yet.
 fn replay_unsupported(pipeline: &ValidatedPipeline) -> ConfigError {
     let (sink, kind) = pipeline
         .deadletter_sink
@@ -1360,28 +1362,28 @@ fn replay_unsupported(pipeline: &ValidatedPipeline) -> ConfigError {
         setting: format!("pipelines.{}.deadletter_sink", pipeline.name),
         value: format!("deadletter_sinks.{sink} ({kind})"),
         note: Some(format!(
-            "`deadletters replay` reads the files of a `File` deadletter sink; replay from an `{kind}` deadletter sink is not supported yet (copy its objects into a `File` sink's directory and point the pipeline at that sink to replay them)"
+            "`deadletters replay` reads the objects of a `File` or `S3` deadletter sink; replay from an `{kind}` deadletter sink is not supported yet"
         )),
     }
 }
 
 /// What `skipprd deadletters replay` replays, and where it leaves the source.
-struct ReplayPlan {
-    /// The deadletter files not replayed yet.
-    files: Vec<std::path::PathBuf>,
+struct ReplayPlan<'a> {
+    /// The deadletter sink the objects are in.
+    sink: &'a crate::sinks::deadletter::DeadletterSink,
+    /// The deadletter objects not replayed yet (names relative to the sink's target).
+    files: Vec<String>,
     /// The source position every replay batch records (unchanged by a replay).
     position: Vec<u8>,
-    /// Where replayed files go.
-    done_dir: std::path::PathBuf,
 }
 
-impl ReplayPlan {
+impl<'a> ReplayPlan<'a> {
     #[allow(clippy::too_many_arguments)]
     fn new(
         pipeline: &ValidatedPipeline,
         settings: &crate::config::validate::Settings,
         base_dir: &std::path::Path,
-        deadletters: Option<&crate::sinks::deadletter::DeadletterSink>,
+        deadletters: Option<&'a crate::sinks::deadletter::DeadletterSink>,
         store: &dyn StateStore,
         partition: &str,
         wal: &dyn Wal,
@@ -1393,13 +1395,11 @@ impl ReplayPlan {
                 setting: format!("pipelines.{name}.deadletter_sink"),
                 value: "(none)".into(),
                 note: Some(
-                    "`deadletters replay` reads the files of a `File` deadletter sink".into(),
+                    "`deadletters replay` reads the objects of a `File` or `S3` deadletter sink"
+                        .into(),
                 ),
             }
             .into());
-        };
-        let Some(dir) = sink.dir() else {
-            return Err(replay_unsupported(pipeline).into());
         };
         // Replayed already: recorded in the state store, or named in a WAL batch.
         let state_err = |source| PipelineError::State {
@@ -1421,12 +1421,12 @@ impl ReplayPlan {
                 replayed.extend(replayed_names(&parts));
             }
         }
-        let files = crate::sources::replay::pending_files(&dir, &replayed).map_err(|source| {
-            PipelineError::Source {
+        let files = sink
+            .pending(&replayed)
+            .map_err(|source| PipelineError::Sink {
                 pipeline: name.clone(),
-                source,
-            }
-        })?;
+                source: Box::new(source),
+            })?;
         let position = match position {
             Some(p) => p.to_vec(),
             // Never synced: the source's starting checkpoint.
@@ -1438,26 +1438,26 @@ impl ReplayPlan {
                 })?,
         };
         Ok(ReplayPlan {
+            sink,
             files,
             position,
-            done_dir: dir.join("replayed"),
         })
     }
 
-    /// Move the files replayed in this pass to `replayed/` (best effort: a file left behind
-    /// is recognised as replayed by its marker).
+    /// Move the objects replayed in this pass (committed to the WAL, which names them) to
+    /// `replayed/` (best effort: an object left behind, or left in both places by a crash
+    /// part-way through an S3 move, is recognised as replayed by its marker).
     fn set_aside(&self, names: &[String]) {
         for name in names {
-            let Some(from) = self.files.iter().find(|f| {
-                f.file_name()
-                    .is_some_and(|n| n.to_string_lossy() == name.as_str())
-            }) else {
+            let Some(from) = self
+                .files
+                .iter()
+                .find(|f| crate::sinks::deadletter::file_name(f) == name.as_str())
+            else {
                 continue;
             };
-            let moved = std::fs::create_dir_all(&self.done_dir)
-                .and_then(|()| std::fs::rename(from, self.done_dir.join(name)));
-            if let Err(e) = moved {
-                tracing::warn!(file = %from.display(), error = %e, "Could not move a replayed deadletter file aside; it stays marked as replayed.");
+            if let Err(e) = self.sink.set_aside(from) {
+                tracing::warn!(file = %self.sink.target().location_of(from), error = %e, "Could not move a replayed deadletter file aside; it stays marked as replayed.");
             }
         }
     }

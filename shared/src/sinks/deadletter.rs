@@ -14,7 +14,9 @@
 //! name again with the same records, replacing the first: no record is ever written twice.
 //! The encoding ([`DeadletterSink::encode`]) is the same for both.
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use crate::aws::{Aws, Bucket};
 use crate::config::connectors::{DeadletterConnector, OutputFormat};
@@ -26,9 +28,20 @@ use crate::wal::{BatchId, BatchMeta, BatchPart, WalError};
 
 /// Where a deadletter sink puts its objects: whole objects by name, a second write of a name
 /// replacing the first in one step (a reader sees the old object or the new, never a mix).
+/// `skipprd deadletters replay` lists, reads and moves them aside through the same names.
 pub trait ObjectTarget: Send + Sync + std::fmt::Debug {
     /// Write `bytes` as the whole object `name` (a `/`-separated relative name).
     fn put_whole(&self, name: &str, bytes: Vec<u8>) -> Result<(), SinkError>;
+    /// The names of the objects directly in `dir` (not in its subdirectories), each as
+    /// `{dir}/{file}`, in name order; none when `dir` does not exist.
+    fn list(&self, dir: &str) -> Result<Vec<String>, SinkError>;
+    /// The bytes of the object `name`, or `None` when there is none.
+    fn get(&self, name: &str) -> Result<Option<Vec<u8>>, SinkError>;
+    /// Move the object `from` to `to`. A crash part-way never loses it: a file is renamed in
+    /// one step; an object is written under `to` before `from` is deleted, so a crash between
+    /// the two leaves both. Moving an object that is gone does nothing (a move redone after a
+    /// crash).
+    fn move_to(&self, from: &str, to: &str) -> Result<(), SinkError>;
     /// Where the object `name` is, for messages: a path or an `s3://` URI.
     fn location_of(&self, name: &str) -> String;
     /// The directory the objects are files in, for a target on local disk.
@@ -54,6 +67,51 @@ impl ObjectTarget for DirTarget {
     fn put_whole(&self, name: &str, bytes: Vec<u8>) -> Result<(), SinkError> {
         let path = self.dir.join(name);
         write_atomic(&path, &bytes).map_err(|source| SinkError::Io { path, source })
+    }
+
+    fn list(&self, dir: &str) -> Result<Vec<String>, SinkError> {
+        let path = self.dir.join(dir);
+        let io = |source| SinkError::Io {
+            path: path.clone(),
+            source,
+        };
+        let entries = match std::fs::read_dir(&path) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(io(e)),
+        };
+        let mut names = Vec::new();
+        for entry in entries {
+            let entry = entry.map_err(io)?;
+            if entry.file_type().map_err(io)?.is_file() {
+                names.push(format!("{dir}/{}", entry.file_name().to_string_lossy()));
+            }
+        }
+        names.sort();
+        Ok(names)
+    }
+
+    fn get(&self, name: &str) -> Result<Option<Vec<u8>>, SinkError> {
+        let path = self.dir.join(name);
+        match std::fs::read(&path) {
+            Ok(bytes) => Ok(Some(bytes)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(source) => Err(SinkError::Io { path, source }),
+        }
+    }
+
+    fn move_to(&self, from: &str, to: &str) -> Result<(), SinkError> {
+        let (from, to) = (self.dir.join(from), self.dir.join(to));
+        if let Some(parent) = to.parent() {
+            std::fs::create_dir_all(parent).map_err(|source| SinkError::Io {
+                path: parent.to_path_buf(),
+                source,
+            })?;
+        }
+        match std::fs::rename(&from, &to) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && !from.exists() => Ok(()),
+            moved => moved.map_err(|source| SinkError::Io { path: from, source }),
+        }
     }
 
     fn location_of(&self, name: &str) -> String {
@@ -90,6 +148,14 @@ impl S3Target {
     pub fn key_of(&self, name: &str) -> String {
         format!("{}{name}", self.prefix)
     }
+
+    fn failed(&self, op: &'static str, key: &str, failure: crate::aws::SdkFailure) -> SinkError {
+        SinkError::ObjectStore {
+            op,
+            uri: self.bucket.uri(key),
+            failure: Box::new(failure),
+        }
+    }
 }
 
 impl ObjectTarget for S3Target {
@@ -102,11 +168,40 @@ impl ObjectTarget for S3Target {
         };
         self.bucket
             .put(&key, bytes, content_type)
-            .map_err(|failure| SinkError::ObjectStore {
-                op: "write",
-                uri: self.bucket.uri(&key),
-                failure: Box::new(failure),
-            })
+            .map_err(|failure| self.failed("write", &key, failure))
+    }
+
+    fn list(&self, dir: &str) -> Result<Vec<String>, SinkError> {
+        let prefix = self.key_of(&format!("{dir}/"));
+        let keys = self
+            .bucket
+            .list(&prefix)
+            .map_err(|failure| self.failed("list", &prefix, failure))?;
+        Ok(keys
+            .iter()
+            .filter_map(|key| key.strip_prefix(&prefix))
+            .filter(|file| !file.is_empty() && !file.contains('/'))
+            .map(|file| format!("{dir}/{file}"))
+            .collect())
+    }
+
+    fn get(&self, name: &str) -> Result<Option<Vec<u8>>, SinkError> {
+        let key = self.key_of(name);
+        self.bucket
+            .get(&key)
+            .map_err(|failure| self.failed("read", &key, failure))
+    }
+
+    fn move_to(&self, from: &str, to: &str) -> Result<(), SinkError> {
+        let Some(bytes) = self.get(from)? else {
+            return Ok(());
+        };
+        // Written under the new name first: a crash before the delete leaves both.
+        self.put_whole(to, bytes)?;
+        let key = self.key_of(from);
+        self.bucket
+            .delete(&key)
+            .map_err(|failure| self.failed("delete", &key, failure))
     }
 
     fn location_of(&self, name: &str) -> String {
@@ -114,10 +209,16 @@ impl ObjectTarget for S3Target {
     }
 }
 
+/// The last `/`-separated part of an object's name or location: the file name that replay
+/// bookkeeping (`replayed#{file}`, the `_replayed` part) records.
+pub fn file_name(name: &str) -> &str {
+    name.rsplit('/').next().unwrap_or(name)
+}
+
 /// A pipeline's deadletter sink: rejected records as one object per WAL batch.
 #[derive(Debug)]
 pub struct DeadletterSink {
-    target: Box<dyn ObjectTarget>,
+    target: Arc<dyn ObjectTarget>,
     pipeline: String,
     format: OutputFormat,
 }
@@ -134,7 +235,7 @@ impl DeadletterSink {
         base_dir: &Path,
         aws: Option<&Aws>,
     ) -> Result<Option<Self>, SinkError> {
-        let (target, format): (Box<dyn ObjectTarget>, _) = match &sink.connector {
+        let (target, format): (Arc<dyn ObjectTarget>, _) = match &sink.connector {
             DeadletterConnector::File(c) => {
                 let path = Path::new(&c.path);
                 let dir = if path.is_absolute() {
@@ -143,7 +244,7 @@ impl DeadletterSink {
                     base_dir.join(path)
                 };
                 let dir = std::path::absolute(&dir).unwrap_or(dir);
-                (Box::new(DirTarget::new(dir)), c.format)
+                (Arc::new(DirTarget::new(dir)), c.format)
             }
             DeadletterConnector::S3(c) => {
                 let aws = match (aws, c.region.as_deref()) {
@@ -158,7 +259,7 @@ impl DeadletterSink {
                 };
                 let bucket = Bucket::new(&aws, &c.s3_bucket, c.endpoint.as_deref());
                 let target = S3Target::new(bucket, c.s3_prefix.as_deref().unwrap_or(""));
-                (Box::new(target), c.format)
+                (Arc::new(target), c.format)
             }
             _ => return Ok(None),
         };
@@ -170,7 +271,7 @@ impl DeadletterSink {
     }
 
     /// A sink writing `format` objects for `pipeline` into `target`.
-    pub fn new(target: Box<dyn ObjectTarget>, pipeline: &str, format: OutputFormat) -> Self {
+    pub fn new(target: Arc<dyn ObjectTarget>, pipeline: &str, format: OutputFormat) -> Self {
         DeadletterSink {
             target,
             pipeline: pipeline.to_owned(),
@@ -202,6 +303,30 @@ impl DeadletterSink {
     /// Where one batch's object is: a path or an `s3://` URI.
     pub fn location_of(&self, batch: BatchId) -> String {
         self.target.location_of(&self.name_of(batch))
+    }
+
+    /// The objects `skipprd deadletters replay` has still to replay: the pipeline's
+    /// `{pipeline}/b*.jsonl` whose file name is not in `replayed`, in order (names relative
+    /// to the target; objects already moved to `{pipeline}/replayed/` are not listed).
+    pub fn pending(&self, replayed: &BTreeSet<String>) -> Result<Vec<String>, SinkError> {
+        let mut names = self.target.list(&self.pipeline)?;
+        names.retain(|name| {
+            let file = file_name(name);
+            file.starts_with('b') && file.ends_with(".jsonl") && !replayed.contains(file)
+        });
+        Ok(names)
+    }
+
+    /// The target the objects are in, for reading them back (replay).
+    pub fn target(&self) -> Arc<dyn ObjectTarget> {
+        Arc::clone(&self.target)
+    }
+
+    /// Move the replayed object `name` (as [`DeadletterSink::pending`] lists it) to
+    /// `{pipeline}/replayed/{file}`.
+    pub fn set_aside(&self, name: &str) -> Result<(), SinkError> {
+        let to = format!("{}/replayed/{}", self.pipeline, file_name(name));
+        self.target.move_to(name, &to)
     }
 
     /// Write the rejected records of `batches`, one object per batch that has any; returns
@@ -359,7 +484,7 @@ mod tests {
     fn the_file_sink_writes_one_file_per_batch_and_a_retry_replaces_it() {
         let dir = tempfile::tempdir().unwrap();
         let sink = DeadletterSink::new(
-            Box::new(DirTarget::new(dir.path().to_path_buf())),
+            Arc::new(DirTarget::new(dir.path().to_path_buf())),
             "p",
             OutputFormat::Jsonl,
         );
@@ -383,7 +508,7 @@ mod tests {
         let name = bucket(&aws, "dead");
         let s3 = Bucket::new(&aws, &name, None);
         let sink = DeadletterSink::new(
-            Box::new(S3Target::new(s3.clone(), "/rejects/x/")),
+            Arc::new(S3Target::new(s3.clone(), "/rejects/x/")),
             "p",
             OutputFormat::Jsonl,
         );
@@ -407,7 +532,7 @@ mod tests {
         let name = bucket(&aws, "dead");
         let s3 = Bucket::new(&aws, &name, None);
         let sink = DeadletterSink::new(
-            Box::new(S3Target::new(s3.clone(), "")),
+            Arc::new(S3Target::new(s3.clone(), "")),
             "p",
             OutputFormat::Parquet,
         );
@@ -422,11 +547,100 @@ mod tests {
         assert_eq!(batches, vec![parts[0].batch.clone()]);
     }
 
+    /// Replay's view of a target: the pending objects of `p` (not `p/replayed/`, not other
+    /// pipelines, not Parquet, not the replayed ones), their bytes, and the move aside, redone
+    /// safely.
+    fn list_get_and_move_aside(target: Arc<dyn ObjectTarget>) {
+        let sink = DeadletterSink::new(Arc::clone(&target), "p", OutputFormat::Jsonl);
+        assert_eq!(
+            sink.pending(&BTreeSet::new()).unwrap(),
+            Vec::<String>::new()
+        );
+        for (name, body) in [
+            ("p/b00000000000000000002.jsonl", "two\n"),
+            ("p/b00000000000000000001.jsonl", "one\n"),
+            ("p/b00000000000000000003.parquet", "pq"),
+            ("p/replayed/b00000000000000000000.jsonl", "old\n"),
+            ("q/b00000000000000000004.jsonl", "other pipeline\n"),
+        ] {
+            target.put_whole(name, body.as_bytes().to_vec()).unwrap();
+        }
+        let one = "p/b00000000000000000001.jsonl";
+        let two = "p/b00000000000000000002.jsonl";
+        assert_eq!(sink.pending(&BTreeSet::new()).unwrap(), [one, two]);
+        let replayed = BTreeSet::from(["b00000000000000000002.jsonl".to_owned()]);
+        assert_eq!(sink.pending(&replayed).unwrap(), [one]);
+        assert_eq!(target.get(one).unwrap().as_deref(), Some(&b"one\n"[..]));
+        assert_eq!(target.get("p/b09.jsonl").unwrap(), None);
+
+        sink.set_aside(one).unwrap();
+        assert_eq!(target.get(one).unwrap(), None);
+        assert_eq!(
+            target
+                .get("p/replayed/b00000000000000000001.jsonl")
+                .unwrap()
+                .as_deref(),
+            Some(&b"one\n"[..])
+        );
+        assert_eq!(sink.pending(&BTreeSet::new()).unwrap(), [two]);
+        assert_eq!(
+            target.list("p/replayed").unwrap(),
+            [
+                "p/replayed/b00000000000000000000.jsonl",
+                "p/replayed/b00000000000000000001.jsonl"
+            ]
+        );
+        // Redone after a crash that finished the move: nothing to do, nothing lost.
+        sink.set_aside(one).unwrap();
+        assert!(
+            target
+                .get("p/replayed/b00000000000000000001.jsonl")
+                .unwrap()
+                .is_some()
+        );
+    }
+
+    #[test]
+    fn a_dir_target_lists_reads_and_moves_replayed_files_aside() {
+        let dir = tempfile::tempdir().unwrap();
+        list_get_and_move_aside(Arc::new(DirTarget::new(dir.path().to_path_buf())));
+    }
+
+    #[test]
+    fn an_s3_target_lists_reads_and_moves_replayed_objects_aside() {
+        let aws = moto();
+        let name = bucket(&aws, "dead");
+        let s3 = Bucket::new(&aws, &name, None);
+        list_get_and_move_aside(Arc::new(S3Target::new(s3.clone(), "rejects")));
+        // Everything stays under the prefix; the moved object is gone from its old key.
+        let keys = s3.list("").unwrap();
+        assert!(keys.iter().all(|k| k.starts_with("rejects/")), "{keys:?}");
+        assert!(!keys.contains(&"rejects/p/b00000000000000000001.jsonl".to_owned()));
+        assert!(keys.contains(&"rejects/p/replayed/b00000000000000000001.jsonl".to_owned()));
+    }
+
+    #[test]
+    fn an_s3_target_names_the_prefix_when_listing_fails() {
+        let aws = moto();
+        let target = S3Target::new(Bucket::new(&aws, "no-such-bucket-skipprd", None), "r");
+        let error = target.list("p").unwrap_err();
+        assert!(
+            matches!(error, SinkError::ObjectStore { op: "list", .. }),
+            "{error:?}"
+        );
+        assert!(
+            error
+                .to_string()
+                .contains("s3://no-such-bucket-skipprd/r/p/"),
+            "{error}"
+        );
+    }
+
     #[test]
     fn a_failed_put_names_the_object_and_is_not_retryable_when_the_bucket_is_missing() {
         let aws = moto();
         let sink = DeadletterSink::new(
-            Box::new(S3Target::new(
+            Arc::new(S3Target::new(
                 Bucket::new(&aws, "no-such-bucket-skipprd", None),
                 "r",
             )),

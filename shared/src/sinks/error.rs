@@ -79,7 +79,7 @@ pub enum SinkError {
     /// An object of the destination in S3 could not be written or read.
     #[error("cannot {op} `{uri}`: {failure}")]
     ObjectStore {
-        /// What was being done: `write`, `read` or `list`.
+        /// What was being done: `write`, `read`, `list` or `delete`.
         op: &'static str,
         /// The object (or prefix), `s3://bucket/key`.
         uri: String,

@@ -136,6 +136,17 @@ pub enum SourceError {
         etags: Box<EtagChange>,
     },
 
+    /// A deadletter object could not be read back for replay (from a `File` or `S3`
+    /// deadletter sink).
+    #[error("replaying `{path}`: {source}")]
+    Deadletter {
+        /// The object: a path or an `s3://` URI.
+        path: String,
+        /// The deadletter sink's error.
+        #[source]
+        source: Box<crate::sinks::SinkError>,
+    },
+
     /// The CSV reader failed in a way that is not tied to one row.
     #[error("cannot read CSV file `{path}` at line {line}: {message}")]
     Csv {
@@ -163,6 +174,7 @@ impl SourceError {
                 | SourceError::Parquet { .. }
                 | SourceError::Csv { .. }
                 | SourceError::ObjectChanged { .. }
+                | SourceError::Deadletter { .. }
                 | SourceError::S3 {
                     operation: S3Operation::Get,
                     ..
@@ -176,6 +188,7 @@ impl SourceError {
         match self {
             SourceError::Io { source, .. } => is_transient(source.kind()),
             SourceError::S3 { failure, .. } => failure.retryable,
+            SourceError::Deadletter { source, .. } => source.is_retryable(),
             SourceError::EmptyPath
             | SourceError::NotFound { .. }
             | SourceError::NoFiles { .. }
@@ -206,6 +219,7 @@ impl SourceError {
             | SourceError::CorruptGzip { path, .. }
             | SourceError::Parquet { path, .. }
             | SourceError::Csv { path, .. }
+            | SourceError::Deadletter { path, .. }
             | SourceError::BadCheckpoint { path, .. } => path,
             SourceError::NoFiles { pattern } | SourceError::BadPattern { pattern, .. } => pattern,
             SourceError::S3 { key, .. } | SourceError::ObjectChanged { key, .. } => key,

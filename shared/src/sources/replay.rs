@@ -1,93 +1,75 @@
-//! Replaying rejected records: the files of a `File` deadletter sink as a source.
+//! Replaying rejected records: the objects of a deadletter sink (`File` or `S3`) as a source.
 //!
-//! `skipprd deadletters replay` reads `{path}/{pipeline}/b*.jsonl` (the files the deadletter
-//! sink wrote, each line a rejected record with its `record` text, which the user may have
-//! fixed) and sends each `record` back through the pipeline: typed, committed to the WAL and
-//! delivered like any other record. Each file is one batch; a record that still cannot be
-//! read becomes a deadletter again (and lands in a new deadletter file).
+//! `skipprd deadletters replay` reads the pipeline's `b*.jsonl` objects the deadletter sink
+//! wrote (`{path}/{pipeline}/` or `s3://{s3_bucket}/{s3_prefix}/{pipeline}/`; each line a
+//! rejected record with its `record` text, which the user may have fixed) and sends each
+//! `record` back through the pipeline: typed, committed to the WAL and delivered like any
+//! other record. Each object is one batch; a record that still cannot be read becomes a
+//! deadletter again (and lands in a new deadletter object).
 //!
-//! This source keeps no checkpoint of its own: a file counts as replayed once the WAL batch
-//! holding its records is committed (the batch names it in a `_replayed` part), which the
-//! caller checks before handing the file list in.
+//! This source keeps no checkpoint of its own: an object counts as replayed once the WAL
+//! batch holding its records is committed (the batch names it in a `_replayed` part), which
+//! the caller checks before handing the list in ([`DeadletterSink::pending`]).
+//!
+//! [`DeadletterSink::pending`]: crate::sinks::deadletter::DeadletterSink::pending
 
 use std::io::BufRead;
-use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use super::{Position, Progress, Source, SourceBatch, SourceError, SourceRecord};
 use crate::deadletter::{Deadletter, FailureCode};
+use crate::sinks::deadletter::ObjectTarget;
 
-/// The deadletter files of a pipeline not replayed yet, in order.
-pub fn pending_files(
-    dir: &Path,
-    replayed: &std::collections::BTreeSet<String>,
-) -> Result<Vec<PathBuf>, SourceError> {
-    let entries = match std::fs::read_dir(dir) {
-        Ok(entries) => entries,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(source) => {
-            return Err(SourceError::Io {
-                path: dir.display().to_string(),
-                source,
-            });
-        }
-    };
-    let mut files = Vec::new();
-    for entry in entries {
-        let entry = entry.map_err(|source| SourceError::Io {
-            path: dir.display().to_string(),
-            source,
-        })?;
-        let name = entry.file_name().to_string_lossy().into_owned();
-        if name.starts_with('b') && name.ends_with(".jsonl") && !replayed.contains(&name) {
-            files.push(entry.path());
-        }
-    }
-    files.sort();
-    Ok(files)
-}
-
-/// The deadletter files as a source: one batch per file.
+/// The deadletter objects as a source: one batch per object, read when its turn comes.
 #[derive(Debug)]
 pub struct ReplaySource {
-    files: Vec<PathBuf>,
+    target: Arc<dyn ObjectTarget>,
+    names: Vec<String>,
     next: usize,
     bytes_done: u64,
 }
 
 impl ReplaySource {
-    /// A source over `files`, in order.
-    pub fn new(files: Vec<PathBuf>) -> Self {
+    /// A source over the objects `names` of `target`, in order.
+    pub fn new(target: Arc<dyn ObjectTarget>, names: Vec<String>) -> Self {
         ReplaySource {
-            files,
+            target,
+            names,
             next: 0,
             bytes_done: 0,
         }
     }
 
-    /// The file name of the batch whose records come from `uri`.
+    /// The file name of the batch whose records come from `uri` (a path or `s3://` URI).
     pub fn file_name(uri: &str) -> String {
-        Path::new(uri)
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default()
+        crate::sinks::deadletter::file_name(uri).to_owned()
     }
 }
 
 impl Source for ReplaySource {
     fn next_batch(&mut self) -> Result<Option<SourceBatch>, SourceError> {
-        let Some(path) = self.files.get(self.next) else {
+        let Some(name) = self.names.get(self.next) else {
             return Ok(None);
         };
         self.next += 1;
-        let uri = path.display().to_string();
+        let uri = self.target.location_of(name);
+        let bytes = match self.target.get(name) {
+            Ok(Some(bytes)) => bytes,
+            Ok(None) => return Err(SourceError::Vanished { path: uri }),
+            Err(source) => {
+                return Err(SourceError::Deadletter {
+                    path: uri,
+                    source: Box::new(source),
+                });
+            }
+        };
         let io = |source| SourceError::Io {
             path: uri.clone(),
             source,
         };
-        let file = std::fs::File::open(path).map_err(io)?;
         let mut batch = SourceBatch::default();
         let mut offset = 0u64;
-        for (i, line) in std::io::BufReader::new(file).lines().enumerate() {
+        for (i, line) in bytes.as_slice().lines().enumerate() {
             let line = line.map_err(io)?;
             let line_no = i as u64 + 1;
             let start = offset;
@@ -150,7 +132,7 @@ impl Source for ReplaySource {
             bytes_done: self.bytes_done,
             bytes_total: None,
             files_done: self.next as u64,
-            files_total: Some(self.files.len() as u64),
+            files_total: Some(self.names.len() as u64),
         }
     }
 
