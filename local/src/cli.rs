@@ -67,6 +67,13 @@ pub enum Command {
     /// files, delete files no snapshot references. (Deliveries also do this on their own once
     /// a threshold is crossed.) Takes the pipeline's writer lease, like `sync`.
     Maintain(MaintainArgs),
+    /// Check that the config can run, reading and writing no data: the config itself (files,
+    /// references, `${NAME}` variables, secrets), then for each pipeline its source, state
+    /// directory and disk, the S3 WAL and DynamoDB state table, the destination and the
+    /// skippr and deadletter buckets. Prints `[ok]`, `[warn]` or `[FAIL]` per check, with a
+    /// fix for the last two (`--output json`: one `doctor_complete` event). Exits 1 when a
+    /// check fails, 2 when the config does not load.
+    Doctor,
     /// Work with rejected records (the files of the pipeline's `File` deadletter sink).
     #[command(subcommand)]
     Deadletters(DeadlettersCommand),

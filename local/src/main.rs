@@ -31,6 +31,9 @@ fn main() -> ExitCode {
         OutputMode::Text
     });
     init_logging(&cli, mode);
+    if matches!(cli.command, Command::Doctor) {
+        return doctor(&cli, mode);
+    }
     match run(&cli, mode) {
         Ok(()) => ExitCode::SUCCESS,
         Err(PipelineError::Reported(e)) => ExitCode::from(if e.is_config() { 2 } else { 1 }),
@@ -58,6 +61,7 @@ fn main() -> ExitCode {
                         message,
                         retryable,
                     },
+                    Command::Doctor => Event::QueryError { message, retryable },
                     Command::Maintain(args) => Event::MaintainError {
                         pipeline: named(&args.pipeline.pipeline),
                         message,
@@ -75,6 +79,52 @@ fn main() -> ExitCode {
             ExitCode::from(if e.is_config() { 2 } else { 1 })
         }
     }
+}
+
+/// `skipprd doctor`: the config first (exit 2 when it does not load), then every pipeline's
+/// checks (exit 1 when one fails).
+fn doctor(cli: &Cli, mode: OutputMode) -> ExitCode {
+    use skipprd::doctor::{Check, Status};
+    let (checks, code) = match load_config(cli) {
+        Ok(config) => {
+            let mut checks = vec![Check::ok(
+                "config",
+                format!("{} ({} pipeline(s))", config.file, config.pipelines.len()),
+            )];
+            checks.extend(skipprd::doctor::diagnose(&config));
+            let failed = checks.iter().any(|c| c.status == Status::Fail);
+            (checks, if failed { 1 } else { 0 })
+        }
+        Err(e) => (
+            vec![Check::fail(
+                "config",
+                e.to_string(),
+                "fix the file as the message says (reference: docs/config.md)",
+            )],
+            2,
+        ),
+    };
+    if mode == OutputMode::Json {
+        let event = serde_json::json!({
+            "event": "doctor_complete",
+            "ok": code == 0,
+            "checks": checks,
+        });
+        println!("{event}");
+    } else {
+        for check in &checks {
+            let label = match check.status {
+                Status::Ok => "[ok]  ",
+                Status::Warn => "[warn]",
+                Status::Fail => "[FAIL]",
+            };
+            println!("{label} {}: {}", check.name, check.detail);
+            if let Some(fix) = &check.fix {
+                println!("       fix: {fix}");
+            }
+        }
+    }
+    ExitCode::from(code)
 }
 
 fn init_logging(cli: &Cli, mode: OutputMode) {
@@ -133,6 +183,9 @@ fn run(cli: &Cli, mode: OutputMode) -> Result<(), PipelineError> {
             pipeline::sync::sync_pass(&config, pipeline, &options, observer.as_mut())?;
             Ok(())
         }
+        // Handled in `main` before the config is loaded (it reports a config that does not
+        // load as a check).
+        Command::Doctor => Ok(()),
         Command::Maintain(args) => {
             let pipeline = config.pipeline(args.pipeline.pipeline.as_deref())?;
             let mut observer = output::observer(mode);

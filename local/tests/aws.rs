@@ -743,3 +743,74 @@ fn a_writer_frozen_past_its_lease_cannot_commit_after_resuming() {
     );
     assert_eq!(rows, 150_000);
 }
+
+/// `skipprd doctor` on the deployment's config (`infra/skippr.example.yml`) against moto:
+/// every missing bucket and the missing state table is a `[FAIL]` naming it with a fix, the
+/// missing Glue database a `[warn]` (the first sync creates it); once they exist, exit 0.
+#[test]
+fn doctor_names_each_missing_aws_resource_then_passes_once_they_exist() {
+    let aws = aws();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../infra/skippr.example.yml"),
+        dir.path().join("skippr.yml"),
+    )
+    .unwrap();
+    let names: Vec<String> = ["src", "skippr", "wal", "wh", "table"]
+        .iter()
+        .map(|stem| unique(&format!("doc-{stem}-")))
+        .collect();
+    let [source, skippr, wal, warehouse, table] = names.as_slice() else {
+        unreachable!()
+    };
+    let warehouse_uri = format!("s3://{warehouse}/iceberg");
+    let env = [
+        ("WAL_STORAGE", "s3"),
+        ("SKIPPR_WAL_S3_BUCKET", wal.as_str()),
+        ("SKIPPR_S3_BUCKET", skippr.as_str()),
+        ("SKIPPR_STATE_TABLE", table.as_str()),
+        ("SKIPPR_WAREHOUSE", warehouse_uri.as_str()),
+        ("SKIPPR_GLUE_DATABASE", "doctor_db"),
+        ("SKIPPR_ATHENA_WORKGROUP", "primary"),
+        ("SKIPPR_ATHENA_RESULTS_BUCKET", "results"),
+        ("SKIPPR_SOURCE_BUCKET", source.as_str()),
+    ];
+    let out = skipprd(dir.path(), &["doctor"], &env);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    println!("{text}");
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    for (check, bucket) in [
+        ("source", source),
+        ("WAL in S3", wal),
+        ("schemas in S3", skippr),
+        ("warehouse", warehouse),
+        ("deadletters in S3", skippr),
+    ] {
+        assert!(
+            text.contains(&format!("[FAIL] bikehire: {check}: s3://{bucket}/")),
+            "{check}: {text}"
+        );
+    }
+    assert!(
+        text.contains(&format!("fix: create the bucket `{source}`")),
+        "{text}"
+    );
+    assert!(text.contains("[FAIL] bikehire: state table: "), "{text}");
+    assert!(text.contains("skipprd store create"), "{text}");
+    assert!(
+        text.contains("[warn] bikehire: Glue database: `doctor_db` does not exist yet"),
+        "{text}"
+    );
+
+    let client = aws.s3(None);
+    for bucket in [source, skippr, wal, warehouse] {
+        aws.block_on(client.create_bucket().bucket(bucket.as_str()).send())
+            .unwrap();
+    }
+    skipprd::state::dynamodb::create_table(&aws, table).unwrap();
+    let out = skipprd(dir.path(), &["doctor"], &env);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    println!("{text}");
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    assert!(!text.contains("[FAIL]"), "{text}");
+}

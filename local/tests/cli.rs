@@ -1079,3 +1079,63 @@ fn fixed_deadletters_replay_into_the_lake_exactly_once() {
     assert_eq!(skipprd(dir.path(), &["sync", "--once"], &[]).code, 0);
     assert_eq!(count(dir.path()), r#"{"header":["n","s"],"rows":[[3,6]]}"#);
 }
+
+/// `skipprd doctor`: every check `[ok]` on a runnable project (exit 0) and nothing written
+/// but its probe; a source matching no file is a `[FAIL]` with the data source named and a
+/// fix (exit 1), also as one `doctor_complete` JSON event; a config that does not load is the
+/// one `[FAIL]` (exit 2).
+#[test]
+fn doctor_reports_each_check_with_a_fix_and_exits_by_the_worst() {
+    let dir = project(CONFIG, &[("input/a.jsonl", &(RECORDS.join("\n") + "\n"))]);
+    let run = skipprd(dir.path(), &["doctor"], &[]);
+    assert_eq!(run.code, 0, "{}{}", run.stdout, run.stderr);
+    for line in [
+        "[ok]   config: ",
+        "[ok]   events: source: `data_sources.files` opens",
+        "[ok]   events: state directory: ",
+        "[ok]   events: disk: ",
+        "[ok]   events: destination: none",
+    ] {
+        assert!(
+            run.stdout.contains(line),
+            "missing {line:?} in:\n{}",
+            run.stdout
+        );
+    }
+    assert!(!run.stdout.contains("[FAIL]"), "{}", run.stdout);
+    assert!(!dir.path().join("data").exists(), "doctor creates no state");
+
+    let bad = project(&CONFIG.replace("input/*.jsonl", "missing/*.jsonl"), &[]);
+    let run = skipprd(bad.path(), &["doctor"], &[]);
+    assert_eq!(run.code, 1, "{}{}", run.stdout, run.stderr);
+    assert!(
+        run.stdout
+            .contains("[FAIL] events: source: pipeline 'events': no files match `missing/*.jsonl`"),
+        "{}",
+        run.stdout
+    );
+    assert!(
+        run.stdout.contains("       fix: fix `data_sources.files`"),
+        "{}",
+        run.stdout
+    );
+    let json = skipprd(bad.path(), &["doctor", "--output", "json"], &[]);
+    assert_eq!(json.code, 1);
+    let event: serde_json::Value = serde_json::from_str(json.stdout.trim()).unwrap();
+    assert_eq!(event["event"], "doctor_complete");
+    assert_eq!(event["ok"], false);
+    let failed: Vec<&str> = event["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["status"] == "fail")
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(failed, ["events: source"]);
+
+    let broken = project("pipelines: [\n", &[]);
+    let run = skipprd(broken.path(), &["doctor"], &[]);
+    assert_eq!(run.code, 2, "{}{}", run.stdout, run.stderr);
+    assert!(run.stdout.starts_with("[FAIL] config: "), "{}", run.stdout);
+    assert!(run.stdout.contains("line 1"), "{}", run.stdout);
+}

@@ -18,6 +18,7 @@
 pub mod aws;
 pub mod config;
 pub mod deadletter;
+pub mod doctor;
 pub mod pipeline;
 pub mod query;
 pub mod schema;

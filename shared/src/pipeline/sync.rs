@@ -805,7 +805,7 @@ fn wait_for_disk(dir: &std::path::Path, pipeline: &str, stop: &AtomicBool) {
     let Ok(stats) = fs4::statvfs(dir) else { return };
     let used =
         |s: &fs4::FsStats| disk_used_fraction(s.total_space(), s.free_space(), s.available_space());
-    if stats.available_space() >= DISK_MIN_FREE && used(&stats) < 0.9 {
+    if !disk_guard_pauses(stats.available_space(), used(&stats)) {
         return;
     }
     tracing::warn!(
@@ -824,9 +824,14 @@ fn wait_for_disk(dir: &std::path::Path, pipeline: &str, stop: &AtomicBool) {
     tracing::info!(pipeline, "Disk space recovered: reading resumes.");
 }
 
+/// Whether the disk guard pauses reading: under 5 GB available, or 90 % used.
+pub(crate) fn disk_guard_pauses(available: u64, used_fraction: f64) -> bool {
+    available < DISK_MIN_FREE || used_fraction >= 0.9
+}
+
 /// How full a file system is, as `df` reports it: used blocks over the blocks an ordinary
 /// user could have (used + available), so blocks reserved for root do not count as used.
-fn disk_used_fraction(total: u64, free: u64, available: u64) -> f64 {
+pub(crate) fn disk_used_fraction(total: u64, free: u64, available: u64) -> f64 {
     let used = total.saturating_sub(free) as f64;
     let usable = used + available as f64;
     if usable <= 0.0 { 0.0 } else { used / usable }
