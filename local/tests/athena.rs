@@ -27,8 +27,12 @@
     reason = "a test binary: a failed set-up step should fail the test loudly"
 )]
 
+#[path = "common/bin.rs"]
+mod bin;
 #[path = "common/local_aws.rs"]
 mod local_aws;
+use bin::skipprd_bin;
+
 use local_aws::{endpoint, unique};
 
 use std::io::{Read, Write};
@@ -153,7 +157,7 @@ data_sinks:
 }
 
 fn skipprd(dir: &Path, args: &[&str]) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_skipprd"));
+    let mut cmd = Command::new(skipprd_bin());
     cmd.current_dir(dir)
         .args(args)
         .env_remove("SKIPPR_CONFIG_FILE")

@@ -8,8 +8,12 @@
     reason = "a test binary: a failed set-up step should fail the test loudly"
 )]
 
+#[path = "common/bin.rs"]
+mod bin;
 #[path = "common/local_aws.rs"]
 mod local_aws;
+use bin::skipprd_bin;
+
 use local_aws::{aws, endpoint, new_bucket, reader_python, unique};
 
 use std::path::Path;
@@ -24,14 +28,6 @@ mod loopback;
 
 use common::Rng;
 use loopback::Proxy;
-
-/// The `skipprd` binary under test: cargo's, or `SKIPPR_TEST_BIN` (a copy, when several
-/// worktrees share one target directory and may replace cargo's mid-run).
-fn bin() -> std::path::PathBuf {
-    std::env::var_os("SKIPPR_TEST_BIN")
-        .filter(|p| !p.is_empty())
-        .map_or_else(|| env!("CARGO_BIN_EXE_skipprd").into(), Into::into)
-}
 
 const CONFIG: &str = "\
 pipelines:
@@ -65,7 +61,7 @@ fn write_records(project: &Path, file: &str, ids: std::ops::Range<u64>) {
 }
 
 fn skipprd(project: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
-    Command::new(bin())
+    Command::new(skipprd_bin())
         .current_dir(project)
         .args(args)
         .env_remove("SKIPPR_CONFIG_FILE")
@@ -452,7 +448,7 @@ data_sinks:
     }
 
     fn command(&self) -> Command {
-        let mut cmd = Command::new(bin());
+        let mut cmd = Command::new(skipprd_bin());
         cmd.current_dir(self.dir.path())
             .args(["sync", "--once", "--output", "json"])
             .env_remove("SKIPPR_CONFIG_FILE")
@@ -611,7 +607,7 @@ fn dynamodb_store(table: &str) -> String {
 }
 
 fn create_store(project: &AwsProject) {
-    let out = Command::new(bin())
+    let out = Command::new(skipprd_bin())
         .current_dir(project.dir.path())
         .args(["store", "create"])
         .env_remove("SKIPPR_CONFIG_FILE")

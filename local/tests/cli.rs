@@ -6,6 +6,10 @@
     reason = "a test binary: a failed set-up step should fail the test loudly"
 )]
 
+#[path = "common/bin.rs"]
+mod bin;
+use bin::skipprd_bin;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -30,7 +34,7 @@ const SCRUBBED: &[&str] = &[
 ];
 
 fn skipprd(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Run {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_skipprd"));
+    let mut cmd = Command::new(skipprd_bin());
     cmd.current_dir(dir).args(args);
     for var in SCRUBBED {
         cmd.env_remove(var);
@@ -588,7 +592,7 @@ fn a_second_writer_waits_for_the_lease_instead_of_failing_on_the_store() {
     for _ in 0..5 {
         let children: Vec<_> = (0..3)
             .map(|_| {
-                let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_skipprd"));
+                let mut cmd = std::process::Command::new(skipprd_bin());
                 cmd.current_dir(dir.path())
                     .args(["sync", "--once"])
                     .stdout(std::process::Stdio::null());

@@ -11,6 +11,10 @@
 
 mod common;
 
+#[path = "common/bin.rs"]
+mod bin;
+use bin::skipprd_bin;
+
 use common::Rng;
 
 use std::collections::BTreeMap;
@@ -22,7 +26,7 @@ use arrow::array::{Array, Int32Array, Int64Array};
 use skipprd::wal::{DiskWal, WalOptions};
 
 fn skipprd(dir: &Path) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_skipprd"));
+    let mut cmd = Command::new(skipprd_bin());
     cmd.current_dir(dir)
         .args(["sync", "--once", "--output", "json"])
         .env_remove("SKIPPR_CONFIG_FILE")

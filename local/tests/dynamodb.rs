@@ -10,8 +10,12 @@
     reason = "a test binary: a failed set-up step should fail the test loudly"
 )]
 
+#[path = "common/bin.rs"]
+mod bin;
 #[path = "common/local_aws.rs"]
 mod local_aws;
+use bin::skipprd_bin;
+
 use local_aws::{endpoint, unique};
 
 use std::path::Path;
@@ -38,7 +42,7 @@ const SCRUBBED: &[&str] = &[
 ];
 
 fn skipprd(dir: &Path, args: &[&str]) -> Run {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_skipprd"));
+    let mut cmd = Command::new(skipprd_bin());
     cmd.current_dir(dir).args(args);
     for var in SCRUBBED {
         cmd.env_remove(var);

@@ -19,8 +19,12 @@
     reason = "a test binary: a failed set-up step should fail the test loudly"
 )]
 
+#[path = "common/bin.rs"]
+mod bin;
 #[path = "common/local_aws.rs"]
 mod local_aws;
+use bin::skipprd_bin;
+
 use local_aws::{endpoint, reader_python, unique};
 
 use std::path::Path;
@@ -246,7 +250,7 @@ fn part(batch: RecordBatch) -> BatchPart {
 }
 
 fn skipprd(dir: &Path) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_skipprd"));
+    let mut cmd = Command::new(skipprd_bin());
     cmd.current_dir(dir)
         .args(["sync", "--once", "--output", "json"])
         .env_remove("SKIPPR_CONFIG_FILE")

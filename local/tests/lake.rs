@@ -19,8 +19,12 @@
 
 mod common;
 
+#[path = "common/bin.rs"]
+mod bin;
 #[path = "common/local_aws.rs"]
 mod local_aws;
+use bin::skipprd_bin;
+
 use local_aws::reader_python;
 
 use common::Rng;
@@ -75,7 +79,7 @@ fn lake_tables(project: &Path) -> BTreeMap<String, PathBuf> {
 }
 
 fn skipprd(dir: &Path) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_skipprd"));
+    let mut cmd = Command::new(skipprd_bin());
     cmd.current_dir(dir)
         .args(["sync", "--once", "--output", "json"])
         .env_remove("SKIPPR_CONFIG_FILE")
@@ -883,7 +887,7 @@ fn compaction_after_many_small_syncs_keeps_every_row_for_both_readers() {
     }
     let table = lake_tables(&project)["order"].clone();
     let before = read_tables(std::slice::from_ref(&table), &["--key", "id"]);
-    let out = Command::new(env!("CARGO_BIN_EXE_skipprd"))
+    let out = Command::new(skipprd_bin())
         .current_dir(&project)
         .args(["maintain", "--pipeline", "events", "--output", "json"])
         .env_remove("SKIPPR_CONFIG_FILE")

@@ -8,6 +8,10 @@
     reason = "a test binary: a failed set-up step should fail the test loudly"
 )]
 
+#[path = "common/bin.rs"]
+mod bin;
+use bin::skipprd_bin;
+
 use std::path::Path;
 use std::process::Command;
 
@@ -77,21 +81,13 @@ const SCRUBBED: &[&str] = &[
     "SKIPPR_FAILPOINT",
 ];
 
-/// The `skipprd` binary under test: cargo's, or `SKIPPR_TEST_BIN` (a copy, when several
-/// worktrees share one target directory and may replace cargo's mid-run).
-fn bin() -> std::path::PathBuf {
-    std::env::var_os("SKIPPR_TEST_BIN")
-        .filter(|p| !p.is_empty())
-        .map_or_else(|| env!("CARGO_BIN_EXE_skipprd").into(), Into::into)
-}
-
 fn skipprd(dir: &Path, args: &[&str]) -> Run {
     skipprd_with(dir, args, &[])
 }
 
 /// [`skipprd`] with `env` set on top of the scrubbed environment.
 fn skipprd_with(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Run {
-    let mut cmd = Command::new(bin());
+    let mut cmd = Command::new(skipprd_bin());
     cmd.current_dir(dir).args(args);
     for var in SCRUBBED {
         cmd.env_remove(var);

@@ -7,8 +7,12 @@
     reason = "a test binary: a failed set-up step should fail the test loudly"
 )]
 
+#[path = "common/bin.rs"]
+mod bin;
 #[path = "common/local_aws.rs"]
 mod local_aws;
+use bin::skipprd_bin;
+
 use local_aws::{aws, endpoint, new_bucket};
 
 use std::io::Write;
@@ -45,7 +49,7 @@ fn gzip(bytes: &[u8]) -> Vec<u8> {
 
 /// Run the CLI in `project`; the S3 endpoint and region come from the connector only.
 fn skipprd(project: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_skipprd"))
+    Command::new(skipprd_bin())
         .current_dir(project)
         .args(args)
         .env_remove("SKIPPR_CONFIG_FILE")

@@ -23,8 +23,12 @@
     reason = "a test binary: a failed set-up step should fail the test loudly"
 )]
 
+#[path = "common/bin.rs"]
+mod bin;
 #[path = "common/local_aws.rs"]
 mod local_aws;
+use bin::skipprd_bin;
+
 use local_aws::{endpoint, reader_python, unique};
 
 use std::path::Path;
@@ -61,7 +65,7 @@ const SCRUBBED: &[&str] = &[
 
 /// Run `skipprd args` in `dir`, its WAL in the S3 bucket `wal_bucket` when given.
 fn skipprd(dir: &Path, args: &[&str], wal_bucket: Option<&str>) -> Output {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_skipprd"));
+    let mut cmd = Command::new(skipprd_bin());
     cmd.current_dir(dir).args(args);
     for var in SCRUBBED {
         cmd.env_remove(var);
@@ -287,7 +291,7 @@ data_sinks:
 ",
     )
     .unwrap();
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_skipprd"));
+    let mut cmd = Command::new(skipprd_bin());
     cmd.current_dir(project.path()).args(["sync", "--once"]);
     for var in SCRUBBED {
         cmd.env_remove(var);
