@@ -126,71 +126,49 @@ pub trait StateStore: Send + Sync {
     ) -> Result<Vec<(String, Item)>, StateError>;
 }
 
-impl<T: StateStore + ?Sized> StateStore for &T {
-    fn get(&self, key: &StateKey) -> Result<Option<Item>, StateError> {
-        (**self).get(key)
-    }
+/// `StateStore` for a pointer to a store: every call goes to the store it points at.
+macro_rules! forward_store {
+    ($($(#[$doc:meta])* $ptr:ty;)+) => {$(
+        $(#[$doc])*
+        impl<T: StateStore + ?Sized> StateStore for $ptr {
+            fn get(&self, key: &StateKey) -> Result<Option<Item>, StateError> {
+                (**self).get(key)
+            }
 
-    fn put(
-        &self,
-        key: &StateKey,
-        value: &[u8],
-        condition: Condition,
-        fence: Option<Fence>,
-    ) -> Result<u64, StateError> {
-        (**self).put(key, value, condition, fence)
-    }
+            fn put(
+                &self,
+                key: &StateKey,
+                value: &[u8],
+                condition: Condition,
+                fence: Option<Fence>,
+            ) -> Result<u64, StateError> {
+                (**self).put(key, value, condition, fence)
+            }
 
-    fn delete(
-        &self,
-        key: &StateKey,
-        condition: Condition,
-        fence: Option<Fence>,
-    ) -> Result<(), StateError> {
-        (**self).delete(key, condition, fence)
-    }
+            fn delete(
+                &self,
+                key: &StateKey,
+                condition: Condition,
+                fence: Option<Fence>,
+            ) -> Result<(), StateError> {
+                (**self).delete(key, condition, fence)
+            }
 
-    fn scan_prefix(
-        &self,
-        partition: &str,
-        sort_prefix: &str,
-    ) -> Result<Vec<(String, Item)>, StateError> {
-        (**self).scan_prefix(partition, sort_prefix)
-    }
+            fn scan_prefix(
+                &self,
+                partition: &str,
+                sort_prefix: &str,
+            ) -> Result<Vec<(String, Item)>, StateError> {
+                (**self).scan_prefix(partition, sort_prefix)
+            }
+        }
+    )+};
 }
 
-/// A boxed store (what a pass holds when the store kind is chosen at run time).
-impl<T: StateStore + ?Sized> StateStore for Box<T> {
-    fn get(&self, key: &StateKey) -> Result<Option<Item>, StateError> {
-        (**self).get(key)
-    }
-
-    fn put(
-        &self,
-        key: &StateKey,
-        value: &[u8],
-        condition: Condition,
-        fence: Option<Fence>,
-    ) -> Result<u64, StateError> {
-        (**self).put(key, value, condition, fence)
-    }
-
-    fn delete(
-        &self,
-        key: &StateKey,
-        condition: Condition,
-        fence: Option<Fence>,
-    ) -> Result<(), StateError> {
-        (**self).delete(key, condition, fence)
-    }
-
-    fn scan_prefix(
-        &self,
-        partition: &str,
-        sort_prefix: &str,
-    ) -> Result<Vec<(String, Item)>, StateError> {
-        (**self).scan_prefix(partition, sort_prefix)
-    }
+forward_store! {
+    &T;
+    /// A boxed store (what a pass holds when the store kind is chosen at run time).
+    Box<T>;
 }
 
 /// Check `condition` against the current item; shared by the implementations.
