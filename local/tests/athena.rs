@@ -31,7 +31,7 @@
 mod bin;
 #[path = "common/local_aws.rs"]
 mod local_aws;
-use bin::skipprd_bin;
+use bin::skipprd_command;
 
 use local_aws::{endpoint, unique};
 
@@ -157,16 +157,8 @@ data_sinks:
 }
 
 fn skipprd(dir: &Path, args: &[&str]) -> Command {
-    let mut cmd = Command::new(skipprd_bin());
-    cmd.current_dir(dir)
-        .args(args)
-        .env_remove("SKIPPR_CONFIG_FILE")
-        .env_remove("DATA_DIR")
-        .env_remove("WAL_STORAGE")
-        .env_remove("PIPELINE_NAME")
-        .env_remove("RUST_LOG")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+    let mut cmd = skipprd_command(dir);
+    cmd.args(args).stdout(Stdio::piped()).stderr(Stdio::piped());
     cmd
 }
 

@@ -12,7 +12,7 @@
 mod bin;
 #[path = "common/local_aws.rs"]
 mod local_aws;
-use bin::skipprd_bin;
+use bin::skipprd_command;
 
 use local_aws::{aws, endpoint, new_bucket, reader_python, unique};
 
@@ -61,13 +61,8 @@ fn write_records(project: &Path, file: &str, ids: std::ops::Range<u64>) {
 }
 
 fn skipprd(project: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
-    Command::new(skipprd_bin())
-        .current_dir(project)
+    skipprd_command(project)
         .args(args)
-        .env_remove("SKIPPR_CONFIG_FILE")
-        .env_remove("DATA_DIR")
-        .env_remove("PIPELINE_NAME")
-        .env_remove("DELIVER_THRESHOLD_BYTES")
         .envs(env.iter().copied())
         .output()
         .unwrap()
@@ -448,13 +443,8 @@ data_sinks:
     }
 
     fn command(&self) -> Command {
-        let mut cmd = Command::new(skipprd_bin());
-        cmd.current_dir(self.dir.path())
-            .args(["sync", "--once", "--output", "json"])
-            .env_remove("SKIPPR_CONFIG_FILE")
-            .env_remove("DATA_DIR")
-            .env_remove("PIPELINE_NAME")
-            .env_remove("DELIVER_THRESHOLD_BYTES")
+        let mut cmd = skipprd_command(self.dir.path());
+        cmd.args(["sync", "--once", "--output", "json"])
             .envs(self.env());
         cmd
     }
@@ -607,8 +597,7 @@ fn dynamodb_store(table: &str) -> String {
 }
 
 fn create_store(project: &AwsProject) {
-    let out = Command::new(skipprd_bin())
-        .current_dir(project.dir.path())
+    let out = skipprd_command(project.dir.path())
         .args(["store", "create"])
         .env_remove("SKIPPR_CONFIG_FILE")
         .output()

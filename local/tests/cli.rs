@@ -8,10 +8,9 @@
 
 #[path = "common/bin.rs"]
 mod bin;
-use bin::skipprd_bin;
+use bin::skipprd_command;
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 struct Run {
     code: i32,
@@ -19,26 +18,9 @@ struct Run {
     stderr: String,
 }
 
-/// Variables that would change behaviour if the developer's shell had them set.
-const SCRUBBED: &[&str] = &[
-    "SKIPPR_CONFIG_FILE",
-    "PIPELINE_NAME",
-    "DATA_DIR",
-    "WORKSPACE_NAME",
-    "TENANT",
-    "SKIPPR_S3_BUCKET",
-    "SKIPPRD_EL_STORAGE_MODE",
-    "WAL_STORAGE",
-    "RUST_LOG",
-    "TRANSFORM_NAMESPACE_FIELDS",
-];
-
 fn skipprd(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Run {
-    let mut cmd = Command::new(skipprd_bin());
-    cmd.current_dir(dir).args(args);
-    for var in SCRUBBED {
-        cmd.env_remove(var);
-    }
+    let mut cmd = skipprd_command(dir);
+    cmd.args(args);
     for (k, v) in env {
         cmd.env(k, v);
     }
@@ -592,13 +574,9 @@ fn a_second_writer_waits_for_the_lease_instead_of_failing_on_the_store() {
     for _ in 0..5 {
         let children: Vec<_> = (0..3)
             .map(|_| {
-                let mut cmd = std::process::Command::new(skipprd_bin());
-                cmd.current_dir(dir.path())
-                    .args(["sync", "--once"])
+                let mut cmd = skipprd_command(dir.path());
+                cmd.args(["sync", "--once"])
                     .stdout(std::process::Stdio::null());
-                for var in SCRUBBED {
-                    cmd.env_remove(var);
-                }
                 cmd.stderr(std::process::Stdio::piped()).spawn().unwrap()
             })
             .collect();

@@ -13,7 +13,7 @@ mod common;
 
 #[path = "common/bin.rs"]
 mod bin;
-use bin::skipprd_bin;
+use bin::skipprd_command;
 
 use common::Rng;
 
@@ -26,13 +26,8 @@ use arrow::array::{Array, Int32Array, Int64Array};
 use skipprd::wal::{DiskWal, WalOptions};
 
 fn skipprd(dir: &Path) -> Command {
-    let mut cmd = Command::new(skipprd_bin());
-    cmd.current_dir(dir)
-        .args(["sync", "--once", "--output", "json"])
-        .env_remove("SKIPPR_CONFIG_FILE")
-        .env_remove("DATA_DIR")
-        .env_remove("WAL_STORAGE")
-        .env_remove("PIPELINE_NAME")
+    let mut cmd = skipprd_command(dir);
+    cmd.args(["sync", "--once", "--output", "json"])
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
     cmd

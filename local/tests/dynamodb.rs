@@ -14,12 +14,11 @@
 mod bin;
 #[path = "common/local_aws.rs"]
 mod local_aws;
-use bin::skipprd_bin;
+use bin::skipprd_command;
 
 use local_aws::{endpoint, unique};
 
 use std::path::Path;
-use std::process::Command;
 
 struct Run {
     code: i32,
@@ -27,26 +26,9 @@ struct Run {
     stderr: String,
 }
 
-/// Variables that would change behaviour if the developer's shell had them set.
-const SCRUBBED: &[&str] = &[
-    "SKIPPR_CONFIG_FILE",
-    "PIPELINE_NAME",
-    "DATA_DIR",
-    "WORKSPACE_NAME",
-    "TENANT",
-    "SKIPPR_S3_BUCKET",
-    "SKIPPRD_EL_STORAGE_MODE",
-    "WAL_STORAGE",
-    "RUST_LOG",
-    "TRANSFORM_NAMESPACE_FIELDS",
-];
-
 fn skipprd(dir: &Path, args: &[&str]) -> Run {
-    let mut cmd = Command::new(skipprd_bin());
-    cmd.current_dir(dir).args(args);
-    for var in SCRUBBED {
-        cmd.env_remove(var);
-    }
+    let mut cmd = skipprd_command(dir);
+    cmd.args(args);
     cmd.env("SKIPPR_LEASE_TTL_SECONDS", "3");
     let out = cmd.output().expect("run skipprd");
     Run {

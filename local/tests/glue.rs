@@ -23,7 +23,7 @@
 mod bin;
 #[path = "common/local_aws.rs"]
 mod local_aws;
-use bin::skipprd_bin;
+use bin::skipprd_command;
 
 use local_aws::{endpoint, reader_python, unique};
 
@@ -250,15 +250,8 @@ fn part(batch: RecordBatch) -> BatchPart {
 }
 
 fn skipprd(dir: &Path) -> Command {
-    let mut cmd = Command::new(skipprd_bin());
-    cmd.current_dir(dir)
-        .args(["sync", "--once", "--output", "json"])
-        .env_remove("SKIPPR_CONFIG_FILE")
-        .env_remove("DATA_DIR")
-        .env_remove("WAL_STORAGE")
-        .env_remove("PIPELINE_NAME")
-        .env_remove("SKIPPR_FAILPOINT")
-        .env_remove("DELIVER_THRESHOLD_BYTES")
+    let mut cmd = skipprd_command(dir);
+    cmd.args(["sync", "--once", "--output", "json"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     cmd

@@ -23,7 +23,7 @@ mod common;
 mod bin;
 #[path = "common/local_aws.rs"]
 mod local_aws;
-use bin::skipprd_bin;
+use bin::skipprd_command;
 
 use local_aws::reader_python;
 
@@ -79,15 +79,8 @@ fn lake_tables(project: &Path) -> BTreeMap<String, PathBuf> {
 }
 
 fn skipprd(dir: &Path) -> Command {
-    let mut cmd = Command::new(skipprd_bin());
-    cmd.current_dir(dir)
-        .args(["sync", "--once", "--output", "json"])
-        .env_remove("SKIPPR_CONFIG_FILE")
-        .env_remove("DATA_DIR")
-        .env_remove("WAL_STORAGE")
-        .env_remove("PIPELINE_NAME")
-        .env_remove("SKIPPR_FAILPOINT")
-        .env_remove("DELIVER_THRESHOLD_BYTES")
+    let mut cmd = skipprd_command(dir);
+    cmd.args(["sync", "--once", "--output", "json"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     cmd
@@ -887,11 +880,8 @@ fn compaction_after_many_small_syncs_keeps_every_row_for_both_readers() {
     }
     let table = lake_tables(&project)["order"].clone();
     let before = read_tables(std::slice::from_ref(&table), &["--key", "id"]);
-    let out = Command::new(skipprd_bin())
-        .current_dir(&project)
+    let out = skipprd_command(&project)
         .args(["maintain", "--pipeline", "events", "--output", "json"])
-        .env_remove("SKIPPR_CONFIG_FILE")
-        .env_remove("DATA_DIR")
         .output()
         .unwrap();
     assert!(

@@ -10,10 +10,9 @@
 
 #[path = "common/bin.rs"]
 mod bin;
-use bin::skipprd_bin;
+use bin::skipprd_command;
 
 use std::path::Path;
-use std::process::Command;
 
 use serde_json::Value;
 use skipprd::aws::{Aws, Bucket};
@@ -65,33 +64,14 @@ impl Run {
     }
 }
 
-/// Variables of the developer's shell that would change what is tested.
-const SCRUBBED: &[&str] = &[
-    "SKIPPR_CONFIG_FILE",
-    "PIPELINE_NAME",
-    "DATA_DIR",
-    "WORKSPACE_NAME",
-    "TENANT",
-    "SKIPPR_S3_BUCKET",
-    "SKIPPR_WAL_S3_BUCKET",
-    "SKIPPRD_EL_STORAGE_MODE",
-    "WAL_STORAGE",
-    "RUST_LOG",
-    "DELIVER_THRESHOLD_BYTES",
-    "SKIPPR_FAILPOINT",
-];
-
 fn skipprd(dir: &Path, args: &[&str]) -> Run {
     skipprd_with(dir, args, &[])
 }
 
 /// [`skipprd`] with `env` set on top of the scrubbed environment.
 fn skipprd_with(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Run {
-    let mut cmd = Command::new(skipprd_bin());
-    cmd.current_dir(dir).args(args);
-    for var in SCRUBBED {
-        cmd.env_remove(var);
-    }
+    let mut cmd = skipprd_command(dir);
+    cmd.args(args);
     cmd.envs(env.iter().copied());
     let out = cmd.output().expect("run skipprd");
     Run {

@@ -11,13 +11,13 @@
 mod bin;
 #[path = "common/local_aws.rs"]
 mod local_aws;
-use bin::skipprd_bin;
+use bin::skipprd_command;
 
 use local_aws::{aws, endpoint, new_bucket};
 
 use std::io::Write;
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 
 use serde_json::Value;
 
@@ -49,13 +49,8 @@ fn gzip(bytes: &[u8]) -> Vec<u8> {
 
 /// Run the CLI in `project`; the S3 endpoint and region come from the connector only.
 fn skipprd(project: &Path, args: &[&str]) -> Output {
-    Command::new(skipprd_bin())
-        .current_dir(project)
+    skipprd_command(project)
         .args(args)
-        .env_remove("SKIPPR_CONFIG_FILE")
-        .env_remove("DATA_DIR")
-        .env_remove("PIPELINE_NAME")
-        .env_remove("WAL_STORAGE")
         .env_remove("AWS_ENDPOINT_URL")
         .env_remove("AWS_REGION")
         .env_remove("AWS_DEFAULT_REGION")

@@ -27,7 +27,7 @@
 mod bin;
 #[path = "common/local_aws.rs"]
 mod local_aws;
-use bin::skipprd_bin;
+use bin::skipprd_command;
 
 use local_aws::{endpoint, reader_python, unique};
 
@@ -47,29 +47,10 @@ use skipprd::sinks::{LakeCatalog, LakeLocation};
 use skipprd::state::{DynamoStore, StateKey, StateStore};
 use skipprd::wal::{BatchPart, DiskWal, WalOptions};
 
-/// Variables that would change behaviour if the developer's shell had them set.
-const SCRUBBED: &[&str] = &[
-    "SKIPPR_CONFIG_FILE",
-    "PIPELINE_NAME",
-    "DATA_DIR",
-    "WORKSPACE_NAME",
-    "TENANT",
-    "SKIPPR_S3_BUCKET",
-    "SKIPPRD_EL_STORAGE_MODE",
-    "WAL_STORAGE",
-    "RUST_LOG",
-    "TRANSFORM_NAMESPACE_FIELDS",
-    "SKIPPR_FAILPOINT",
-    "DELIVER_THRESHOLD_BYTES",
-];
-
 /// Run `skipprd args` in `dir`, its WAL in the S3 bucket `wal_bucket` when given.
 fn skipprd(dir: &Path, args: &[&str], wal_bucket: Option<&str>) -> Output {
-    let mut cmd = Command::new(skipprd_bin());
-    cmd.current_dir(dir).args(args);
-    for var in SCRUBBED {
-        cmd.env_remove(var);
-    }
+    let mut cmd = skipprd_command(dir);
+    cmd.args(args);
     if let Some(bucket) = wal_bucket {
         cmd.env("WAL_STORAGE", "s3")
             .env("SKIPPR_WAL_S3_BUCKET", bucket);
@@ -291,11 +272,8 @@ data_sinks:
 ",
     )
     .unwrap();
-    let mut cmd = Command::new(skipprd_bin());
-    cmd.current_dir(project.path()).args(["sync", "--once"]);
-    for var in SCRUBBED {
-        cmd.env_remove(var);
-    }
+    let mut cmd = skipprd_command(project.path());
+    cmd.args(["sync", "--once"]);
     let out = cmd.output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");

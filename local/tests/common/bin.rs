@@ -7,3 +7,31 @@ pub fn skipprd_bin() -> std::path::PathBuf {
         .filter(|p| !p.is_empty())
         .map_or_else(|| env!("CARGO_BIN_EXE_skipprd").into(), Into::into)
 }
+
+/// Variables that change what `skipprd` does if the developer's shell has them set; every
+/// test command starts without them and sets what it needs.
+pub const SCRUBBED: &[&str] = &[
+    "SKIPPR_CONFIG_FILE",
+    "PIPELINE_NAME",
+    "DATA_DIR",
+    "WORKSPACE_NAME",
+    "TENANT",
+    "SKIPPR_S3_BUCKET",
+    "SKIPPR_WAL_S3_BUCKET",
+    "SKIPPRD_EL_STORAGE_MODE",
+    "WAL_STORAGE",
+    "RUST_LOG",
+    "TRANSFORM_NAMESPACE_FIELDS",
+    "SKIPPR_FAILPOINT",
+    "DELIVER_THRESHOLD_BYTES",
+];
+
+/// `skipprd` ([`skipprd_bin`]) to run in `dir`, without the [`SCRUBBED`] variables.
+pub fn skipprd_command(dir: &std::path::Path) -> std::process::Command {
+    let mut cmd = std::process::Command::new(skipprd_bin());
+    cmd.current_dir(dir);
+    for var in SCRUBBED {
+        cmd.env_remove(var);
+    }
+    cmd
+}
