@@ -49,9 +49,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
 
-use crate::aws::{Aws, SdkFailure};
-use crate::config::env::{Environment, LayeredEnv};
-use crate::config::load::{ConfigSource, Format, LoadedConfig, load, parse_str};
+use crate::aws::Aws;
+use crate::config::env::Environment;
+use crate::config::load::{CONFIG_S3_URI_VAR, ConfigSource, load, load_s3, parse_s3_uri};
 use crate::config::validate::{StoreKind, ValidatedConfig, WalStorage};
 use crate::config::{ConfigError, ProcessEnv};
 use crate::pipeline::sync::{SyncOptions, SyncReport, sync_pass};
@@ -60,9 +60,6 @@ use crate::state::StateError;
 
 /// `DATA_DIR` when it is unset: the function's scratch space (WAL and store never live there).
 pub const DEFAULT_DATA_DIR: &str = "/tmp/skipprd";
-
-/// The variable naming the config object in S3.
-pub const CONFIG_S3_URI_VAR: &str = "SKIPPR_CONFIG_S3_URI";
 
 /// The variable overriding the deadline margin, in seconds.
 pub const DEADLINE_MARGIN_VAR: &str = "SKIPPR_DEADLINE_MARGIN_SECONDS";
@@ -89,22 +86,6 @@ pub enum ServerlessError {
     /// The config could not be found, parsed or validated.
     #[error(transparent)]
     Config(Box<ConfigError>),
-    /// `SKIPPR_CONFIG_S3_URI` is not an `s3://bucket/key` URI.
-    #[error("{CONFIG_S3_URI_VAR}={uri}: {message}")]
-    ConfigUri {
-        /// The value.
-        uri: String,
-        /// What is wrong.
-        message: String,
-    },
-    /// The config object could not be fetched from S3.
-    #[error("fetching the config {uri}: {failure}")]
-    ConfigFetch {
-        /// The object.
-        uri: String,
-        /// What S3 said.
-        failure: Box<SdkFailure>,
-    },
     /// The config would keep the WAL or the state store on the function's disk, which does
     /// not outlive the execution environment.
     #[error(
@@ -157,13 +138,11 @@ impl ServerlessError {
     pub fn is_retryable(&self) -> bool {
         match self {
             ServerlessError::Event { .. }
-            | ServerlessError::ConfigUri { .. }
             | ServerlessError::LocalState { .. }
             | ServerlessError::Margin { .. }
             | ServerlessError::Aws(_)
             | ServerlessError::Aborted { .. } => false,
             ServerlessError::Config(e) => e.is_retryable(),
-            ServerlessError::ConfigFetch { failure, .. } => failure.retryable,
             ServerlessError::Pipeline(e) => e.is_retryable(),
         }
     }
@@ -172,11 +151,11 @@ impl ServerlessError {
     pub fn error_type(&self) -> String {
         let kind = match self {
             ServerlessError::Event { .. } => "Event",
-            ServerlessError::Config(_)
-            | ServerlessError::ConfigUri { .. }
-            | ServerlessError::Margin { .. } => "Config",
+            ServerlessError::Config(e) if matches!(**e, ConfigError::S3Fetch { .. }) => {
+                "ConfigFetch"
+            }
+            ServerlessError::Config(_) | ServerlessError::Margin { .. } => "Config",
             ServerlessError::Pipeline(e) if e.is_config() => "Config",
-            ServerlessError::ConfigFetch { .. } => "ConfigFetch",
             ServerlessError::LocalState { .. } => "LocalState",
             ServerlessError::Aws(_) => "Aws",
             ServerlessError::Pipeline(_) => "Pipeline",
@@ -302,23 +281,6 @@ fn task_root(env: &dyn Environment) -> PathBuf {
         .map_or_else(|| PathBuf::from("."), PathBuf::from)
 }
 
-/// `s3://bucket/key` -> (bucket, key).
-pub fn parse_s3_uri(uri: &str) -> Result<(String, String), ServerlessError> {
-    let bad = |message: &str| ServerlessError::ConfigUri {
-        uri: uri.to_owned(),
-        message: message.to_owned(),
-    };
-    let rest = uri
-        .strip_prefix("s3://")
-        .ok_or_else(|| bad("expected s3://bucket/key"))?;
-    match rest.split_once('/') {
-        Some((bucket, key)) if !bucket.is_empty() && !key.is_empty() && !key.ends_with('/') => {
-            Ok((bucket.to_owned(), key.to_owned()))
-        }
-        _ => Err(bad("expected s3://bucket/key (a bucket and an object key)")),
-    }
-}
-
 /// Load the config from `location` with `env` under the function's defaults, and validate
 /// it (`WAL_STORAGE` from the environment).
 pub fn load_config<E: Environment + Clone + Send + Sync + 'static>(
@@ -339,18 +301,8 @@ pub fn load_config<E: Environment + Clone + Send + Sync + 'static>(
             loaded
         }
         ConfigLocation::S3 { bucket, key } => {
-            let uri = format!("s3://{bucket}/{key}");
-            let text = fetch_text(aws, bucket, key, &uri)?;
-            let name = PathBuf::from(&uri);
-            let env = LayeredEnv::new(env);
-            let (config, env_refs) = parse_str(&text, Format::from_path(&name), &name, &env)?;
-            LoadedConfig {
-                config,
-                source: ConfigSource::Found(name),
-                base_dir: task_root(&env),
-                env_refs,
-                env: Arc::new(env),
-            }
+            let base_dir = task_root(&env);
+            load_s3(&format!("s3://{bucket}/{key}"), aws, &base_dir, env)?
         }
     };
     Ok(crate::config::validate(&loaded, None)?)
@@ -360,39 +312,6 @@ pub fn load_config<E: Environment + Clone + Send + Sync + 'static>(
 pub fn load_config_from_process(aws: &Aws) -> Result<ValidatedConfig, ServerlessError> {
     let location = config_location(&ProcessEnv)?;
     load_config(&location, ProcessEnv, aws)
-}
-
-fn fetch_text(aws: &Aws, bucket: &str, key: &str, uri: &str) -> Result<String, ServerlessError> {
-    let client = aws.s3(None);
-    let fetch_err = |failure: SdkFailure| ServerlessError::ConfigFetch {
-        uri: uri.to_owned(),
-        failure: Box::new(failure),
-    };
-    let bytes = aws.block_on(async {
-        let out = client
-            .get_object()
-            .bucket(bucket)
-            .key(key)
-            .send()
-            .await
-            .map_err(|e| fetch_err(SdkFailure::from_sdk(&e)))?;
-        out.body
-            .collect()
-            .await
-            .map(|b| b.into_bytes())
-            .map_err(|e| {
-                fetch_err(SdkFailure {
-                    code: "body".into(),
-                    status: None,
-                    message: e.to_string(),
-                    retryable: true,
-                })
-            })
-    })?;
-    String::from_utf8(bytes.to_vec()).map_err(|_| ServerlessError::ConfigUri {
-        uri: uri.to_owned(),
-        message: "the object is not UTF-8 text".to_owned(),
-    })
 }
 
 /// What a function holds from its init to its last invocation: the AWS handle and the
@@ -732,6 +651,7 @@ mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
+    use crate::aws::SdkFailure;
 
     fn fixture(name: &str) -> serde_json::Value {
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -802,14 +722,7 @@ mod tests {
     }
 
     #[test]
-    fn config_s3_uris_need_a_bucket_and_a_key() {
-        assert_eq!(
-            parse_s3_uri("s3://b/dir/skippr.yml").unwrap(),
-            ("b".to_owned(), "dir/skippr.yml".to_owned())
-        );
-        for bad in ["b/k", "s3://b", "s3://b/", "s3:///k", "s3://b/dir/"] {
-            assert!(parse_s3_uri(bad).is_err(), "{bad}");
-        }
+    fn the_config_is_in_s3_when_the_variable_is_set_else_in_the_package() {
         let location = config_location(&env(&[(CONFIG_S3_URI_VAR, "s3://b/k.yml")])).unwrap();
         assert_eq!(
             location,
@@ -875,7 +788,7 @@ mod tests {
 
     #[test]
     fn error_types_follow_retryability() {
-        let throttled = ServerlessError::ConfigFetch {
+        let throttled = ServerlessError::from(ConfigError::S3Fetch {
             uri: "s3://b/k".into(),
             failure: Box::new(SdkFailure {
                 code: "SlowDown".into(),
@@ -883,7 +796,7 @@ mod tests {
                 message: "slow down".into(),
                 retryable: true,
             }),
-        };
+        });
         assert!(throttled.is_retryable());
         assert_eq!(throttled.error_type(), "Retryable.ConfigFetch");
         let lease = ServerlessError::from(PipelineError::State {
