@@ -13,7 +13,6 @@
 //! - [`wal`]: the write-ahead log: durable, checksummed batches on disk.
 //! - [`pipeline`]: the commands' core logic (`discover`), reporting progress through events.
 //! - [`query`]: SQL (DataFusion) over the batches committed in pipelines' WALs.
-//! - [`serverless`]: what the Lambda functions do (event, config at init, deadline-bounded pass).
 
 pub mod aws;
 pub mod config;
@@ -22,7 +21,6 @@ pub mod doctor;
 pub mod pipeline;
 pub mod query;
 pub mod schema;
-pub mod serverless;
 pub mod sinks;
 pub mod sources;
 pub mod state;
