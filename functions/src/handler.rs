@@ -1,6 +1,6 @@
 //! The two functions' work: a [`Function`] holds what the init made (AWS handle, validated
 //! config) and runs one `sync` pass or one `discover` per invocation, over the core's
-//! [`sync_pass`] and [`skipprd::pipeline::discover`].
+//! [`sync_pass`] and [`skipprd::pipeline::discover()`].
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -1,6 +1,6 @@
 //! The skipprd Lambda functions (`skipprd-sync`, `skipprd-discover`): reading the invocation
 //! event ([`event`]), loading the config once per init and refusing state that would live on
-//! the function's disk ([`env`]), one deadline-bounded `sync` pass or one `discover`
+//! the function's disk ([`mod@env`]), one deadline-bounded `sync` pass or one `discover`
 //! ([`handler`]), how each error is classified ([`error`]), the log lines ([`observer`]), and
 //! the `lambda_runtime` loop around a blocking handler ([`serve`]). The work itself is the
 //! core's (`skipprd`); this crate only decides what an invocation means.
