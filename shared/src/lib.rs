@@ -12,12 +12,14 @@
 //! - [`state`]: the state store (positions, acknowledgements, lease) and its implementations.
 //! - [`wal`]: the write-ahead log: durable, checksummed batches on disk.
 //! - [`pipeline`]: the commands' core logic (`discover`), reporting progress through events.
+//! - [`failpoint`]: the named crash-injection points of the write path, all in one place.
 //! - [`query`]: SQL (DataFusion) over the batches committed in pipelines' WALs.
 
 pub mod aws;
 pub mod config;
 pub mod deadletter;
 pub mod doctor;
+pub mod failpoint;
 pub mod pipeline;
 pub mod query;
 pub mod schema;
