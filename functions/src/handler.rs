@@ -2,8 +2,6 @@
 //! config) and runs one `sync` pass or one `discover` per invocation, over the core's
 //! [`sync_pass`] and [`skipprd::pipeline::discover()`].
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
@@ -71,8 +69,15 @@ impl Function {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(untagged)]
 pub enum SyncOutcome {
-    /// A pass ran.
-    Synced(SyncSummary),
+    /// A pass ran: the pipeline and the pass's report, its fields at the top level (`rows`,
+    /// ..., `stopped_for_deadline`, `aws_requests`), as in the CLI's `sync_complete` event.
+    Synced {
+        /// The pipeline.
+        pipeline: String,
+        /// What the pass did.
+        #[serde(flatten)]
+        report: SyncReport,
+    },
     /// No pass ran: another writer holds the pipeline's lease.
     Skipped {
         /// The pipeline.
@@ -80,91 +85,6 @@ pub enum SyncOutcome {
         /// Why, e.g. `lease held by ...`.
         skipped: String,
     },
-}
-
-/// The summary of one pass, as the sync function returns it.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct SyncSummary {
-    /// The pipeline.
-    pub pipeline: String,
-    /// Rows committed to the WAL.
-    pub rows: u64,
-    /// Batches committed.
-    pub batches: u64,
-    /// Input bytes read.
-    pub bytes: u64,
-    /// Records rejected.
-    pub deadletters: u64,
-    /// Batches written to the destination.
-    pub delivered: u64,
-    /// Committed batches not yet delivered.
-    pub pending: u64,
-    /// Wall time of the pass.
-    pub seconds: f64,
-    /// Whether reading stopped because the deadline came near (the next invoke continues).
-    pub stopped_for_deadline: bool,
-    /// Files skipped because they could not be read (tried again next pass).
-    pub files_failed: u64,
-    /// AWS requests the pass sent, per service.
-    pub aws_requests: std::collections::BTreeMap<String, u64>,
-}
-
-impl SyncSummary {
-    fn new(pipeline: &str, report: SyncReport, seconds: f64, stopped_for_deadline: bool) -> Self {
-        SyncSummary {
-            pipeline: pipeline.to_owned(),
-            rows: report.rows,
-            batches: report.batches,
-            bytes: report.bytes,
-            deadletters: report.deadletters,
-            delivered: report.delivered,
-            pending: report.pending,
-            seconds,
-            stopped_for_deadline: stopped_for_deadline && report.stopped,
-            files_failed: report.files_failed,
-            aws_requests: report.aws_requests,
-        }
-    }
-}
-
-/// Sets a stop flag when a moment comes, unless dropped first.
-struct StopTimer {
-    cancel: Option<std::sync::mpsc::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<()>>,
-    fired: Arc<AtomicBool>,
-}
-
-impl StopTimer {
-    fn start(after: Duration, stop: Arc<AtomicBool>) -> StopTimer {
-        let (cancel, cancelled) = std::sync::mpsc::channel::<()>();
-        let fired = Arc::new(AtomicBool::new(false));
-        let fired_in = fired.clone();
-        let thread = std::thread::spawn(move || {
-            if let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = cancelled.recv_timeout(after) {
-                fired_in.store(true, Ordering::SeqCst);
-                stop.store(true, Ordering::SeqCst);
-                tracing::info!("The deadline is near: reading stops after the batch in hand.");
-            }
-        });
-        StopTimer {
-            cancel: Some(cancel),
-            thread: Some(thread),
-            fired,
-        }
-    }
-
-    fn fired(&self) -> bool {
-        self.fired.load(Ordering::SeqCst)
-    }
-}
-
-impl Drop for StopTimer {
-    fn drop(&mut self) {
-        drop(self.cancel.take());
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
-    }
 }
 
 /// One `sync` pass for an invocation: the pipeline the event names, stopping reading when
@@ -184,26 +104,20 @@ pub fn sync_invocation(
     let options = SyncOptions {
         aws: Some(aws.clone()),
         lease_wait: LEASE_WAIT,
+        deadline: Some(Instant::now() + remaining.saturating_sub(margin)),
         ..SyncOptions::default()
     };
-    let timer = StopTimer::start(remaining.saturating_sub(margin), options.stop.clone());
     tracing::info!(
         pipeline = %pipeline.name,
         remaining_ms = remaining.as_millis() as u64,
         margin_ms = margin.as_millis() as u64,
         "Starting a pass."
     );
-    let started = Instant::now();
-    let result = sync_pass(config, pipeline, &options, observer);
-    let fired = timer.fired();
-    drop(timer);
-    match result {
-        Ok(report) => Ok(SyncOutcome::Synced(SyncSummary::new(
-            &pipeline.name,
+    match sync_pass(config, pipeline, &options, observer) {
+        Ok(report) => Ok(SyncOutcome::Synced {
+            pipeline: pipeline.name.clone(),
             report,
-            started.elapsed().as_secs_f64(),
-            fired,
-        ))),
+        }),
         Err(PipelineError::State {
             pipeline,
             source: source @ (StateError::LeaseHeld { .. } | StateError::LeaseUnavailable { .. }),
@@ -286,27 +200,4 @@ pub fn discover_invocation(
             .collect(),
         seconds: report.elapsed.as_secs_f64(),
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_stop_timer_fires_only_when_not_dropped_first() {
-        let stop = Arc::new(AtomicBool::new(false));
-        let timer = StopTimer::start(Duration::from_secs(3600), stop.clone());
-        let started = Instant::now();
-        drop(timer);
-        assert!(started.elapsed() < Duration::from_secs(5));
-        assert!(!stop.load(Ordering::SeqCst));
-
-        let timer = StopTimer::start(Duration::from_millis(10), stop.clone());
-        let started = Instant::now();
-        while !timer.fired() {
-            assert!(started.elapsed() < Duration::from_secs(10), "never fired");
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        assert!(stop.load(Ordering::SeqCst));
-    }
 }

@@ -26,14 +26,17 @@
 //! from the data it reads.
 //!
 //! ## Deadline
-//! A pass stops reading new batches when the invocation's deadline is nearer than a margin:
+//! A pass stops reading new batches when the invocation's deadline is nearer than a margin
+//! ([`SyncOptions::deadline`](skipprd::pipeline::sync::SyncOptions::deadline), checked between
+//! batches):
 //! `SKIPPR_DEADLINE_MARGIN_SECONDS` (decimal seconds), default 30 % of the time left when the
 //! invocation starts, capped at 60 s ([`env::deadline_margin`]). The batch being committed is
 //! finished and what was committed is delivered before the function returns, so the margin
 //! must cover one batch plus a delivery.
 //!
 //! ## Outcomes and errors
-//! - success: a [`handler::SyncSummary`] (or [`handler::DiscoverSummary`]);
+//! - success: the pass's [`skipprd::pipeline::sync::SyncReport`] with its pipeline
+//!   ([`handler::SyncOutcome::Synced`]), or a [`handler::DiscoverSummary`];
 //! - the pipeline's writer lease is held by another writer (an overlapping invoke, or a
 //!   function killed at its timeout whose lease has not expired): [`handler::SyncOutcome::Skipped`],
 //!   returned as success (`{"pipeline": ..., "skipped": "lease held by ..."}`): the holder is

@@ -20,13 +20,16 @@
 //! Reading (4) runs on its own thread, a couple of batches ahead, and types a batch with the
 //! schema as it is while the calling thread is busy (see `typing.rs`); steps 5-7 run in
 //! order on the calling thread. Deliveries during the read loop (8) run on a delivery
-//! thread; their acknowledgements and the reclaim run on the calling thread. A stop request (SIGINT/SIGTERM) is honoured between batches: the batch
+//! thread; their acknowledgements and the reclaim run on the calling thread. A stop request
+//! (SIGINT/SIGTERM) and the [`SyncOptions::deadline`] are honoured between batches: the batch
 //! being committed is finished, nothing is half-written.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
+
+use serde::Serialize;
 
 use crate::config::connectors::DeadletterConnector;
 use crate::config::validate::{StoreKind, ValidatedConfig, ValidatedPipeline, WalStorage};
@@ -62,6 +65,11 @@ pub struct SyncOptions {
     /// The AWS handle for the AWS backends (built once per process; loaded from the
     /// environment on first need when `None`).
     pub aws: Option<crate::aws::Aws>,
+    /// When reading must stop (already less the margin the caller needs to finish: the batch
+    /// being committed and the delivery after it), checked between batches as `stop` is; the
+    /// report then says [`SyncReport::stopped_for_deadline`]. `None`: no deadline. A Lambda
+    /// invocation sets it from its own deadline.
+    pub deadline: Option<Instant>,
 }
 
 impl Default for SyncOptions {
@@ -73,12 +81,14 @@ impl Default for SyncOptions {
             wal: WalOptions::default(),
             replay: false,
             aws: None,
+            deadline: None,
         }
     }
 }
 
-/// What one pass did.
-#[derive(Debug, Clone, Default, PartialEq)]
+/// What one pass did: the `sync_complete` event's fields, the Lambda function's summary and
+/// output (field names are stable: scripts and alarms depend on them).
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct SyncReport {
     /// Rows committed to the WAL.
     pub rows: u64,
@@ -92,12 +102,18 @@ pub struct SyncReport {
     pub delivered: u64,
     /// Committed batches not yet delivered.
     pub pending: u64,
-    /// Whether the pass stopped early on request.
-    pub stopped: bool,
     /// Files skipped because they could not be read (tried again next pass).
     pub files_failed: u64,
+    /// Wall time of the pass, in seconds (to the millisecond).
+    pub seconds: f64,
+    /// Whether the pass stopped reading early, on request or at the deadline.
+    pub stopped: bool,
+    /// Whether it stopped because [`SyncOptions::deadline`] was reached (the next pass
+    /// continues).
+    pub stopped_for_deadline: bool,
     /// AWS requests the pass sent, per service (`s3`, `dynamodb`, `glue`, `athena`); empty
-    /// without AWS backends.
+    /// (and left out of the JSON) without AWS backends.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub aws_requests: BTreeMap<String, u64>,
 }
 
@@ -456,10 +472,16 @@ pub fn sync_pass(
                     });
                 }
                 if settings.wal_storage == WalStorage::Disk {
-                    wait_for_disk(&disk_dir, &name, &options.stop);
+                    wait_for_disk(&disk_dir, &name, &options.stop, options.deadline);
                 }
                 if options.stop.load(Ordering::SeqCst) {
                     report.stopped = true;
+                    return Ok(());
+                }
+                if reached(options.deadline) {
+                    tracing::info!(pipeline = %name, "The deadline is near: reading stops after the batch in hand.");
+                    report.stopped = true;
+                    report.stopped_for_deadline = true;
                     return Ok(());
                 }
             }
@@ -493,17 +515,10 @@ pub fn sync_pass(
     if let (Some(aws), Some(before)) = (&aws, &requests_before) {
         report.aws_requests = requests_since(aws, before);
     }
+    report.seconds = (started.elapsed().as_secs_f64() * 1000.0).round() / 1000.0;
     observer.event(&Event::SyncComplete {
         pipeline: name.clone(),
-        rows: report.rows,
-        batches: report.batches,
-        bytes: report.bytes,
-        deadletters: report.deadletters,
-        delivered: report.delivered,
-        pending: report.pending,
-        files_failed: report.files_failed,
-        seconds: (started.elapsed().as_secs_f64() * 1000.0).round() / 1000.0,
-        aws_requests: report.aws_requests.clone(),
+        report: report.clone(),
     });
     Ok(report)
 }
@@ -692,7 +707,12 @@ fn decode_position(
 
 /// The disk guard: pause while the data dir's file system has under 5 GB free or is 90%
 /// full; resume at 80%.
-fn wait_for_disk(dir: &std::path::Path, pipeline: &str, stop: &AtomicBool) {
+fn wait_for_disk(
+    dir: &std::path::Path,
+    pipeline: &str,
+    stop: &AtomicBool,
+    deadline: Option<Instant>,
+) {
     let Ok(stats) = fs4::statvfs(dir) else { return };
     let used =
         |s: &fs4::FsStats| disk_used_fraction(s.total_space(), s.free_space(), s.available_space());
@@ -704,7 +724,7 @@ fn wait_for_disk(dir: &std::path::Path, pipeline: &str, stop: &AtomicBool) {
         available = stats.available_space(),
         "Disk nearly full: reading paused until usage drops to 80%."
     );
-    while !stop.load(Ordering::SeqCst) {
+    while !stop.load(Ordering::SeqCst) && !reached(deadline) {
         std::thread::sleep(Duration::from_secs(5));
         match fs4::statvfs(dir) {
             Ok(s) if s.available_space() >= DISK_MIN_FREE && used(&s) <= 0.8 => break,
@@ -713,6 +733,11 @@ fn wait_for_disk(dir: &std::path::Path, pipeline: &str, stop: &AtomicBool) {
         }
     }
     tracing::info!(pipeline, "Disk space recovered: reading resumes.");
+}
+
+/// Whether `deadline` has come (never without one).
+fn reached(deadline: Option<Instant>) -> bool {
+    deadline.is_some_and(|deadline| Instant::now() >= deadline)
 }
 
 /// Whether the disk guard pauses reading: under 5 GB available, or 90 % used.
@@ -730,7 +755,85 @@ pub(crate) fn disk_used_fraction(total: u64, free: u64, available: u64) -> f64 {
 
 #[cfg(test)]
 mod tests {
-    use super::disk_used_fraction;
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::config::{load_file, validate};
+    use crate::pipeline::events::Recorder;
+
+    /// Six records in batches of two, the WAL as the dataset, state under the project.
+    fn project() -> (tempfile::TempDir, ValidatedConfig) {
+        let dir = tempfile::tempdir().unwrap();
+        let records: String = (0..6).map(|i| format!("{{\"id\":{i}}}\n")).collect();
+        std::fs::write(dir.path().join("events.jsonl"), records).unwrap();
+        std::fs::write(
+            dir.path().join("skippr.yml"),
+            "pipelines:\n  p:\n    data_source: data_sources.s\n\
+             data_sources:\n  s:\n    File:\n      path: events.jsonl\n      batch_size: 2\n",
+        )
+        .unwrap();
+        let env: BTreeMap<String, String> = [(
+            "DATA_DIR".to_owned(),
+            dir.path().join("data").display().to_string(),
+        )]
+        .into();
+        let loaded = load_file(&dir.path().join("skippr.yml"), env).unwrap();
+        let config = validate(&loaded, None).unwrap();
+        (dir, config)
+    }
+
+    #[test]
+    fn a_pass_stops_reading_at_its_deadline_and_the_next_one_continues() {
+        let (_dir, config) = project();
+        let pipeline = config.pipeline(None).unwrap();
+        let mut events = Recorder::default();
+        let options = SyncOptions {
+            deadline: Some(Instant::now()),
+            ..SyncOptions::default()
+        };
+        let first = sync_pass(&config, pipeline, &options, &mut events).unwrap();
+        assert_eq!((first.rows, first.batches), (2, 1), "{first:?}");
+        assert!(first.stopped && first.stopped_for_deadline, "{first:?}");
+        let Some(Event::SyncComplete {
+            pipeline: p,
+            report,
+        }) = events.0.last()
+        else {
+            panic!("no sync_complete: {:?}", events.0);
+        };
+        assert_eq!((p.as_str(), report), ("p", &first));
+        let json = serde_json::to_value(events.0.last().unwrap()).unwrap();
+        let keys: Vec<&str> = json
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
+        assert_eq!(
+            keys,
+            [
+                "event",
+                "pipeline",
+                "rows",
+                "batches",
+                "bytes",
+                "deadletters",
+                "delivered",
+                "pending",
+                "files_failed",
+                "seconds",
+                "stopped",
+                "stopped_for_deadline"
+            ],
+            "{json}"
+        );
+        assert_eq!(json["event"], "sync_complete");
+        assert_eq!(json["stopped_for_deadline"], true);
+
+        let rest = sync_pass(&config, pipeline, &SyncOptions::default(), &mut events).unwrap();
+        assert_eq!((rest.rows, rest.batches), (4, 2), "{rest:?}");
+        assert!(!rest.stopped && !rest.stopped_for_deadline, "{rest:?}");
+    }
 
     /// Regression: the guard took `1 - available / total` for the used share, which counts
     /// the blocks reserved for root (and any gap between size and used + available) as used.
