@@ -499,3 +499,6 @@ fn decode_ack(key: &StateKey, value: &[u8]) -> Result<u64, crate::state::StateEr
         })?;
     Ok(u64::from_le_bytes(bytes))
 }
+
+#[cfg(test)]
+mod tests;

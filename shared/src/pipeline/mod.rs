@@ -5,8 +5,6 @@
 //! bar, text lines, or one JSON object per line).
 
 mod delivery;
-#[cfg(test)]
-mod delivery_tests;
 pub mod discover;
 pub mod error;
 pub mod events;

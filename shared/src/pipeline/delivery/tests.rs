@@ -9,10 +9,10 @@ use std::sync::Arc;
 use arrow::array::{AsArray, Int64Array, RecordBatch};
 use arrow::datatypes::{DataType, Field, Int64Type, Schema};
 
-use super::PipelineError;
-use super::delivery::Delivery;
-use super::sync::SyncReport;
+use super::Delivery;
 use crate::failpoint;
+use crate::pipeline::PipelineError;
+use crate::pipeline::sync::SyncReport;
 use crate::schema::PipelineSchema;
 use crate::sinks::memory::MemorySink;
 use crate::sinks::{Sink, SinkError};
