@@ -187,7 +187,7 @@ impl IcebergSink {
             warehouse,
             namespace,
             identity,
-            LakePointer::Hadoop(HadoopPointer),
+            LakePointer::new(HadoopPointer),
         )
     }
 
