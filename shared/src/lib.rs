@@ -12,6 +12,7 @@
 //! - [`state`]: the state store (positions, acknowledgements, lease) and its implementations.
 //! - [`wal`]: the write-ahead log: durable, checksummed batches on disk.
 //! - [`pipeline`]: the commands' core logic (`discover`), reporting progress through events.
+//! - [`failpoint`]: the named crash-injection points of the write path, all in one place.
 //! - [`query`]: SQL (DataFusion) over the batches committed in pipelines' WALs.
 //! - [`serverless`]: what the Lambda functions do (event, config at init, deadline-bounded pass).
 
@@ -19,6 +20,7 @@ pub mod aws;
 pub mod config;
 pub mod deadletter;
 pub mod doctor;
+pub mod failpoint;
 pub mod pipeline;
 pub mod query;
 pub mod schema;

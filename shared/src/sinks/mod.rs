@@ -16,10 +16,13 @@
 pub mod deadletter;
 pub mod error;
 pub mod iceberg;
+pub mod memory;
+pub mod sink;
 
 use std::path::{Path, PathBuf};
 
 pub use error::SinkError;
+pub use sink::{CommitCheck, Delivered, ReadBatch, Sink};
 
 use crate::config::connectors::{ConnectorSet, SinkConnector};
 use crate::config::validate::{Named, Settings, ValidatedPipeline};

@@ -13,7 +13,7 @@ use iceberg::spec::{PrimitiveType, Type};
 use super::catalog::{Current, HadoopPointer, Pointer, TableRef, VERSION_HINT};
 use super::*;
 use crate::schema::{Field, FieldType, NamespaceSchema};
-use crate::wal::{DiskWal, WalOptions};
+use crate::wal::{BatchPart, DiskWal, WalOptions};
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
 
