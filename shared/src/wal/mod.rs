@@ -65,6 +65,8 @@
 //! ([`ReadOnlyWal`]): a torn tail is not cut but simply not visible, so it is safe while a
 //! writer appends. `skipprd query` uses it.
 
+#[cfg(test)]
+mod conformance;
 mod disk;
 mod error;
 /// The WAL's failpoints: its names ([`crate::failpoint::wal`]) and the mechanism.
