@@ -1,4 +1,7 @@
-//! The write-ahead log: a durable, checksummed, segmented log of typed batches on local disk.
+//! The write-ahead log: a durable, checksummed log of typed batches, on local disk
+//! ([`DiskWal`], segment files) or in S3 ([`s3::S3Wal`], an object per batch and a commit
+//! marker), both behind the [`Wal`] trait. What follows describes the disk WAL; the S3 WAL
+//! keeps the same rules with objects (see [`s3`] and `docs/wal.md`).
 //!
 //! Each source batch, once typed, is appended here as one WAL batch: a [`BatchId`], the source
 //! position it reached (opaque bytes: the caller's serialized checkpoint) and one or more
@@ -62,6 +65,8 @@
 //! ([`ReadOnlyWal`]): a torn tail is not cut but simply not visible, so it is safe while a
 //! writer appends. `skipprd query` uses it.
 
+#[cfg(test)]
+mod conformance;
 mod disk;
 mod error;
 /// The WAL's failpoints: its names ([`crate::failpoint::wal`]) and the mechanism.

@@ -168,7 +168,7 @@ impl IcebergSink {
             warehouse,
             namespace,
             identity,
-            LakePointer::Hadoop(HadoopPointer),
+            LakePointer::new(HadoopPointer),
         )
     }
 
