@@ -244,6 +244,16 @@ impl Aws {
         })
     }
 
+    /// [`Aws::load`] with the environment's region, or `fallback` when the environment names
+    /// none (a pipeline's connector region: see
+    /// [`crate::config::validate::AwsSettings::fallback_region`]).
+    pub fn load_with_fallback(fallback: Option<&str>) -> Result<Aws, AwsError> {
+        match (Aws::load(None), fallback) {
+            (Err(AwsError::NoRegion), Some(region)) => Aws::load(Some(region)),
+            (loaded, _) => loaded,
+        }
+    }
+
     /// The same configuration in another region (clients built from it share the runtime and
     /// the request counter).
     pub fn with_region(&self, region: &str) -> Aws {

@@ -32,8 +32,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use crate::config::connectors::DeadletterConnector;
-use crate::config::validate::{StoreKind, ValidatedConfig, ValidatedPipeline, WalStorage};
-use crate::config::{ConfigError, SourceConnector};
+use crate::config::validate::{ValidatedConfig, ValidatedPipeline, WalLocation, WalStorage};
 use crate::schema::{PipelineSchema, SchemaError, SchemaStore};
 use crate::state::{Condition, StateKey, StateStore, keys};
 use crate::wal::{BatchPart, DiskWal, Wal, WalOptions};
@@ -156,10 +155,18 @@ pub fn sync_pass(
 
     // The AWS backends share one handle (built once per process when the caller passes one),
     // whose request counter reports what the pass cost.
-    let aws = pass_aws(settings, pipeline, options).map_err(|e| PipelineError::Aws {
-        pipeline: name.clone(),
-        message: e.to_string(),
-    })?;
+    let aws = match (&options.aws, pipeline.aws.needed) {
+        (Some(aws), _) => Some(aws.clone()),
+        (None, true) => Some(
+            crate::aws::Aws::load_with_fallback(pipeline.aws.fallback_region.as_deref()).map_err(
+                |e| PipelineError::Aws {
+                    pipeline: name.clone(),
+                    message: e.to_string(),
+                },
+            )?,
+        ),
+        (None, false) => None,
+    };
     let requests_before = aws.as_ref().map(crate::aws::Aws::requests);
 
     // 1. Lease (the store is opened under it).
@@ -175,12 +182,10 @@ pub fn sync_pass(
         .map(|item| decode_position(&position_key, &item.value))
         .transpose()
         .map_err(state_err)?;
-    let wal_dir = state_dir.join("wal");
     let (mut wal, recovery) = open_wal(
         WalPlace {
-            settings,
             pipeline: &name,
-            dir: &wal_dir,
+            location: &pipeline.wal,
             store,
             partition,
             fence,
@@ -235,11 +240,12 @@ pub fn sync_pass(
     };
 
     // 3. Deliver outstanding batches (without a destination the WAL is the dataset).
-    let sink = crate::sinks::open_with_aws(pipeline, settings, &config.base_dir, aws.as_ref())
-        .map_err(|source| PipelineError::Sink {
+    let sink = crate::sinks::open_with_aws(pipeline, aws.as_ref()).map_err(|source| {
+        PipelineError::Sink {
             pipeline: name.clone(),
             source: Box::new(source),
-        })?;
+        }
+    })?;
     let deadletter_sink = match &pipeline.deadletter_sink {
         Some(dl) => crate::sinks::deadletter::DeadletterSink::open(
             dl,
@@ -523,85 +529,6 @@ pub fn sync_pass(
     Ok(report)
 }
 
-/// The AWS handle of a pass whose backends need one: the caller's, or one loaded from the
-/// environment.
-fn pass_aws(
-    settings: &crate::config::validate::Settings,
-    pipeline: &ValidatedPipeline,
-    options: &SyncOptions,
-) -> Result<Option<crate::aws::Aws>, crate::aws::AwsError> {
-    use crate::config::connectors::SinkConnector;
-    let needed = settings.wal_storage == WalStorage::S3
-        || matches!(settings.store, StoreKind::Dynamodb { .. })
-        || settings.storage_mode == crate::config::StorageMode::S3
-        || matches!(pipeline.source.connector, SourceConnector::S3(_))
-        || matches!(
-            pipeline.sink.as_ref().map(|s| &s.connector),
-            Some(SinkConnector::AthenaIceberg(_))
-        )
-        || matches!(
-            pipeline.deadletter_sink.as_ref().map(|d| &d.connector),
-            Some(DeadletterConnector::S3(_))
-        );
-    match (&options.aws, needed) {
-        (Some(aws), _) => Ok(Some(aws.clone())),
-        (None, true) => aws_for(pipeline).map(Some),
-        (None, false) => Ok(None),
-    }
-}
-
-/// Load the AWS handle for a pipeline from the environment; when the environment names no
-/// region, the region of the pipeline's S3 source or AthenaIceberg sink is used (their own
-/// clients use their connector's region either way).
-///
-/// # Errors
-///
-/// [`crate::aws::AwsError`] when no region is known or the configuration does not load.
-pub fn aws_for(pipeline: &ValidatedPipeline) -> Result<crate::aws::Aws, crate::aws::AwsError> {
-    use crate::config::connectors::SinkConnector;
-    let connector_region = match (
-        &pipeline.source.connector,
-        pipeline.sink.as_ref().map(|s| &s.connector),
-    ) {
-        (SourceConnector::S3(c), _) if c.region.is_some() => c.region.clone(),
-        (_, Some(SinkConnector::AthenaIceberg(c))) => c.region.clone(),
-        _ => None,
-    };
-    match (crate::aws::Aws::load(None), connector_region) {
-        (Err(crate::aws::AwsError::NoRegion), Some(region)) => crate::aws::Aws::load(Some(&region)),
-        (loaded, _) => loaded,
-    }
-}
-
-/// The bucket and the pipeline's prefix (`wal/{tenant}/{workspace}/{pipeline}/`) of an S3 WAL.
-///
-/// # Errors
-///
-/// [`ConfigError::UnsupportedSetting`] when neither `wal_s3_bucket` nor `skippr_s3_bucket` is
-/// set.
-pub fn s3_wal_place(
-    settings: &crate::config::validate::Settings,
-    pipeline: &str,
-) -> Result<(String, String), ConfigError> {
-    let bucket = settings
-        .wal_s3_bucket
-        .clone()
-        .or_else(|| settings.skippr_s3_bucket.clone())
-        .ok_or_else(|| ConfigError::UnsupportedSetting {
-            setting: "WAL_STORAGE".into(),
-            value: "s3".into(),
-            note: Some(
-                "the S3 WAL needs a bucket: set skippr.wal_s3_bucket (SKIPPR_WAL_S3_BUCKET) or skippr.skippr_s3_bucket (SKIPPR_S3_BUCKET)"
-                    .into(),
-            ),
-        })?;
-    let prefix = format!(
-        "wal/{}/{}/{}/",
-        settings.tenant, settings.workspace, pipeline
-    );
-    Ok((bucket, prefix))
-}
-
 /// Requests per service since `before`.
 fn requests_since(aws: &crate::aws::Aws, before: &BTreeMap<String, u64>) -> BTreeMap<String, u64> {
     aws.requests()
@@ -616,10 +543,9 @@ fn requests_since(aws: &crate::aws::Aws, before: &BTreeMap<String, u64>) -> BTre
 
 /// What [`open_wal`] needs to know.
 struct WalPlace<'a> {
-    settings: &'a crate::config::validate::Settings,
     pipeline: &'a str,
-    /// The disk WAL's directory.
-    dir: &'a std::path::Path,
+    /// Where the WAL lives.
+    location: &'a WalLocation,
     store: &'a dyn StateStore,
     partition: &'a str,
     fence: Option<crate::state::Fence>,
@@ -629,8 +555,8 @@ struct WalPlace<'a> {
     aws: Option<&'a crate::aws::Aws>,
 }
 
-/// Open the pipeline's WAL where the settings put it: segment files under the state
-/// directory, or objects under `wal/{tenant}/{workspace}/{pipeline}/` in the WAL bucket.
+/// Open the pipeline's WAL where validation put it: segment files under the state directory,
+/// or objects under `wal/{tenant}/{workspace}/{pipeline}/` in the WAL bucket.
 fn open_wal<'a>(
     place: WalPlace<'a>,
     options: &SyncOptions,
@@ -639,21 +565,20 @@ fn open_wal<'a>(
         pipeline: place.pipeline.to_owned(),
         source,
     };
-    match place.settings.wal_storage {
-        WalStorage::Disk => {
-            let (wal, recovery) = DiskWal::open(place.dir, options.wal.clone()).map_err(wal_err)?;
+    match place.location {
+        WalLocation::Disk { dir } => {
+            let (wal, recovery) = DiskWal::open(dir, options.wal.clone()).map_err(wal_err)?;
             Ok((Box::new(wal), recovery))
         }
-        WalStorage::S3 => {
-            let (bucket, prefix) = s3_wal_place(place.settings, place.pipeline)?;
+        WalLocation::S3 { bucket, prefix } => {
             let aws = place.aws.ok_or_else(|| PipelineError::Aws {
                 pipeline: place.pipeline.to_owned(),
                 message: "no AWS configuration was loaded for the S3 WAL".into(),
             })?;
             let (wal, recovery) = crate::wal::s3::S3Wal::open(crate::wal::s3::S3WalConfig {
                 aws: aws.clone(),
-                bucket,
-                prefix,
+                bucket: bucket.clone(),
+                prefix: prefix.clone(),
                 store: place.store,
                 partition: place.partition.to_owned(),
                 fence: place.fence,
