@@ -7,6 +7,7 @@
 //! - [`aws`]: AWS clients from the standard configuration chain, and a request counter.
 //! - [`config`]: `skippr.yml` discovery, parsing, environment substitution, validation.
 //! - [`schema`]: type inference, the saved schema format, conversion of records to Arrow.
+//! - [`durable`]: durable local file writes (fsynced directories, atomic whole-file writes).
 //! - [`sources`]: connectors that read records (the File source first).
 //! - [`deadletter`]: records that could not be read or typed, with where they came from.
 //! - [`state`]: the state store (positions, acknowledgements, lease) and its implementations.
@@ -19,6 +20,7 @@ pub mod aws;
 pub mod config;
 pub mod deadletter;
 pub mod doctor;
+pub mod durable;
 pub mod pipeline;
 pub mod query;
 pub mod schema;

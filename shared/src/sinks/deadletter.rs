@@ -22,8 +22,8 @@ use crate::aws::{Aws, Bucket};
 use crate::config::connectors::{DeadletterConnector, OutputFormat};
 use crate::config::validate::Named;
 use crate::deadletter::WAL_NAMESPACE;
+use crate::durable::write_atomic;
 use crate::sinks::SinkError;
-use crate::sinks::iceberg::storage::write_atomic;
 use crate::wal::{BatchId, BatchMeta, BatchPart, WalError};
 
 /// Where a deadletter sink puts its objects: whole objects by name, a second write of a name
@@ -66,7 +66,10 @@ impl DirTarget {
 impl ObjectTarget for DirTarget {
     fn put_whole(&self, name: &str, bytes: Vec<u8>) -> Result<(), SinkError> {
         let path = self.dir.join(name);
-        write_atomic(&path, &bytes).map_err(|source| SinkError::Io { path, source })
+        write_atomic(&path, &bytes).map_err(|e| SinkError::Io {
+            path: e.path,
+            source: e.source,
+        })
     }
 
     fn list(&self, dir: &str) -> Result<Vec<String>, SinkError> {

@@ -39,7 +39,8 @@ use iceberg::{
     TableIdent, TableRequirement, TableUpdate,
 };
 
-use super::storage::{create_dir_durable, local_path, sync_dir, write_atomic};
+use super::storage::{durable_error, io_error, local_path};
+use crate::durable::{create_dir_durable, sync_dir, write_atomic};
 
 /// Name of the version hint file in a table's `metadata/` directory.
 pub const VERSION_HINT: &str = "version-hint.text";
@@ -129,7 +130,7 @@ fn local_namespaces(warehouse: &str) -> Result<Vec<String>> {
 /// Create the directory of a namespace of a local warehouse.
 fn local_create_namespace(location: &str) -> Result<()> {
     let dir = local_path(location);
-    create_dir_durable(&dir).map_err(|e| io_error("cannot create directory", &dir, e))
+    create_dir_durable(&dir).map_err(durable_error)
 }
 
 /// The tables of a namespace of a local warehouse: its directories that `pointer` knows a
@@ -185,14 +186,6 @@ fn list_dirs(dir: &Path) -> Result<Vec<String>> {
 /// (see the module docs).
 #[derive(Debug, Clone, Default)]
 pub struct HadoopPointer;
-
-fn io_error(what: &str, path: &Path, error: std::io::Error) -> Error {
-    Error::new(
-        ErrorKind::Unexpected,
-        format!("{what} {}: {error}", path.display()),
-    )
-    .with_source(error)
-}
 
 fn version_file(table_dir: &Path, version: u64) -> PathBuf {
     table_dir
@@ -266,8 +259,7 @@ impl Pointer for HadoopPointer {
         let table_dir = local_path(table.location);
         let table_dir = table_dir.as_path();
         let metadata_dir = table_dir.join("metadata");
-        create_dir_durable(&metadata_dir)
-            .map_err(|e| io_error("cannot create directory", &metadata_dir, e))?;
+        create_dir_durable(&metadata_dir).map_err(durable_error)?;
         let bytes = serde_json::to_vec(metadata).map_err(|e| {
             Error::new(ErrorKind::DataInvalid, "cannot serialize table metadata").with_source(e)
         })?;
@@ -295,7 +287,7 @@ impl Pointer for HadoopPointer {
             }
             Err(e) => return Err(io_error("cannot create", &target, e)),
         }
-        sync_dir(&metadata_dir).map_err(|e| io_error("cannot fsync", &metadata_dir, e))?;
+        sync_dir(&metadata_dir).map_err(durable_error)?;
         // The commit is done. The hint only saves readers a listing: a failure to update it
         // is logged, not returned (a retry would commit the same changes twice).
         if let Err(e) = write_atomic(
@@ -767,7 +759,7 @@ impl StorePointer {
             PointerStore::Embedded { file, .. } => file,
         };
         let dir = file.parent().unwrap_or(Path::new("/"));
-        create_dir_durable(dir).map_err(|e| io_error("cannot create directory", dir, e))?;
+        create_dir_durable(dir).map_err(durable_error)?;
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
         loop {
             match crate::state::EmbeddedStore::open(file) {
@@ -828,7 +820,7 @@ impl StorePointer {
         })?;
         if location.starts_with("file:") {
             let path = local_path(location).join("metadata").join(name);
-            write_atomic(&path, &bytes).map_err(|e| io_error("cannot write", &path, e))?;
+            write_atomic(&path, &bytes).map_err(durable_error)?;
             Ok(format!("file://{}", path.display()))
         } else {
             let uri = format!("{location}/metadata/{name}");
