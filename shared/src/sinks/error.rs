@@ -76,6 +76,10 @@ pub enum SinkError {
         #[source]
         source: crate::aws::AwsError,
     },
+    /// A deadletter object could not be written, listed, read or moved (in a directory or
+    /// an S3 bucket).
+    #[error(transparent)]
+    Object(#[from] crate::objects::ObjectError),
     /// An object of the destination in S3 could not be written or read.
     #[error("cannot {op} `{uri}`: {failure}")]
     ObjectStore {
@@ -131,6 +135,7 @@ impl SinkError {
             | SinkError::Aws { .. }
             | SinkError::DeadletterConfig { .. } => false,
             SinkError::ObjectStore { failure, .. } => failure.retryable,
+            SinkError::Object(source) => source.is_retryable(),
             SinkError::Iceberg { source, .. } => {
                 source.retryable()
                     || matches!(
