@@ -150,9 +150,9 @@ pub fn sync_pass(
 
     // The AWS backends share one handle (built once per process when the caller passes one),
     // whose request counter reports what the pass cost.
-    let aws = pass_aws(settings, pipeline, options).map_err(|e| PipelineError::Aws {
+    let aws = pass_aws(settings, pipeline, options).map_err(|source| PipelineError::Aws {
         pipeline: name.clone(),
-        message: e.to_string(),
+        source,
     })?;
     let requests_before = aws.as_ref().map(crate::aws::Aws::requests);
 
@@ -672,7 +672,9 @@ fn open_wal<'a>(
             let (bucket, prefix) = s3_wal_place(place.settings, place.pipeline)?;
             let aws = place.aws.ok_or_else(|| PipelineError::Aws {
                 pipeline: place.pipeline.to_owned(),
-                message: "no AWS configuration was loaded for the S3 WAL".into(),
+                source: crate::aws::AwsError::NotLoaded {
+                    purpose: "the S3 WAL",
+                },
             })?;
             let (wal, recovery) = crate::wal::s3::S3Wal::open(crate::wal::s3::S3WalConfig {
                 aws: aws.clone(),
