@@ -42,7 +42,7 @@ use serde_json::{Value, json};
 use skipprd::aws::Aws;
 use skipprd::schema::{Field, FieldType, NamespaceSchema, PipelineSchema};
 use skipprd::sinks::iceberg::IcebergSink;
-use skipprd::sinks::iceberg::catalog::{LakePointer, Pointer, TableRef};
+use skipprd::sinks::iceberg::catalog::{Pointer, StorePointer, TableRef};
 use skipprd::sinks::{LakeCatalog, LakeLocation};
 use skipprd::state::{DynamoStore, StateKey, StateStore};
 use skipprd::wal::{BatchPart, DiskWal, WalOptions};
@@ -367,7 +367,7 @@ fn the_dynamodb_pointer_refuses_a_stale_swap_and_deletes_the_losers_metadata_obj
     assert_eq!(delivered.rows, 3);
 
     let catalog = sink.catalog();
-    let LakePointer::Store(pointer) = catalog.pointer() else {
+    let Some(pointer) = catalog.pointer().downcast_ref::<StorePointer>() else {
         panic!("a SkipprLake on S3 has a store pointer");
     };
     assert_eq!(pointer.partition(), format!("catalog#s3://{bucket}/wh"));

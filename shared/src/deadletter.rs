@@ -85,10 +85,10 @@ mod tests {
 }
 
 /// The WAL namespace that carries a batch's rejected records, committed with the batch's rows
-/// so they survive a crash exactly as data does. Namespaces made from values never start with
-/// `_`, so it cannot clash with a data namespace. `query` shows it as the table
+/// so they survive a crash exactly as data does: a part of kind
+/// [`crate::wal::PartKind::Deadletters`]. `query` shows it as the table
 /// `<pipeline>._deadletters` while it is in the WAL.
-pub const WAL_NAMESPACE: &str = "_deadletters";
+pub const WAL_NAMESPACE: &str = crate::wal::DEADLETTERS_PART;
 
 /// The columns of a rejected record, in the WAL and in deadletter files: `id` (stable: a hash
 /// of the source URI, offset and line), `namespace`, `record` (the original text), `error`,

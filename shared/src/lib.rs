@@ -14,6 +14,7 @@
 //! - [`state`]: the state store (positions, acknowledgements, lease) and its implementations.
 //! - [`wal`]: the write-ahead log: durable, checksummed batches on disk.
 //! - [`pipeline`]: the commands' core logic (`discover`), reporting progress through events.
+//! - [`failpoint`]: the named crash-injection points of the write path, all in one place.
 //! - [`query`]: SQL (DataFusion) over the batches committed in pipelines' WALs.
 //! - [`serverless`]: what the Lambda functions do (event, config at init, deadline-bounded pass).
 
@@ -22,6 +23,7 @@ pub mod config;
 pub mod deadletter;
 pub mod doctor;
 pub mod durable;
+pub mod failpoint;
 pub mod objects;
 pub mod pipeline;
 pub mod query;

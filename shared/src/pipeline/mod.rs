@@ -4,11 +4,13 @@
 //! [`events::Event`]s as the work goes on; the binaries decide how to show them (a progress
 //! bar, text lines, or one JSON object per line).
 
+mod delivery;
 pub mod discover;
 pub mod error;
 pub mod events;
 mod held;
 pub mod maintain;
+mod replay;
 pub mod source;
 pub mod store;
 pub mod sync;

@@ -28,22 +28,20 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::config::connectors::{ConnectorSet, DeadletterConnector};
+use crate::config::connectors::DeadletterConnector;
 use crate::config::validate::{StoreKind, ValidatedConfig, ValidatedPipeline, WalStorage};
 use crate::config::{ConfigError, SourceConnector};
-use crate::deadletter::Deadletter;
-use crate::schema::{
-    PipelineSchema, RecordBatchBuilder, SchemaError, SchemaInferrer, SchemaStore, evolve,
-    namespace_for,
-};
-use crate::state::{Condition, StateKey, StateStore};
-use crate::wal::{BatchId, BatchPart, DiskWal, Wal, WalOptions, WalReader};
+use crate::schema::{PipelineSchema, SchemaError, SchemaStore};
+use crate::state::{Condition, StateKey, StateStore, keys};
+use crate::wal::{BatchPart, DiskWal, Wal, WalOptions};
 
+use super::delivery::Delivery;
 use super::discover::{schema_store, transform_options};
 use super::events::{Event, Observer};
 use super::held::Held;
+use super::replay::{REPLAYED_NAMESPACE, ReplayPlan, replay_unsupported, replayed_batch};
 use super::source::{open_source_unparsed_at, read_ahead_with};
-use super::typing::Typing;
+use super::typing::{Typing, infer_and_type};
 use super::{DeadletterLog, PipelineError};
 
 /// Options of one pass.
@@ -103,14 +101,6 @@ pub struct SyncReport {
     pub aws_requests: BTreeMap<String, u64>,
 }
 
-/// The sort key of the source position item.
-pub const POSITION_SORT_KEY: &str = "position";
-/// The sort key of the schema version item.
-pub const SCHEMA_VERSION_SORT_KEY: &str = "schema#version";
-
-/// The sort key of the acknowledgement item: the last WAL batch id the destination holds.
-pub const ACK_SORT_KEY: &str = "ack";
-
 /// Minimum free bytes on the data dir's file system before reading pauses.
 const DISK_MIN_FREE: u64 = 5_000_000_000;
 
@@ -162,7 +152,7 @@ pub fn sync_pass(
     let fence = Some(held.fence());
 
     // 2. Recover.
-    let position_key = StateKey::new(partition.as_str(), POSITION_SORT_KEY);
+    let position_key = StateKey::new(partition.as_str(), keys::POSITION);
     let recorded = store
         .get(&position_key)
         .map_err(state_err)?
@@ -215,7 +205,7 @@ pub fn sync_pass(
         Err(SchemaError::NotFound { .. }) => PipelineSchema::empty(&name, &settings.workspace),
         Err(e) => return Err(schema_err(e)),
     };
-    let version_key = StateKey::new(partition.as_str(), SCHEMA_VERSION_SORT_KEY);
+    let version_key = StateKey::new(partition.as_str(), keys::SCHEMA_VERSION);
     let mut schema_version = match store.get(&version_key).map_err(state_err)? {
         Some(item) => String::from_utf8_lossy(&item.value)
             .parse::<u32>()
@@ -248,7 +238,7 @@ pub fn sync_pass(
         None => None,
     };
     let mut delivery = Delivery::start(
-        sink.as_ref(),
+        sink.as_ref().map(|s| s as &dyn crate::sinks::Sink),
         deadletter_sink.as_ref(),
         store,
         partition,
@@ -352,23 +342,19 @@ pub fn sync_pass(
                 let builders = match typed {
                     Some(builders) => builders,
                     None => {
-                        // A record that breaks an inference limit (too many fields or namespaces)
-                        // becomes a deadletter instead of failing every pass from here on.
-                        let mut rejected = vec![false; batch.records.len()];
-                        let inferrer = infer_batch(&batch.records, transform, &mut rejected)
-                            .map_err(schema_err)?;
-                        for (record, _) in batch.records.iter().zip(&rejected).filter(|(_, r)| **r)
-                        {
-                            report.deadletters += 1;
-                            dl_log.log(&untypeable(
-                                record,
-                                "breaks an inference limit (too many fields or namespaces)",
-                            ));
-                        }
-                        let changes =
-                            evolve(&mut schema, &inferrer.finish(&name, &settings.workspace));
+                        let inferred = infer_and_type(
+                            &batch.records,
+                            &mut schema,
+                            transform,
+                            (&name, &settings.workspace),
+                            &mut |dl| {
+                                report.deadletters += 1;
+                                dl_log.log(&dl);
+                            },
+                        )
+                        .map_err(schema_err)?;
                         typing.publish(&schema);
-                        if !changes.is_empty() {
+                        if !inferred.changes.is_empty() {
                             schemas.save(&schema).map_err(schema_err)?;
                             failpoint(failpoint::AFTER_SCHEMA_SAVE).map_err(wal_err)?;
                             schema_version += 1;
@@ -383,35 +369,10 @@ pub fn sync_pass(
                             observer.event(&Event::SchemaEvolved {
                                 pipeline: name.clone(),
                                 version: schema_version,
-                                changes: changes.iter().map(ToString::to_string).collect(),
+                                changes: inferred.changes.iter().map(ToString::to_string).collect(),
                             });
                         }
-                        let mut builders: BTreeMap<String, RecordBatchBuilder> = BTreeMap::new();
-                        for (record, _) in batch.records.iter().zip(&rejected).filter(|(_, r)| !**r)
-                        {
-                            let ns = namespace_for(&record.value, transform);
-                            let Some(ns_schema) = schema.namespaces.get(&ns) else {
-                                report.deadletters += 1;
-                                dl_log.log(&untypeable(
-                                    record,
-                                    &format!("namespace `{ns}` is not in the schema"),
-                                ));
-                                continue;
-                            };
-                            let builder = builders.entry(ns.clone()).or_insert_with(|| {
-                                RecordBatchBuilder::new(ns_schema)
-                                    .with_flatten_events(transform.flatten_events)
-                                    .with_namespace(ns.clone())
-                            });
-                            let position = &record.position;
-                            if let Err(dl) = builder.append(&record.value, || {
-                                (position.uri.clone(), position.record, position.offset)
-                            }) {
-                                report.deadletters += 1;
-                                dl_log.log(&dl);
-                            }
-                        }
-                        builders
+                        inferred.builders
                     }
                 };
                 let mut parts = Vec::with_capacity(builders.len());
@@ -691,38 +652,13 @@ fn open_wal<'a>(
     }
 }
 
-/// Names of the failpoints of the pass (see [`crate::wal::failpoint`] for how to fire them).
-pub mod failpoint {
-    /// After the batch was typed (and the schema saved), before its WAL commit.
-    pub const BEFORE_WAL_COMMIT: &str = "sync.before_wal_commit";
-    /// After the WAL commit, before the position is recorded in the state store.
-    pub const AFTER_WAL_COMMIT: &str = "sync.after_wal_commit";
-    /// After the position was recorded.
-    pub const AFTER_POSITION: &str = "sync.after_position";
-    /// After an evolved schema was saved, before the schema version is recorded.
-    pub const AFTER_SCHEMA_SAVE: &str = "sync.after_schema_save";
-    /// After the destination committed a delivery, before the acknowledgement is stored.
-    pub const AFTER_DELIVER: &str = "sync.after_deliver";
-    /// After the acknowledgement was stored, before the WAL reclaims the batches.
-    pub const AFTER_ACK: &str = "sync.after_ack";
-    /// After the WAL reclaimed delivered batches.
-    pub const AFTER_RECLAIM: &str = "sync.after_reclaim";
-    /// Every failpoint of the pass.
-    pub const ALL: &[&str] = &[
-        BEFORE_WAL_COMMIT,
-        AFTER_WAL_COMMIT,
-        AFTER_POSITION,
-        AFTER_SCHEMA_SAVE,
-        AFTER_DELIVER,
-        AFTER_ACK,
-        AFTER_RECLAIM,
-    ];
-}
+/// Names of the failpoints of the pass.
+pub use crate::failpoint::sync as failpoint;
 
 /// Fire the failpoint `name` (aborts the process with the `failpoints` feature and
 /// `SKIPPR_FAILPOINT=name`; in unit tests an armed hook makes it an error).
-fn failpoint(name: &'static str) -> Result<(), crate::wal::WalError> {
-    if crate::wal::failpoint::check(name) {
+pub(super) fn failpoint(name: &'static str) -> Result<(), crate::wal::WalError> {
+    if crate::failpoint::check(name) {
         return Err(crate::wal::WalError::Failpoint { name });
     }
     Ok(())
@@ -739,51 +675,6 @@ fn put_position(
     value.extend_from_slice(&batch.to_le_bytes());
     value.extend_from_slice(checkpoint);
     store.put(key, &value, Condition::Any, fence)
-}
-
-/// Most re-inferences of one batch after records broke an inference limit.
-const MAX_INFERENCE_RETRIES: usize = 16;
-
-/// Infer the schema of a batch's records not yet `rejected`; a record that breaks an inference
-/// limit is marked rejected and the batch inferred again without it (a failed `add` may have
-/// left the inferrer half-updated).
-fn infer_batch(
-    records: &[crate::sources::SourceRecord],
-    transform: &crate::schema::TransformOptions,
-    rejected: &mut [bool],
-) -> Result<SchemaInferrer, SchemaError> {
-    let mut retries = 0;
-    'again: loop {
-        let mut inferrer = SchemaInferrer::new(transform.clone());
-        for (i, record) in records.iter().enumerate() {
-            if rejected[i] {
-                continue;
-            }
-            if let Err(e) = inferrer.add(&record.value) {
-                if retries == MAX_INFERENCE_RETRIES {
-                    return Err(e);
-                }
-                retries += 1;
-                rejected[i] = true;
-                continue 'again;
-            }
-        }
-        return Ok(inferrer);
-    }
-}
-
-/// A deadletter for a record that could not be typed.
-fn untypeable(record: &crate::sources::SourceRecord, error: &str) -> Deadletter {
-    let raw = serde_json::to_string(&record.value).unwrap_or_default();
-    Deadletter {
-        source_uri: record.position.uri.clone(),
-        line: record.position.record,
-        offset: record.position.offset,
-        raw: Deadletter::clip_raw(&raw),
-        error: error.to_owned(),
-        code: crate::deadletter::FailureCode::Untypeable,
-        namespace: None,
-    }
 }
 
 /// The position item: the newest WAL batch id it follows (u64 LE), then the source checkpoint.
@@ -837,637 +728,6 @@ pub(crate) fn disk_used_fraction(total: u64, free: u64, available: u64) -> f64 {
     let used = total.saturating_sub(free) as f64;
     let usable = used + available as f64;
     if usable <= 0.0 { 0.0 } else { used / usable }
-}
-
-/// Step 8 of the pass: deliver committed batches, acknowledge them, reclaim them.
-///
-/// Two destinations may take a batch: the data sink (its rows) and the deadletter sink (its
-/// rejected records). Each has its own acknowledgement, so adding one later never skips
-/// batches for it. The WAL is reclaimed only with a data sink (without one the WAL is the
-/// dataset), through the lower of the two acknowledgements.
-struct Delivery<'a> {
-    data: Option<Acked<&'a crate::sinks::iceberg::IcebergSink>>,
-    deadletters: Option<Acked<&'a crate::sinks::deadletter::DeadletterSink>>,
-    store: &'a dyn StateStore,
-    fence: Option<crate::state::Fence>,
-    pipeline: &'a str,
-    /// The delivery thread of the read loop, when running.
-    worker: Option<Worker>,
-    /// Outstanding WAL bytes that start a delivery during the read loop.
-    threshold: u64,
-    /// The pipeline's state partition.
-    partition: String,
-}
-
-/// Batches to deliver, with the acknowledgements and schema they were cut at.
-struct Job {
-    batches: Vec<crate::wal::BatchMeta>,
-    data_acked: u64,
-    dead_acked: u64,
-    schema: PipelineSchema,
-}
-
-/// What a delivery job did.
-struct Outcome {
-    last: BatchId,
-    batches: usize,
-    delivered: crate::sinks::iceberg::Delivered,
-    dead_files: u64,
-    started: Instant,
-}
-
-/// The queue to the delivery thread and its answers; one job at a time.
-struct Worker {
-    jobs: std::sync::mpsc::Sender<Job>,
-    done: std::sync::mpsc::Receiver<Result<Outcome, PipelineError>>,
-    in_flight: bool,
-}
-
-/// A sink and its acknowledgement item.
-struct Acked<S> {
-    sink: S,
-    key: StateKey,
-    /// The last batch id the sink acknowledged.
-    acked: u64,
-}
-
-/// The sort key of the deadletter sink's acknowledgement item.
-pub const DEADLETTER_ACK_SORT_KEY: &str = "ack#deadletters";
-
-impl<'a> Delivery<'a> {
-    fn start(
-        data: Option<&'a crate::sinks::iceberg::IcebergSink>,
-        deadletters: Option<&'a crate::sinks::deadletter::DeadletterSink>,
-        store: &'a dyn StateStore,
-        partition: &str,
-        fence: Option<crate::state::Fence>,
-        pipeline: &'a str,
-        threshold: u64,
-    ) -> Result<Option<Self>, PipelineError> {
-        let state_err = |source| PipelineError::State {
-            pipeline: pipeline.to_owned(),
-            source,
-        };
-        let acked = |sort: &str| -> Result<(StateKey, u64), PipelineError> {
-            let key = StateKey::new(partition, sort);
-            let acked = match store.get(&key).map_err(state_err)? {
-                Some(item) => decode_ack(&key, &item.value).map_err(state_err)?,
-                None => 0,
-            };
-            Ok((key, acked))
-        };
-        if data.is_none() && deadletters.is_none() {
-            return Ok(None);
-        }
-        let data = match data {
-            Some(sink) => {
-                let (key, acked) = acked(ACK_SORT_KEY)?;
-                Some(Acked { sink, key, acked })
-            }
-            None => None,
-        };
-        let deadletters = match deadletters {
-            Some(sink) => {
-                let (key, acked) = acked(DEADLETTER_ACK_SORT_KEY)?;
-                Some(Acked { sink, key, acked })
-            }
-            None => None,
-        };
-        Ok(Some(Delivery {
-            data,
-            deadletters,
-            store,
-            fence,
-            pipeline,
-            worker: None,
-            threshold,
-            partition: partition.to_owned(),
-        }))
-    }
-
-    /// The lowest acknowledgement of the configured sinks.
-    fn acked(&self) -> u64 {
-        let data = self.data.as_ref().map(|a| a.acked);
-        let dead = self.deadletters.as_ref().map(|a| a.acked);
-        data.into_iter().chain(dead).min().unwrap_or(0)
-    }
-
-    /// Committed batches some sink has not acknowledged.
-    fn outstanding(&self, wal: &dyn Wal) -> Vec<crate::wal::BatchMeta> {
-        let acked = self.acked();
-        wal.batches()
-            .iter()
-            .filter(|b| b.id.0 > acked)
-            .cloned()
-            .collect()
-    }
-
-    fn outstanding_bytes(&self, wal: &dyn Wal) -> u64 {
-        let acked = self.acked();
-        wal.batches()
-            .iter()
-            .filter(|b| b.id.0 > acked)
-            .map(|b| b.bytes)
-            .sum()
-    }
-
-    fn ack(&self, key: &StateKey, id: u64) -> Result<(), PipelineError> {
-        self.store
-            .put(key, &id.to_le_bytes(), Condition::Any, self.fence)
-            .map(|_| ())
-            .map_err(|source| PipelineError::State {
-                pipeline: self.pipeline.to_owned(),
-                source,
-            })
-    }
-
-    /// Write every outstanding batch (the destinations skip or overwrite what already
-    /// landed), then store the acknowledgements, then reclaim. A crash between any two steps
-    /// is repaired by the next pass: see `docs/commit-protocol.md`.
-    fn deliver(
-        &mut self,
-        wal: &mut dyn Wal,
-        schema: &PipelineSchema,
-        report: &mut SyncReport,
-    ) -> Result<(), PipelineError> {
-        self.wait_for_worker(wal, report)?;
-        let Some(job) = self.job(wal, schema) else {
-            // A crash between the acknowledgement and the reclaim left acknowledged batches
-            // in the WAL, and no later delivery may come to reclaim them: reclaim them now.
-            let acked = self.acked();
-            if self.data.is_some()
-                && let Some(done) = wal.batches().iter().rev().find(|b| b.id.0 <= acked)
-            {
-                let id = done.id;
-                wal.reclaim_through(id)
-                    .map_err(|source| PipelineError::Wal {
-                        pipeline: self.pipeline.to_owned(),
-                        source,
-                    })?;
-            }
-            return Ok(());
-        };
-        let outcome = {
-            let wal_ref: &dyn Wal = wal;
-            run_job(
-                self.data.as_ref().map(|d| d.sink),
-                self.deadletters.as_ref().map(|d| d.sink),
-                &job,
-                &mut |id| wal_ref.read(id),
-                &self.commit_guard(),
-            )
-            .map_err(|source| PipelineError::Sink {
-                pipeline: self.pipeline.to_owned(),
-                source: Box::new(source),
-            })?
-        };
-        self.complete(outcome, wal, report)
-    }
-
-    /// The outstanding batches as a job, or `None` when there are none.
-    fn job(&self, wal: &dyn Wal, schema: &PipelineSchema) -> Option<Job> {
-        let batches = self.outstanding(wal);
-        if batches.is_empty() {
-            return None;
-        }
-        Some(Job {
-            batches,
-            data_acked: self.data.as_ref().map_or(0, |d| d.acked),
-            dead_acked: self.deadletters.as_ref().map_or(0, |d| d.acked),
-            schema: schema.clone(),
-        })
-    }
-
-    /// After a job: acknowledge (deadletters, then data), then reclaim.
-    fn complete(
-        &mut self,
-        outcome: Outcome,
-        wal: &mut dyn Wal,
-        report: &mut SyncReport,
-    ) -> Result<(), PipelineError> {
-        let pipeline = self.pipeline.to_owned();
-        let wal_err = |source| PipelineError::Wal {
-            pipeline: pipeline.clone(),
-            source,
-        };
-        let last = outcome.last;
-        if let Some(d) = &self.deadletters {
-            self.ack(&d.key, last.0)?;
-        }
-        if let Some(d) = self.deadletters.as_mut() {
-            d.acked = d.acked.max(last.0);
-            if outcome.dead_files > 0 {
-                tracing::info!(pipeline = %pipeline, files = outcome.dead_files, location = %d.sink.location(), "Delivered rejected records.");
-            }
-        }
-        if let Some(d) = &self.data {
-            failpoint(failpoint::AFTER_DELIVER).map_err(wal_err)?;
-            self.ack(&d.key, last.0)?;
-        }
-        if let Some(d) = self.data.as_mut() {
-            d.acked = last.0;
-            failpoint(failpoint::AFTER_ACK).map_err(wal_err)?;
-            let through = reclaimable_through(&self.deadletters, last.0);
-            self.keep_replay_markers(wal, through)?;
-            wal.reclaim_through(BatchId(through)).map_err(wal_err)?;
-            failpoint(failpoint::AFTER_RECLAIM).map_err(wal_err)?;
-            let delivered = &outcome.delivered;
-            tracing::info!(
-                pipeline = %pipeline,
-                batches = outcome.batches,
-                through = %last,
-                rows = delivered.rows,
-                files = delivered.files,
-                commits = delivered.commits,
-                skipped_parts = delivered.skipped_parts,
-                seconds = outcome.started.elapsed().as_secs_f64(),
-                "Delivered to the destination."
-            );
-        }
-        report.delivered += outcome.batches as u64;
-        Ok(())
-    }
-
-    /// Before the WAL forgets batches through `through`: record the deadletter files they
-    /// replayed in the state store (`replayed#{file}`), so a file is never replayed twice.
-    fn keep_replay_markers(&self, wal: &dyn Wal, through: u64) -> Result<(), PipelineError> {
-        let pipeline = self.pipeline.to_owned();
-        for meta in wal.batches().iter().filter(|b| b.id.0 <= through) {
-            if !meta.parts.iter().any(|p| p.namespace == REPLAYED_NAMESPACE) {
-                continue;
-            }
-            let parts = wal.read(meta.id).map_err(|source| PipelineError::Wal {
-                pipeline: pipeline.clone(),
-                source,
-            })?;
-            for name in replayed_names(&parts) {
-                let key = StateKey::new(&self.partition, format!("{REPLAYED_SORT_PREFIX}{name}"));
-                self.store
-                    .put(
-                        &key,
-                        meta.id.0.to_string().as_bytes(),
-                        Condition::Any,
-                        self.fence,
-                    )
-                    .map_err(|source| PipelineError::State {
-                        pipeline: pipeline.clone(),
-                        source,
-                    })?;
-            }
-        }
-        Ok(())
-    }
-
-    /// The lease check run before each table commit.
-    fn commit_guard(&self) -> CommitGuard<'a> {
-        CommitGuard {
-            store: self.store,
-            partition: self.partition.clone(),
-            fence: self.fence,
-        }
-    }
-
-    /// Start the delivery thread for the read loop (see [`Delivery::poll`]).
-    fn start_worker<'scope>(
-        &mut self,
-        scope: &'scope std::thread::Scope<'scope, '_>,
-        reader: Arc<dyn WalReader>,
-    ) where
-        'a: 'scope,
-    {
-        let (jobs, job_rx) = std::sync::mpsc::channel::<Job>();
-        let (done_tx, done) = std::sync::mpsc::channel();
-        let data = self.data.as_ref().map(|d| d.sink);
-        let dead = self.deadletters.as_ref().map(|d| d.sink);
-        let pipeline = self.pipeline.to_owned();
-        let guard = self.commit_guard();
-        scope.spawn(move || {
-            while let Ok(job) = job_rx.recv() {
-                // The job's batches are committed and not reclaimed until it is done: read
-                // them by their listing entries, without scanning the WAL.
-                let mut read = |id: BatchId| match job.batches.iter().find(|b| b.id == id) {
-                    Some(meta) => reader.read_committed(meta),
-                    None => Err(crate::wal::WalError::NotFound { batch: id }),
-                };
-                let result = run_job(data, dead, &job, &mut read, &guard).map_err(|source| {
-                    PipelineError::Sink {
-                        pipeline: pipeline.clone(),
-                        source: Box::new(source),
-                    }
-                });
-                if done_tx.send(result).is_err() {
-                    break;
-                }
-            }
-        });
-        self.worker = Some(Worker {
-            jobs,
-            done,
-            in_flight: false,
-        });
-    }
-
-    /// In the read loop: take a finished job's outcome, and hand the worker the outstanding
-    /// batches once they take `DELIVER_THRESHOLD_BYTES` of WAL (many small source batches
-    /// thus make one Iceberg commit and few, large data files).
-    fn poll(
-        &mut self,
-        wal: &mut dyn Wal,
-        schema: &PipelineSchema,
-        report: &mut SyncReport,
-    ) -> Result<(), PipelineError> {
-        let Some(worker) = self.worker.as_mut() else {
-            return Ok(());
-        };
-        if worker.in_flight {
-            match worker.done.try_recv() {
-                Ok(outcome) => {
-                    worker.in_flight = false;
-                    self.complete(outcome?, wal, report)?;
-                }
-                Err(std::sync::mpsc::TryRecvError::Empty) => return Ok(()),
-                Err(std::sync::mpsc::TryRecvError::Disconnected) => {
-                    worker.in_flight = false;
-                    return Err(self.worker_gone());
-                }
-            }
-        }
-        if self.outstanding_bytes(wal) < self.threshold {
-            return Ok(());
-        }
-        let Some(job) = self.job(wal, schema) else {
-            return Ok(());
-        };
-        let gone = self.worker_gone();
-        if let Some(worker) = self.worker.as_mut() {
-            worker.jobs.send(job).map_err(|_| gone)?;
-            worker.in_flight = true;
-        }
-        Ok(())
-    }
-
-    /// Wait for the job in hand, if any, and complete it.
-    fn wait_for_worker(
-        &mut self,
-        wal: &mut dyn Wal,
-        report: &mut SyncReport,
-    ) -> Result<(), PipelineError> {
-        let Some(worker) = self.worker.as_mut() else {
-            return Ok(());
-        };
-        if !worker.in_flight {
-            return Ok(());
-        }
-        worker.in_flight = false;
-        match worker.done.recv() {
-            Ok(outcome) => self.complete(outcome?, wal, report),
-            Err(_) => Err(self.worker_gone()),
-        }
-    }
-
-    /// Close the worker's queue (it ends after the job in hand).
-    fn stop_worker(&mut self) {
-        self.worker = None;
-    }
-
-    fn worker_gone(&self) -> PipelineError {
-        PipelineError::Sink {
-            pipeline: self.pipeline.to_owned(),
-            source: Box::new(crate::sinks::SinkError::Io {
-                path: std::path::PathBuf::from("delivery thread"),
-                source: std::io::Error::other("the delivery thread ended unexpectedly"),
-            }),
-        }
-    }
-}
-
-/// Deliver a job: rejected records first, then rows.
-/// The sort key the lease check before each table commit writes (fenced, empty value).
-pub const COMMIT_CHECK_SORT_KEY: &str = "lease#commit-check";
-
-/// Proves, right before each table commit, that the writer still holds its lease: a fenced
-/// write to [`COMMIT_CHECK_SORT_KEY`]. Without a fence (no lease token) it checks nothing.
-struct CommitGuard<'a> {
-    store: &'a dyn StateStore,
-    partition: String,
-    fence: Option<crate::state::Fence>,
-}
-
-impl CommitGuard<'_> {
-    fn check(&self, table: &str) -> Result<(), crate::sinks::SinkError> {
-        if self.fence.is_none() {
-            return Ok(());
-        }
-        let key = StateKey::new(self.partition.as_str(), COMMIT_CHECK_SORT_KEY);
-        self.store
-            .put(&key, b"", Condition::Any, self.fence)
-            .map(|_| ())
-            .map_err(|source| crate::sinks::SinkError::LeaseLost {
-                table: table.to_owned(),
-                source: Box::new(source),
-            })
-    }
-}
-
-fn run_job(
-    data: Option<&crate::sinks::iceberg::IcebergSink>,
-    dead: Option<&crate::sinks::deadletter::DeadletterSink>,
-    job: &Job,
-    read: &mut dyn FnMut(BatchId) -> Result<Vec<BatchPart>, crate::wal::WalError>,
-    guard: &CommitGuard<'_>,
-) -> Result<Outcome, crate::sinks::SinkError> {
-    let started = Instant::now();
-    let last = job.batches.last().map_or(BatchId(0), |b| b.id);
-    let mut dead_files = 0;
-    if let Some(sink) = dead {
-        let todo: Vec<_> = job
-            .batches
-            .iter()
-            .filter(|b| b.id.0 > job.dead_acked)
-            .cloned()
-            .collect();
-        dead_files = sink.deliver(&todo, read)?;
-    }
-    let mut delivered = crate::sinks::iceberg::Delivered::default();
-    if let Some(sink) = data {
-        let todo: Vec<_> = job
-            .batches
-            .iter()
-            .filter(|b| b.id.0 > job.data_acked)
-            .cloned()
-            .collect();
-        delivered = sink.deliver_guarded(&todo, read, &job.schema, &|table| guard.check(table))?;
-    }
-    Ok(Outcome {
-        last,
-        batches: job.batches.len(),
-        delivered,
-        dead_files,
-        started,
-    })
-}
-
-/// The id the WAL may be reclaimed through once the data sink acknowledged `data_acked`.
-fn reclaimable_through<S>(deadletters: &Option<Acked<S>>, data_acked: u64) -> u64 {
-    deadletters
-        .as_ref()
-        .map_or(data_acked, |d| d.acked.min(data_acked))
-}
-
-/// The acknowledged batch id: 8 bytes, little-endian.
-fn decode_ack(key: &StateKey, value: &[u8]) -> Result<u64, crate::state::StateError> {
-    let bytes: [u8; 8] = value
-        .try_into()
-        .map_err(|_| crate::state::StateError::Corrupt {
-            key: key.to_string(),
-            message: format!("the acknowledgement is {} bytes, not 8", value.len()),
-        })?;
-    Ok(u64::from_le_bytes(bytes))
-}
-
-/// The WAL part naming the deadletter files a replay batch holds the records of.
-pub const REPLAYED_NAMESPACE: &str = "_replayed";
-/// State sort-key prefix of the replayed-file markers (`replayed#{file}`).
-pub const REPLAYED_SORT_PREFIX: &str = "replayed#";
-
-fn replayed_batch(files: &[String]) -> Result<arrow::array::RecordBatch, arrow::error::ArrowError> {
-    let schema = Arc::new(arrow::datatypes::Schema::new(vec![
-        arrow::datatypes::Field::new("file", arrow::datatypes::DataType::Utf8, false),
-    ]));
-    arrow::array::RecordBatch::try_new(
-        schema,
-        vec![Arc::new(arrow::array::StringArray::from_iter_values(files))],
-    )
-}
-
-/// The file names in a batch's `_replayed` part.
-fn replayed_names(parts: &[BatchPart]) -> Vec<String> {
-    use arrow::array::{Array, AsArray};
-    parts
-        .iter()
-        .filter(|p| p.namespace == REPLAYED_NAMESPACE)
-        .filter_map(|p| p.batch.column_by_name("file"))
-        .filter_map(|c| c.as_string_opt::<i32>().cloned())
-        .flat_map(|a| {
-            (0..a.len())
-                .filter(|&i| a.is_valid(i))
-                .map(|i| a.value(i).to_owned())
-                .collect::<Vec<_>>()
-        })
-        .collect()
-}
-
-/// `deadletters replay` with a deadletter sink other than `File` or `S3`: not supported yet.
-fn replay_unsupported(pipeline: &ValidatedPipeline) -> ConfigError {
-    let (sink, kind) = pipeline
-        .deadletter_sink
-        .as_ref()
-        .map_or(("(none)".to_owned(), "?"), |d| {
-            (d.name.clone(), d.connector.type_name())
-        });
-    ConfigError::UnsupportedSetting {
-        setting: format!("pipelines.{}.deadletter_sink", pipeline.name),
-        value: format!("deadletter_sinks.{sink} ({kind})"),
-        note: Some(format!(
-            "`deadletters replay` reads the objects of a `File` or `S3` deadletter sink; replay from an `{kind}` deadletter sink is not supported yet"
-        )),
-    }
-}
-
-/// What `skipprd deadletters replay` replays, and where it leaves the source.
-struct ReplayPlan<'a> {
-    /// The deadletter sink the objects are in.
-    sink: &'a crate::sinks::deadletter::DeadletterSink,
-    /// The deadletter objects not replayed yet (names relative to the sink's target).
-    files: Vec<String>,
-    /// The source position every replay batch records (unchanged by a replay).
-    position: Vec<u8>,
-}
-
-impl<'a> ReplayPlan<'a> {
-    #[allow(clippy::too_many_arguments)]
-    fn new(
-        pipeline: &ValidatedPipeline,
-        settings: &crate::config::validate::Settings,
-        base_dir: &std::path::Path,
-        deadletters: Option<&'a crate::sinks::deadletter::DeadletterSink>,
-        store: &dyn StateStore,
-        partition: &str,
-        wal: &dyn Wal,
-        position: Option<&[u8]>,
-    ) -> Result<Self, PipelineError> {
-        let name = pipeline.name.clone();
-        let Some(sink) = deadletters else {
-            return Err(ConfigError::UnsupportedSetting {
-                setting: format!("pipelines.{name}.deadletter_sink"),
-                value: "(none)".into(),
-                note: Some(
-                    "`deadletters replay` reads the objects of a `File` or `S3` deadletter sink"
-                        .into(),
-                ),
-            }
-            .into());
-        };
-        // Replayed already: recorded in the state store, or named in a WAL batch.
-        let state_err = |source| PipelineError::State {
-            pipeline: name.clone(),
-            source,
-        };
-        let mut replayed: std::collections::BTreeSet<String> = store
-            .scan_prefix(partition, REPLAYED_SORT_PREFIX)
-            .map_err(state_err)?
-            .into_iter()
-            .filter_map(|(sort, _)| sort.strip_prefix(REPLAYED_SORT_PREFIX).map(str::to_owned))
-            .collect();
-        for meta in wal.batches() {
-            if meta.parts.iter().any(|p| p.namespace == REPLAYED_NAMESPACE) {
-                let parts = wal.read(meta.id).map_err(|source| PipelineError::Wal {
-                    pipeline: name.clone(),
-                    source,
-                })?;
-                replayed.extend(replayed_names(&parts));
-            }
-        }
-        let files = sink
-            .pending(&replayed)
-            .map_err(|source| PipelineError::Sink {
-                pipeline: name.clone(),
-                source: Box::new(source),
-            })?;
-        let position = match position {
-            Some(p) => p.to_vec(),
-            // Never synced: the source's starting checkpoint.
-            None => super::source::open_source_at(pipeline, settings, base_dir, None)?
-                .checkpoint()
-                .map_err(|source| PipelineError::Source {
-                    pipeline: name.clone(),
-                    source,
-                })?,
-        };
-        Ok(ReplayPlan {
-            sink,
-            files,
-            position,
-        })
-    }
-
-    /// Move the objects replayed in this pass (committed to the WAL, which names them) to
-    /// `replayed/` (best effort: an object left behind, or left in both places by a crash
-    /// part-way through an S3 move, is recognised as replayed by its marker).
-    fn set_aside(&self, names: &[String]) {
-        for name in names {
-            let Some(from) = self
-                .files
-                .iter()
-                .find(|f| crate::objects::file_name(f) == name.as_str())
-            else {
-                continue;
-            };
-            if let Err(e) = self.sink.set_aside(from) {
-                tracing::warn!(file = %self.sink.target().location_of(from), error = %e, "Could not move a replayed deadletter file aside; it stays marked as replayed.");
-            }
-        }
-    }
 }
 
 #[cfg(test)]

@@ -19,8 +19,10 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
+use crate::deadletter::Deadletter;
 use crate::schema::{
-    JsonLineTyper, PipelineSchema, RecordBatchBuilder, TransformOptions, namespace_for,
+    JsonLineTyper, PipelineSchema, RecordBatchBuilder, SchemaChange, SchemaError, SchemaInferrer,
+    TransformOptions, evolve, namespace_for,
 };
 use crate::sources::file::parse_json_object;
 use crate::sources::{SourceBatch, SourceRecord};
@@ -172,6 +174,105 @@ fn type_as_is(
         }
     }
     Some(builders)
+}
+
+/// What the slow path of typing gave: the schema changes it made, and the batch's builders.
+pub(crate) struct Inferred {
+    /// How the schema evolved (empty when it already held the batch).
+    pub(crate) changes: Vec<SchemaChange>,
+    /// The batch's rows, by namespace.
+    pub(crate) builders: Builders,
+}
+
+/// Typing's slow path, for a batch [`Typing::settle`] could not type with the schema as it is:
+/// infer the batch's shape, evolve `schema` to hold it, and build one Arrow batch per
+/// namespace. A record that breaks an inference limit (too many fields or namespaces), or
+/// that fits no column even then, goes to `reject` as a deadletter instead of failing every
+/// pass from here on. The caller saves the evolved schema.
+pub(crate) fn infer_and_type(
+    records: &[SourceRecord],
+    schema: &mut PipelineSchema,
+    transform: &TransformOptions,
+    (pipeline, workspace): (&str, &str),
+    reject: &mut dyn FnMut(Deadletter),
+) -> Result<Inferred, SchemaError> {
+    let mut rejected = vec![false; records.len()];
+    let inferrer = infer_batch(records, transform, &mut rejected)?;
+    for (record, _) in records.iter().zip(&rejected).filter(|(_, r)| **r) {
+        reject(untypeable(
+            record,
+            "breaks an inference limit (too many fields or namespaces)",
+        ));
+    }
+    let changes = evolve(schema, &inferrer.finish(pipeline, workspace));
+    let mut builders = Builders::new();
+    for (record, _) in records.iter().zip(&rejected).filter(|(_, r)| !**r) {
+        let ns = namespace_for(&record.value, transform);
+        let Some(ns_schema) = schema.namespaces.get(&ns) else {
+            reject(untypeable(
+                record,
+                &format!("namespace `{ns}` is not in the schema"),
+            ));
+            continue;
+        };
+        let builder = builders.entry(ns.clone()).or_insert_with(|| {
+            RecordBatchBuilder::new(ns_schema)
+                .with_flatten_events(transform.flatten_events)
+                .with_namespace(ns.clone())
+        });
+        let position = &record.position;
+        if let Err(dl) = builder.append(&record.value, || {
+            (position.uri.clone(), position.record, position.offset)
+        }) {
+            reject(dl);
+        }
+    }
+    Ok(Inferred { changes, builders })
+}
+
+/// Most re-inferences of one batch after records broke an inference limit.
+const MAX_INFERENCE_RETRIES: usize = 16;
+
+/// Infer the schema of a batch's records not yet `rejected`; a record that breaks an inference
+/// limit is marked rejected and the batch inferred again without it (a failed `add` may have
+/// left the inferrer half-updated).
+fn infer_batch(
+    records: &[crate::sources::SourceRecord],
+    transform: &crate::schema::TransformOptions,
+    rejected: &mut [bool],
+) -> Result<SchemaInferrer, SchemaError> {
+    let mut retries = 0;
+    'again: loop {
+        let mut inferrer = SchemaInferrer::new(transform.clone());
+        for (i, record) in records.iter().enumerate() {
+            if rejected[i] {
+                continue;
+            }
+            if let Err(e) = inferrer.add(&record.value) {
+                if retries == MAX_INFERENCE_RETRIES {
+                    return Err(e);
+                }
+                retries += 1;
+                rejected[i] = true;
+                continue 'again;
+            }
+        }
+        return Ok(inferrer);
+    }
+}
+
+/// A deadletter for a record that could not be typed.
+fn untypeable(record: &crate::sources::SourceRecord, error: &str) -> Deadletter {
+    let raw = serde_json::to_string(&record.value).unwrap_or_default();
+    Deadletter {
+        source_uri: record.position.uri.clone(),
+        line: record.position.record,
+        offset: record.position.offset,
+        raw: Deadletter::clip_raw(&raw),
+        error: error.to_owned(),
+        code: crate::deadletter::FailureCode::Untypeable,
+        namespace: None,
+    }
 }
 
 #[cfg(test)]

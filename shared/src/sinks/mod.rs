@@ -16,10 +16,13 @@
 pub mod deadletter;
 pub mod error;
 pub mod iceberg;
+pub mod memory;
+pub mod sink;
 
 use std::path::{Path, PathBuf};
 
 pub use error::SinkError;
+pub use sink::{CommitCheck, Delivered, ReadBatch, Sink};
 
 use crate::config::connectors::{ConnectorSet, SinkConnector};
 use crate::config::validate::{Named, Settings, ValidatedPipeline};
@@ -98,12 +101,12 @@ impl LakeLocation {
             LakeCatalog::Hadoop => FileCatalog::at(
                 self.warehouse.clone(),
                 iceberg::storage::durable_file_io(),
-                LakePointer::Hadoop(HadoopPointer),
+                LakePointer::new(HadoopPointer),
             ),
             LakeCatalog::Store { name } => FileCatalog::at(
                 self.warehouse.clone(),
                 iceberg::storage::durable_file_io(),
-                LakePointer::Store(StorePointer::embedded(dir(), name)),
+                LakePointer::new(StorePointer::embedded(dir(), name)),
             ),
             LakeCatalog::Dynamo { table, region } => {
                 let aws = aws_of(region.as_deref())?;
@@ -116,7 +119,7 @@ impl LakeLocation {
                 FileCatalog::at(
                     self.warehouse.clone(),
                     iceberg::s3::s3_file_io(&aws, None),
-                    LakePointer::Store(StorePointer::shared(
+                    LakePointer::new(StorePointer::shared(
                         std::sync::Arc::new(store),
                         format!("DynamoDB table '{table}'"),
                         &self.warehouse,
@@ -130,7 +133,7 @@ impl LakeLocation {
                 FileCatalog::at(
                     self.warehouse.clone(),
                     iceberg::s3::s3_file_io(&aws, None),
-                    LakePointer::Glue(iceberg::glue::GluePointer::new(std::sync::Arc::new(glue))),
+                    LakePointer::new(iceberg::glue::GluePointer::new(std::sync::Arc::new(glue))),
                 )
                 .with_aws(aws)
             }

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use super::{Condition, Fence, StateError, StateKey, StateStore};
 
 /// The sort key of a partition's lease item.
-pub const LEASE_SORT_KEY: &str = "lease";
+pub const LEASE_SORT_KEY: &str = super::keys::LEASE;
 
 /// How long a second writer waits for the lease before giving up.
 pub const DEFAULT_LEASE_WAIT: Duration = Duration::from_secs(5);

@@ -25,6 +25,7 @@ pub mod dynamo_lease;
 pub mod dynamodb;
 pub mod embedded;
 pub mod error;
+pub mod keys;
 pub mod lease;
 pub mod memory;
 

@@ -1,4 +1,7 @@
-//! The write-ahead log: a durable, checksummed, segmented log of typed batches on local disk.
+//! The write-ahead log: a durable, checksummed log of typed batches, on local disk
+//! ([`DiskWal`], segment files) or in S3 ([`s3::S3Wal`], an object per batch and a commit
+//! marker), both behind the [`Wal`] trait. What follows describes the disk WAL; the S3 WAL
+//! keeps the same rules with objects (see [`s3`] and `docs/wal.md`).
 //!
 //! Each source batch, once typed, is appended here as one WAL batch: a [`BatchId`], the source
 //! position it reached (opaque bytes: the caller's serialized checkpoint) and one or more
@@ -62,9 +65,18 @@
 //! ([`ReadOnlyWal`]): a torn tail is not cut but simply not visible, so it is safe while a
 //! writer appends. `skipprd query` uses it.
 
+#[cfg(test)]
+mod conformance;
 mod disk;
 mod error;
-pub mod failpoint;
+/// The WAL's failpoints: its names ([`crate::failpoint::wal`]) and the mechanism.
+pub mod failpoint {
+    pub use crate::failpoint::ENV_VAR;
+    pub(crate) use crate::failpoint::check;
+    pub use crate::failpoint::wal::*;
+    #[cfg(test)]
+    pub(crate) use crate::failpoint::{arm, disarm};
+}
 mod format;
 mod read_only;
 pub mod s3;
@@ -181,6 +193,43 @@ impl Default for WalOptions {
     }
 }
 
+/// The name of the part that carries a batch's rejected records (see [`PartKind::Deadletters`]).
+pub const DEADLETTERS_PART: &str = "_deadletters";
+/// The name of the part that names the deadletter files a replay batch holds the records of
+/// (see [`PartKind::Replayed`]).
+pub const REPLAYED_PART: &str = "_replayed";
+
+/// What a part of a batch holds: a namespace's rows, or the pipeline's own bookkeeping.
+///
+/// Only data parts go to a destination's tables. Bookkeeping parts are told by their exact
+/// reserved name ([`DEADLETTERS_PART`], [`REPLAYED_PART`]), never by a prefix: a data namespace
+/// may start with `_`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PartKind {
+    /// A namespace's rows, for its table.
+    Data,
+    /// The batch's rejected records, for the deadletter sink.
+    Deadletters,
+    /// The deadletter files a replay batch holds the records of.
+    Replayed,
+}
+
+impl PartKind {
+    /// The kind of the part named `namespace`.
+    pub fn of(namespace: &str) -> Self {
+        match namespace {
+            DEADLETTERS_PART => PartKind::Deadletters,
+            REPLAYED_PART => PartKind::Replayed,
+            _ => PartKind::Data,
+        }
+    }
+
+    /// Whether the part holds a namespace's rows.
+    pub fn is_data(self) -> bool {
+        self == PartKind::Data
+    }
+}
+
 /// One namespace's rows in a batch. A part may hold 0 rows (a source batch whose records for
 /// that namespace were all deadlettered still records its schema version).
 #[derive(Debug, Clone, PartialEq)]
@@ -193,6 +242,13 @@ pub struct BatchPart {
     pub batch: RecordBatch,
 }
 
+impl BatchPart {
+    /// What the part holds.
+    pub fn kind(&self) -> PartKind {
+        PartKind::of(&self.namespace)
+    }
+}
+
 /// A part as listed in a [`BatchMeta`], without its rows.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PartMeta {
@@ -202,6 +258,13 @@ pub struct PartMeta {
     pub schema_version: u32,
     /// How many rows the part holds.
     pub rows: u64,
+}
+
+impl PartMeta {
+    /// What the part holds.
+    pub fn kind(&self) -> PartKind {
+        PartKind::of(&self.namespace)
+    }
 }
 
 /// A committed batch, as listed by [`DiskWal::batches`].

@@ -45,11 +45,11 @@ pub use view::{S3WalView, WatermarkSource};
 
 /// The state store sort key of the watermark: 8 bytes (the id reclaimed through, little-endian),
 /// then the newest committed position.
-pub const WATERMARK_SORT_KEY: &str = "wal#reclaimed";
+pub const WATERMARK_SORT_KEY: &str = crate::state::keys::WAL_WATERMARK;
 
 /// The state store sort key written (fenced) before an orphaned body is replaced: proves the
 /// writer still holds the lease.
-const CLAIM_SORT_KEY: &str = "wal#claim";
+const CLAIM_SORT_KEY: &str = crate::state::keys::WAL_CLAIM;
 
 /// How many times an append replaces an orphaned body before giving up.
 const MAX_ORPHAN_RETRIES: usize = 3;

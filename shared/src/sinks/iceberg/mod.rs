@@ -18,8 +18,8 @@
 //! that check race-free; commits of other writers to the same table (another pipeline,
 //! a reader's maintenance) are compare-and-swap conflicts, retried on fresh metadata.
 //!
-//! Parts whose namespace starts with `_` (`_deadletters`, `_replayed`) are the pipeline's
-//! own bookkeeping, never tables; data namespaces never start with `_`.
+//! Only data parts ([`crate::wal::PartKind::Data`]) become rows of tables; the bookkeeping parts
+//! (rejected records, replayed files) are told by their kind, not by their name's shape.
 //!
 //! # What is ours and what is iceberg-rust's
 //!
@@ -66,8 +66,9 @@ use parquet::file::properties::WriterProperties;
 
 use self::catalog::{FileCatalog, HadoopPointer, LakePointer};
 use super::SinkError;
+use super::sink::{CommitCheck, ReadBatch, Sink};
 use crate::schema::PipelineSchema;
-use crate::wal::{BatchId, BatchMeta, BatchPart, WalError};
+use crate::wal::{BatchId, BatchMeta};
 
 /// Snapshot summary key: the identity of the pipeline that made the snapshot.
 pub const SUMMARY_PIPELINE: &str = "skippr.pipeline";
@@ -78,37 +79,17 @@ pub const SUMMARY_LAST_BATCH: &str = "skippr.last-batch-id";
 /// Table property prefix: `skippr.landed.<identity>` = last landed WAL batch id.
 pub const PROPERTY_LANDED_PREFIX: &str = "skippr.landed.";
 
-/// Names of the failpoints of a delivery (see [`crate::wal::failpoint`]).
-pub mod failpoint {
-    /// Data files written and fsynced, before the table commit.
-    pub const AFTER_DATA_FILES: &str = "sink.after_data_files";
-    /// After the Iceberg commit of one table (metadata and hint written).
-    pub const AFTER_TABLE_COMMIT: &str = "sink.after_table_commit";
-    /// Every failpoint of a delivery.
-    pub const ALL: &[&str] = &[AFTER_DATA_FILES, AFTER_TABLE_COMMIT];
-}
+/// Names of the failpoints of a delivery.
+pub use crate::failpoint::sink as failpoint;
 
 fn failpoint(name: &'static str) -> Result<(), SinkError> {
-    if crate::wal::failpoint::check(name) {
+    if crate::failpoint::check(name) {
         return Err(SinkError::Failpoint { name });
     }
     Ok(())
 }
 
-/// What one delivery did.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Delivered {
-    /// The highest batch id now landed in every table it has rows for.
-    pub through: Option<BatchId>,
-    /// Rows written (batches that had landed before are not counted).
-    pub rows: u64,
-    /// Data files written.
-    pub files: u64,
-    /// Table commits made.
-    pub commits: u64,
-    /// Batch parts skipped because they had already landed.
-    pub skipped_parts: u64,
-}
+pub use super::sink::Delivered;
 
 type Builder =
     DataFileWriterBuilder<ParquetWriterBuilder, DefaultLocationGenerator, DefaultFileNameGenerator>;
@@ -187,7 +168,7 @@ impl IcebergSink {
             warehouse,
             namespace,
             identity,
-            LakePointer::Hadoop(HadoopPointer),
+            LakePointer::new(HadoopPointer),
         )
     }
 
@@ -285,7 +266,7 @@ impl IcebergSink {
     pub fn deliver(
         &self,
         batches: &[BatchMeta],
-        read: &mut dyn FnMut(BatchId) -> Result<Vec<BatchPart>, WalError>,
+        read: ReadBatch<'_>,
         schema: &PipelineSchema,
     ) -> Result<Delivered, SinkError> {
         self.deliver_guarded(batches, read, schema, &|_| Ok(()))
@@ -299,9 +280,9 @@ impl IcebergSink {
     pub fn deliver_guarded(
         &self,
         batches: &[BatchMeta],
-        read: &mut dyn FnMut(BatchId) -> Result<Vec<BatchPart>, WalError>,
+        read: ReadBatch<'_>,
         schema: &PipelineSchema,
-        before_commit: &(dyn Fn(&str) -> Result<(), SinkError> + Sync),
+        before_commit: CommitCheck<'_>,
     ) -> Result<Delivered, SinkError> {
         let Some(last) = batches.last().map(|b| b.id) else {
             return Ok(Delivered::default());
@@ -312,7 +293,7 @@ impl IcebergSink {
             let namespaces: BTreeSet<&str> = batches
                 .iter()
                 .flat_map(|b| b.parts.iter())
-                .filter(|p| p.rows > 0 && !p.namespace.starts_with('_'))
+                .filter(|p| p.rows > 0 && p.kind().is_data())
                 .map(|p| p.namespace.as_str())
                 .collect();
             let mut open: BTreeMap<String, Open> = BTreeMap::new();
@@ -598,6 +579,54 @@ impl IcebergSink {
             Box::new(FanoutWriter::new(builder)),
             Box::new(splitter),
         ))
+    }
+}
+
+impl Sink for IcebergSink {
+    fn location(&self) -> String {
+        format!(
+            "{}/{}",
+            self.catalog.warehouse(),
+            self.namespace.to_url_string()
+        )
+    }
+
+    fn prepare(&self, namespaces: &[&str], schema: &PipelineSchema) -> Result<(), SinkError> {
+        self.runtime.block_on(async {
+            for ns in namespaces {
+                self.prepare_table(ns, schema).await?;
+            }
+            Ok(())
+        })
+    }
+
+    fn landed(&self, namespace: &str) -> Result<u64, SinkError> {
+        let ident = self.table_ident(namespace);
+        self.runtime.block_on(async {
+            let catalog = self.catalog.as_ref();
+            let exists = catalog
+                .table_exists(&ident)
+                .await
+                .map_err(|e| self.iceberg_err(namespace, e))?;
+            if !exists {
+                return Ok(0);
+            }
+            let table = catalog
+                .load_table(&ident)
+                .await
+                .map_err(|e| self.iceberg_err(namespace, e))?;
+            Ok(self.landed_through(&table))
+        })
+    }
+
+    fn write(
+        &self,
+        batches: &[BatchMeta],
+        read: ReadBatch<'_>,
+        schema: &PipelineSchema,
+        before_commit: CommitCheck<'_>,
+    ) -> Result<Delivered, SinkError> {
+        self.deliver_guarded(batches, read, schema, before_commit)
     }
 }
 

@@ -13,7 +13,7 @@ use iceberg::spec::{PrimitiveType, Type};
 use super::catalog::{Current, HadoopPointer, Pointer, TableRef, VERSION_HINT};
 use super::*;
 use crate::schema::{Field, FieldType, NamespaceSchema};
-use crate::wal::{DiskWal, WalOptions};
+use crate::wal::{BatchPart, DiskWal, WalOptions};
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
 
@@ -576,7 +576,7 @@ fn a_skipprlake_table_keeps_its_pointer_in_the_catalog_store_and_swaps_it_by_cas
         warehouse.clone(),
         "ns",
         "t#w#p".to_owned(),
-        LakePointer::Store(pointer.clone()),
+        LakePointer::new(pointer.clone()),
     )?;
     let schema = pipeline_schema(&[("a", vec![Field::new("id", FieldType::Int)])]);
     f.wal.append(b"p1", &[part("a", ids_batch(0..4))])?;
@@ -639,7 +639,7 @@ fn glue_sink(
     let catalog = FileCatalog::new(
         warehouse.to_path_buf(),
         storage::durable_file_io(),
-        LakePointer::Glue(super::glue::GluePointer::new(api)),
+        LakePointer::new(super::glue::GluePointer::new(api)),
     );
     IcebergSink::with_catalog(catalog, "ns", identity.to_owned())
 }
@@ -908,7 +908,7 @@ fn shared_store_sink(
     let catalog = FileCatalog::at(
         warehouse_uri.clone(),
         storage::durable_file_io(),
-        LakePointer::Store(StorePointer::shared(
+        LakePointer::new(StorePointer::shared(
             shared,
             "racing memory store".to_owned(),
             &warehouse_uri,
