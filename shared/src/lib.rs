@@ -7,6 +7,8 @@
 //! - [`aws`]: AWS clients from the standard configuration chain, and a request counter.
 //! - [`config`]: `skippr.yml` discovery, parsing, environment substitution, validation.
 //! - [`schema`]: type inference, the saved schema format, conversion of records to Arrow.
+//! - [`durable`]: durable local file writes (fsynced directories, atomic whole-file writes).
+//! - [`objects`]: whole objects by name in a directory or an S3 bucket (deadletter objects).
 //! - [`sources`]: connectors that read records (the File source first).
 //! - [`deadletter`]: records that could not be read or typed, with where they came from.
 //! - [`state`]: the state store (positions, acknowledgements, lease) and its implementations.
@@ -19,7 +21,9 @@ pub mod aws;
 pub mod config;
 pub mod deadletter;
 pub mod doctor;
+pub mod durable;
 pub mod failpoint;
+pub mod objects;
 pub mod pipeline;
 pub mod query;
 pub mod schema;

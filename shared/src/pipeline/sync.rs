@@ -159,9 +159,9 @@ pub fn sync_pass(
         (Some(aws), _) => Some(aws.clone()),
         (None, true) => Some(
             crate::aws::Aws::load_with_fallback(pipeline.aws.fallback_region.as_deref()).map_err(
-                |e| PipelineError::Aws {
+                |source| PipelineError::Aws {
                     pipeline: name.clone(),
-                    message: e.to_string(),
+                    source,
                 },
             )?,
         ),
@@ -573,7 +573,9 @@ fn open_wal<'a>(
         WalLocation::S3 { bucket, prefix } => {
             let aws = place.aws.ok_or_else(|| PipelineError::Aws {
                 pipeline: place.pipeline.to_owned(),
-                message: "no AWS configuration was loaded for the S3 WAL".into(),
+                source: crate::aws::AwsError::NotLoaded {
+                    purpose: "the S3 WAL",
+                },
             })?;
             let (wal, recovery) = crate::wal::s3::S3Wal::open(crate::wal::s3::S3WalConfig {
                 aws: aws.clone(),
