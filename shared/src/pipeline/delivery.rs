@@ -472,6 +472,7 @@ fn run_job(
             .cloned()
             .collect();
         delivered = sink.write(&todo, read, &job.schema, &|table| guard.check(table))?;
+        check_rows(sink, &todo, &delivered)?;
     }
     Ok(Outcome {
         last,
@@ -479,6 +480,38 @@ fn run_job(
         delivered,
         dead_files,
         started,
+    })
+}
+
+/// Refuse a delivery that did not account for every data row of `batches`: each must have
+/// been written or skipped as landed before (rejected records are in the bookkeeping part,
+/// not counted here). A sink that lost rows would otherwise have them acknowledged and
+/// reclaimed from the WAL.
+fn check_rows(
+    sink: &dyn Sink,
+    batches: &[crate::wal::BatchMeta],
+    delivered: &crate::sinks::Delivered,
+) -> Result<(), crate::sinks::SinkError> {
+    let (Some(first), Some(last)) = (batches.first(), batches.last()) else {
+        return Ok(());
+    };
+    let expected: u64 = batches
+        .iter()
+        .flat_map(|b| b.parts.iter())
+        .filter(|p| p.kind().is_data())
+        .map(|p| p.rows)
+        .sum();
+    let accounted = delivered.rows.saturating_add(delivered.skipped_rows);
+    if accounted == expected {
+        return Ok(());
+    }
+    Err(crate::sinks::SinkError::RowsUnaccounted {
+        target: sink.location(),
+        first: first.id,
+        last: last.id,
+        expected,
+        written: delivered.rows,
+        skipped: delivered.skipped_rows,
     })
 }
 

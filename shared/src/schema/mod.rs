@@ -129,8 +129,11 @@
 //!   bits of the 64-bit FNV-1a hash of the whole value before sanitizing (the values joined
 //!   with `_` when there are several fields). `Ünïcode` names `n_code_2b3811cd`, and `ÄÖ` and
 //!   `!!!`, which without the suffix would share the namespace `_`, name `_b99320c6` and
-//!   `_bbe43c17`. The hash
-//!   is fixed, so a value names the same namespace in every run and on every machine.
+//!   `_bbe43c17`. A name longer than [`naming::MAX_TABLE_NAME_BYTES`] (128 bytes) is cut
+//!   and gets the suffix too, so a 1,100-byte value names a 128-byte table (Glue allows
+//!   255, a file name 255, a WAL part 1,024). The hash is fixed, so a value names the same
+//!   namespace in every run and on every machine. The whole policy, for columns and
+//!   partition directories too, is in [`naming`].
 //! - A record where any namespace field is missing, null, an object or an array goes to
 //!   `default_namespace` (which is used as configured, not sanitized).
 //! - Routing stops with an error once more than `max_namespaces` (1000; no configuration
@@ -235,6 +238,7 @@ mod infer;
 pub(crate) mod json_tape;
 mod line_typer;
 mod namespace;
+pub mod naming;
 mod saved;
 pub mod store;
 

@@ -94,47 +94,10 @@ fn lookup_path<'r>(record: &'r Map<String, Value>, path: &str) -> Option<&'r Val
     Some(current)
 }
 
-/// Make a table-safe name (see the [module docs](super) for the rule).
-///
-/// ASCII letters are lowercased and digits and `_` kept; each run of the separators space,
-/// `-`, `.`, `/` and `:` becomes one `_`; leading and trailing `_` are trimmed. When that
-/// loses information—the value holds any other character, or nothing is left but `_`—the
-/// name gets `_` and 8 hex digits of a stable hash of the whole value, so distinct values
-/// do not share a namespace by accident (`"ÄÖ"` and `"!!!"` get different names).
+/// Make a table-safe name: the naming policy's [`table_name`](super::naming::table_name)
+/// (see there and the [module docs](super) for the rule).
 pub fn sanitize_namespace(raw: &str) -> String {
-    let mut out = String::with_capacity(raw.len() + 9);
-    let mut lossy = false;
-    let mut in_run = false;
-    for ch in raw.chars() {
-        if ch.is_ascii_alphanumeric() || ch == '_' {
-            out.push(ch.to_ascii_lowercase());
-            in_run = false;
-        } else {
-            lossy |= !matches!(ch, ' ' | '-' | '.' | '/' | ':');
-            if !in_run {
-                out.push('_');
-                in_run = true;
-            }
-        }
-    }
-    let mut name = out.trim_matches('_').to_owned();
-    if lossy || name.is_empty() {
-        let hash = fnv1a_64(raw.as_bytes());
-        // Eight hex digits: the top 32 bits of the hash.
-        let suffix = format!("_{:08x}", hash >> 32);
-        name.push_str(&suffix);
-    }
-    name
-}
-
-/// The 64-bit FNV-1a hash: fixed, so a value names the same namespace in every run and build.
-fn fnv1a_64(bytes: &[u8]) -> u64 {
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for &byte in bytes {
-        hash ^= u64::from(byte);
-        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    hash
+    super::naming::table_name(raw)
 }
 
 /// Flatten nested objects into dotted keys (`{"a":{"b":1}}` -> `a.b`). Lists and scalars are
@@ -246,6 +209,7 @@ mod tests {
 
     #[test]
     fn the_hash_is_fnv_1a_64_so_names_are_the_same_in_every_run() {
+        use crate::schema::naming::fnv1a_64;
         // Published FNV-1a 64 test vectors.
         assert_eq!(fnv1a_64(b""), 0xcbf2_9ce4_8422_2325);
         assert_eq!(fnv1a_64(b"a"), 0xaf63_dc4c_8601_ec8c);

@@ -118,6 +118,26 @@ pub enum SinkError {
         #[source]
         source: Box<crate::state::StateError>,
     },
+    /// A delivery did not account for every data row of its batches: fewer (or more) rows
+    /// were written and skipped as landed than the batches hold. Nothing is acknowledged and
+    /// the batches stay in the WAL.
+    #[error(
+        "{target}: WAL batches {first} to {last} hold {expected} data rows but {written} were written and {skipped} skipped as landed; not acknowledging them (the batches stay in the WAL)"
+    )]
+    RowsUnaccounted {
+        /// The destination or table that came short.
+        target: String,
+        /// The first batch of the delivery.
+        first: BatchId,
+        /// The last batch of the delivery.
+        last: BatchId,
+        /// Data rows the batches hold for it.
+        expected: u64,
+        /// Rows written.
+        written: u64,
+        /// Rows skipped because their batch had landed before.
+        skipped: u64,
+    },
     /// A failpoint fired (tests only).
     #[error("failpoint `{name}` fired")]
     Failpoint {
@@ -135,6 +155,7 @@ impl SinkError {
         match self {
             SinkError::Config { .. }
             | SinkError::IncompatibleColumn { .. }
+            | SinkError::RowsUnaccounted { .. }
             | SinkError::DeadletterConfig { .. } => false,
             SinkError::Aws { source, .. } => source.is_retryable(),
             SinkError::ObjectStore { failure, .. } => failure.retryable,

@@ -135,11 +135,14 @@ impl Sink for MemorySink {
                         .is_some_and(|l| meta.id.0 > *l)
             });
             if !wanted {
-                delivered.skipped_parts += meta
+                for p in meta
                     .parts
                     .iter()
                     .filter(|p| p.rows > 0 && landed.contains_key(p.namespace.as_str()))
-                    .count() as u64;
+                {
+                    delivered.skipped_parts += 1;
+                    delivered.skipped_rows += p.rows;
+                }
                 continue;
             }
             let parts = read(meta.id).map_err(|source| SinkError::Wal {
@@ -155,6 +158,7 @@ impl Sink for MemorySink {
                 };
                 if meta.id.0 <= *table_landed {
                     delivered.skipped_parts += 1;
+                    delivered.skipped_rows += part.batch.num_rows() as u64;
                     continue;
                 }
                 staged.entry(ns).or_default().push((meta.id, part.batch));

@@ -38,6 +38,9 @@ pub struct Delivered {
     pub commits: u64,
     /// Batch parts skipped because they had already landed.
     pub skipped_parts: u64,
+    /// The rows of those parts. `rows + skipped_rows` is every data row of the batches (the
+    /// pipeline checks it before acknowledging them).
+    pub skipped_rows: u64,
 }
 
 /// A destination of committed WAL batches, exactly once by batch id.

@@ -272,3 +272,98 @@ fn a_refused_commit_is_retryable_and_the_next_delivery_lands_every_row_once() {
     fx.assert_landed_once();
     assert_eq!(fx.ack(), 2);
 }
+
+/// A sink that loses rows: it hands the memory sink each data part without its last row, and
+/// reports what it wrote honestly.
+#[derive(Debug)]
+struct DroppingSink(MemorySink);
+
+impl Sink for DroppingSink {
+    fn location(&self) -> String {
+        "dropping".to_owned()
+    }
+
+    fn prepare(&self, namespaces: &[&str], schema: &PipelineSchema) -> Result<(), SinkError> {
+        self.0.prepare(namespaces, schema)
+    }
+
+    fn landed(&self, namespace: &str) -> Result<u64, SinkError> {
+        self.0.landed(namespace)
+    }
+
+    fn write(
+        &self,
+        batches: &[crate::wal::BatchMeta],
+        read: crate::sinks::ReadBatch<'_>,
+        schema: &PipelineSchema,
+        before_commit: crate::sinks::CommitCheck<'_>,
+    ) -> Result<crate::sinks::Delivered, SinkError> {
+        let mut lossy = |id| {
+            read(id).map(|parts| {
+                parts
+                    .into_iter()
+                    .map(|mut p| {
+                        if p.kind().is_data() && p.batch.num_rows() > 0 {
+                            p.batch = p.batch.slice(0, p.batch.num_rows() - 1);
+                        }
+                        p
+                    })
+                    .collect()
+            })
+        };
+        self.0.write(batches, &mut lossy, schema, before_commit)
+    }
+}
+
+/// A delivery that does not account for every data row is refused: an error naming the
+/// batches and the counts, nothing acknowledged, the WAL keeps the batches.
+#[test]
+fn a_sink_that_drops_rows_gets_nothing_acknowledged() {
+    let mut fx = Fixture::new();
+    let mut wal = fx.wal();
+    fx.commit_batches(&mut wal, 3);
+    let sink = DroppingSink(MemorySink::new());
+    let mut delivery = Delivery::start(
+        Some(&sink as &dyn Sink),
+        None,
+        &fx.store,
+        PARTITION,
+        None,
+        "p",
+        u64::MAX,
+    )
+    .unwrap()
+    .unwrap();
+    let err = delivery
+        .deliver(
+            &mut wal,
+            &PipelineSchema::empty("p", "w"),
+            &mut SyncReport::default(),
+        )
+        .unwrap_err();
+    let PipelineError::Sink { source, .. } = &err else {
+        panic!("{err}");
+    };
+    let SinkError::RowsUnaccounted {
+        first,
+        last,
+        expected,
+        written,
+        skipped,
+        ..
+    } = source.as_ref()
+    else {
+        panic!("{err}");
+    };
+    // 3 batches of 10 + 2 data rows; one row of each of the 6 data parts lost.
+    assert_eq!(
+        (first.0, last.0, *expected, *written, *skipped),
+        (1, 3, 36, 30, 0)
+    );
+    let message = err.to_string();
+    assert!(message.contains("b1") && message.contains("b3"), "{message}");
+    assert!(message.contains("36") && message.contains("30"), "{message}");
+    assert!(!err.is_retryable(), "{err}");
+    assert_eq!(fx.ack(), 0, "nothing is acknowledged");
+    assert_eq!(wal.batches().len(), 3, "the WAL keeps the batches");
+}

@@ -33,8 +33,10 @@
 //! deleting unreferenced files; run after commits once a threshold is crossed).
 
 pub mod catalog;
+pub mod fanout;
 pub mod glue;
 pub mod layout;
+pub mod location;
 pub mod maintain;
 pub mod s3;
 pub mod schema;
@@ -53,18 +55,16 @@ use iceberg::table::Table;
 use iceberg::transaction::{ApplyTransactionAction, Transaction};
 use iceberg::writer::base_writer::data_file_writer::{DataFileWriter, DataFileWriterBuilder};
 use iceberg::writer::file_writer::ParquetWriterBuilder;
-use iceberg::writer::file_writer::location_generator::{
-    DefaultFileNameGenerator, DefaultLocationGenerator,
-};
+use iceberg::writer::file_writer::location_generator::DefaultFileNameGenerator;
 use iceberg::writer::file_writer::rolling_writer::RollingFileWriterBuilder;
-use iceberg::writer::partitioning::PartitioningWriter;
-use iceberg::writer::partitioning::fanout_writer::FanoutWriter;
 use iceberg::writer::{IcebergWriter, IcebergWriterBuilder};
 use iceberg::{Catalog, NamespaceIdent, TableCreation, TableIdent, TableRequirement, TableUpdate};
 use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::properties::WriterProperties;
 
 use self::catalog::{FileCatalog, HadoopPointer, LakePointer};
+use self::fanout::{BoundedFanout, WriterLimits};
+use self::location::LakeLocationGenerator;
 use super::SinkError;
 use super::sink::{CommitCheck, ReadBatch, Sink};
 use crate::schema::PipelineSchema;
@@ -92,15 +92,15 @@ fn failpoint(name: &'static str) -> Result<(), SinkError> {
 pub use super::sink::Delivered;
 
 type Builder =
-    DataFileWriterBuilder<ParquetWriterBuilder, DefaultLocationGenerator, DefaultFileNameGenerator>;
+    DataFileWriterBuilder<ParquetWriterBuilder, LakeLocationGenerator, DefaultFileNameGenerator>;
 type Writer =
-    DataFileWriter<ParquetWriterBuilder, DefaultLocationGenerator, DefaultFileNameGenerator>;
+    DataFileWriter<ParquetWriterBuilder, LakeLocationGenerator, DefaultFileNameGenerator>;
 
-/// The data files being written to one table: one writer, or one per partition.
+/// The data files being written to one table: one writer, or one per partition (bounded).
 enum TableWriter {
     Unpartitioned(Box<Writer>),
     Partitioned(
-        Box<FanoutWriter<Builder>>,
+        Box<BoundedFanout<Builder>>,
         Box<RecordBatchPartitionSplitter>,
     ),
 }
@@ -144,6 +144,7 @@ pub struct IcebergSink {
     layout: layout::Layout,
     runtime: tokio::runtime::Runtime,
     maintenance: maintain::Policy,
+    writer_limits: WriterLimits,
 }
 
 impl std::fmt::Debug for IcebergSink {
@@ -198,6 +199,7 @@ impl IcebergSink {
             layout: layout::Layout::default(),
             runtime,
             maintenance: maintain::Policy::default(),
+            writer_limits: WriterLimits::default(),
         })
     }
 
@@ -222,7 +224,14 @@ impl IcebergSink {
             layout: layout::Layout::default(),
             runtime,
             maintenance: maintain::Policy::default(),
+            writer_limits: WriterLimits::default(),
         })
+    }
+
+    /// Bound the open partition writers of a delivery (see [`fanout`]).
+    pub fn with_writer_limits(mut self, limits: WriterLimits) -> Self {
+        self.writer_limits = limits;
+        self
     }
 
     /// Partition and sort the tables as `layout` says.
@@ -318,11 +327,14 @@ impl IcebergSink {
                     p.rows > 0 && open.get(&p.namespace).is_some_and(|o| meta.id.0 > o.landed)
                 });
                 if !wanted {
-                    delivered.skipped_parts += meta
+                    for p in meta
                         .parts
                         .iter()
                         .filter(|p| p.rows > 0 && open.contains_key(&p.namespace))
-                        .count() as u64;
+                    {
+                        delivered.skipped_parts += 1;
+                        delivered.skipped_rows += p.rows;
+                    }
                     continue;
                 }
                 let parts = read(meta.id).map_err(|source| SinkError::Wal {
@@ -338,6 +350,7 @@ impl IcebergSink {
                     };
                     if meta.id.0 <= o.landed {
                         delivered.skipped_parts += 1;
+                        delivered.skipped_rows += part.batch.num_rows() as u64;
                         continue;
                     }
                     let aligned = crate::schema::adapt::adapt_batch(&part.batch, &o.arrow)
@@ -368,6 +381,19 @@ impl IcebergSink {
                     continue;
                 };
                 let files = writer.close().await.map_err(|e| self.iceberg_err(&ns, e))?;
+                // Every row handed to the writer must be in a data file before the commit
+                // marks the batches landed.
+                let in_files: u64 = files.iter().map(|f| f.record_count()).sum();
+                if in_files != o.rows {
+                    return Err(SinkError::RowsUnaccounted {
+                        target: format!("Iceberg table `{}.{ns}`", self.namespace.to_url_string()),
+                        first: BatchId((o.landed + 1).max(first.0)),
+                        last,
+                        expected: o.rows,
+                        written: in_files,
+                        skipped: 0,
+                    });
+                }
                 failpoint(failpoint::AFTER_DATA_FILES)?;
                 delivered.files += files.len() as u64;
                 let summary = HashMap::from([
@@ -399,7 +425,7 @@ impl IcebergSink {
                 failpoint(failpoint::AFTER_TABLE_COMMIT)?;
                 self.after_commit(&committed).await;
                 delivered.commits += 1;
-                delivered.rows += o.rows;
+                delivered.rows += in_files;
             }
             delivered.through = Some(last);
             Ok(delivered)
@@ -556,7 +582,7 @@ impl IcebergSink {
         let rolling = RollingFileWriterBuilder::new_with_default_file_size(
             parquet,
             table.file_io().clone(),
-            DefaultLocationGenerator::new(table.metadata())?,
+            LakeLocationGenerator::new(table.metadata()),
             DefaultFileNameGenerator::new(
                 format!("b{}-b{}", first.0, last.0),
                 Some(uuid::Uuid::new_v4().simple().to_string()),
@@ -576,7 +602,7 @@ impl IcebergSink {
             Arc::clone(spec),
         )?;
         Ok(TableWriter::Partitioned(
-            Box::new(FanoutWriter::new(builder)),
+            Box::new(BoundedFanout::new(builder, self.writer_limits)),
             Box::new(splitter),
         ))
     }
@@ -708,5 +734,7 @@ pub fn landed_through(metadata: &iceberg::spec::TableMetadata, identity: &str) -
     property.max(summaries)
 }
 
+#[cfg(test)]
+mod partition_tests;
 #[cfg(test)]
 mod tests;

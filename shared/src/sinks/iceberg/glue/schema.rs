@@ -1,11 +1,17 @@
 //! Our Iceberg schema as Glue shows it: Hive type names ([`hive_type`]) and Glue columns
 //! ([`glue_columns`]), so Athena's column list follows schema evolution.
+//!
+//! Names follow the naming policy ([`crate::schema::naming`]): a column is
+//! [`column_name`] of its key (control characters percent-escaped, at most 255 bytes), and a
+//! struct field inside a type string is [`nested_field_name`] of its key, so no key can break
+//! the type string's syntax. The Iceberg schema keeps the keys as they are.
 
 use std::collections::BTreeMap;
 
 use iceberg::spec::{NestedFieldRef, PrimitiveType, Schema, Type};
 
 use super::GlueColumn;
+use crate::schema::naming::{column_name, nested_field_name};
 
 /// Iceberg type -> Hive type name, as Athena and Glue show columns.
 pub fn hive_type(t: &Type) -> String {
@@ -29,7 +35,7 @@ pub fn hive_type(t: &Type) -> String {
             let fields: Vec<String> = s
                 .fields()
                 .iter()
-                .map(|f| format!("{}:{}", f.name, hive_type(&f.field_type)))
+                .map(|f| format!("{}:{}", nested_field_name(&f.name), hive_type(&f.field_type)))
                 .collect();
             format!("struct<{}>", fields.join(","))
         }
@@ -49,7 +55,7 @@ pub fn glue_columns(schema: &Schema) -> Vec<GlueColumn> {
         .fields()
         .iter()
         .map(|f: &NestedFieldRef| GlueColumn {
-            name: f.name.clone(),
+            name: column_name(&f.name),
             type_name: hive_type(&f.field_type),
             comment: f.doc.clone(),
             parameters: BTreeMap::from([

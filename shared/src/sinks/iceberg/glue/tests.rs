@@ -54,6 +54,34 @@ fn iceberg_types_have_their_hive_names() {
 }
 
 #[test]
+fn hostile_keys_give_valid_glue_columns_and_parseable_type_strings() {
+    let p = |t| Type::Primitive(t);
+    let long = "k".repeat(300);
+    let schema = iceberg::spec::Schema::builder()
+        .with_fields(vec![
+            NestedField::optional(1, "new\nline", p(PrimitiveType::Int)).into(),
+            NestedField::optional(2, long.as_str(), p(PrimitiveType::Int)).into(),
+            NestedField::optional(
+                3,
+                "s",
+                Type::Struct(StructType::new(vec![
+                    NestedField::optional(4, "a:b,c<d> e", p(PrimitiveType::Int)).into(),
+                ])),
+            )
+            .into(),
+        ])
+        .build()
+        .unwrap();
+    let columns = glue_columns(&schema);
+    assert_eq!(columns[0].name, "new%0Aline");
+    assert!(columns[1].name.len() <= 255, "{}", columns[1].name.len());
+    assert_eq!(columns[2].type_name, "struct<a%3Ab%2Cc%3Cd%3E%20e:int>");
+    for column in &columns {
+        assert!(!column.name.chars().any(char::is_control), "{}", column.name);
+    }
+}
+
+#[test]
 fn version_numbers_come_from_metadata_names() {
     assert_eq!(
         version_of("s3://b/t/metadata/00007-abc-def.metadata.json"),

@@ -28,7 +28,7 @@
 //! Readers of older snapshots keep reading the replaced files until expiry and cleanup
 //! remove them ([`super::cleanup`]).
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use iceberg::arrow::schema_to_arrow_schema;
@@ -36,14 +36,12 @@ use iceberg::spec::{
     DataContentType, DataFile, DataFileFormat, FormatVersion, MAIN_BRANCH, ManifestContentType,
     ManifestEntryRef, ManifestFile, ManifestListWriter, ManifestStatus, ManifestWriterBuilder,
     Operation, PartitionKey, Snapshot, SnapshotReference, SnapshotRetention,
-    SnapshotSummaryCollector, Summary, TableMetadata,
+    SnapshotSummaryCollector, Struct, Summary, TableMetadata,
 };
 use iceberg::table::Table;
 use iceberg::writer::base_writer::data_file_writer::DataFileWriterBuilder;
 use iceberg::writer::file_writer::ParquetWriterBuilder;
-use iceberg::writer::file_writer::location_generator::{
-    DefaultFileNameGenerator, DefaultLocationGenerator,
-};
+use iceberg::writer::file_writer::location_generator::DefaultFileNameGenerator;
 use iceberg::writer::file_writer::rolling_writer::RollingFileWriterBuilder;
 use iceberg::writer::{IcebergWriter, IcebergWriterBuilder};
 use iceberg::{ErrorKind, TableRequirement, TableUpdate};
@@ -54,6 +52,7 @@ use super::{Policy, SUMMARY_MAINTENANCE, SUMMARY_SMALL_FILES, table_name};
 use crate::schema::adapt::adapt_batch;
 use crate::sinks::SinkError;
 use crate::sinks::iceberg::catalog::{FileCatalog, LakePointer};
+use crate::sinks::iceberg::location::{LakeLocationGenerator, partition_path};
 
 /// The summary value of [`SUMMARY_MAINTENANCE`] for a compaction.
 pub const COMPACT: &str = "compact";
@@ -175,13 +174,23 @@ pub async fn compact(
     }
 
     // 2. Bins per partition, in sequence-number order.
-    let mut groups: BTreeMap<String, Vec<Live>> = BTreeMap::new();
+    // Grouped by the partition value itself (a path may be shared by two partitions, and
+    // iceberg-rust's `partition_to_path` writes `null` for both a null and the string
+    // "null"), ordered by the escaped path for a stable order.
+    let mut by_value: HashMap<Struct, Vec<Live>> = HashMap::new();
     for l in live {
-        let key = spec.partition_to_path(l.entry.data_file().partition(), Arc::clone(&schema));
-        groups.entry(key).or_default().push(l);
+        by_value
+            .entry(l.entry.data_file().partition().clone())
+            .or_default()
+            .push(l);
     }
+    let mut groups: Vec<(String, Vec<Live>)> = by_value
+        .into_iter()
+        .map(|(value, files)| (partition_path(&spec, &schema, &value), files))
+        .collect();
+    groups.sort_by(|a, b| a.0.cmp(&b.0));
     let mut bins: Vec<Vec<Live>> = Vec::new();
-    let small_total: usize = groups.values().map(Vec::len).sum();
+    let small_total: usize = groups.iter().map(|(_, files)| files.len()).sum();
     for (_, mut files) in groups {
         files.sort_by(|a, b| {
             (a.entry.sequence_number(), a.entry.file_path())
@@ -330,7 +339,7 @@ async fn rewrite(
             ParquetWriterBuilder::new(props.clone(), Arc::clone(&schema)),
             target,
             table.file_io().clone(),
-            DefaultLocationGenerator::new(metadata)?,
+            LakeLocationGenerator::new(metadata),
             DefaultFileNameGenerator::new(
                 "compact".to_owned(),
                 Some(uuid::Uuid::new_v4().simple().to_string()),
