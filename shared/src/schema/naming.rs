@@ -180,7 +180,10 @@ fn cut(name: &mut String, max: usize) {
     // A `%` in the last two bytes starts an escape the cut would split (`%` and hex digits
     // are ASCII, so cutting before the `%` stays on a character boundary).
     let bytes = name.as_bytes();
-    if let Some(at) = (end.saturating_sub(2)..end).rev().find(|&i| bytes[i] == b'%') {
+    if let Some(at) = (end.saturating_sub(2)..end)
+        .rev()
+        .find(|&i| bytes[i] == b'%')
+    {
         end = at;
     }
     name.truncate(end);

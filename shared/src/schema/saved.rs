@@ -264,10 +264,9 @@ fn parse_fields(value: &Value, at: &str) -> Result<Vec<Field>, String> {
         let object = item
             .as_object()
             .ok_or_else(|| format!("{here} must be an object"))?;
+        // Any key of the data is a field name, the empty key too: inference saves it, so
+        // refusing it here would stop every later pass.
         let name = string_at(object, "name", &here)?;
-        if name.is_empty() {
-            return Err(format!("`name` at {here} must not be empty"));
-        }
         if fields.iter().any(|field| field.name == name) {
             return Err(format!("duplicate field name `{name}` at {here}"));
         }

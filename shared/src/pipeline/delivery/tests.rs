@@ -361,8 +361,14 @@ fn a_sink_that_drops_rows_gets_nothing_acknowledged() {
         (1, 3, 36, 30, 0)
     );
     let message = err.to_string();
-    assert!(message.contains("b1") && message.contains("b3"), "{message}");
-    assert!(message.contains("36") && message.contains("30"), "{message}");
+    assert!(
+        message.contains("b1") && message.contains("b3"),
+        "{message}"
+    );
+    assert!(
+        message.contains("36") && message.contains("30"),
+        "{message}"
+    );
     assert!(!err.is_retryable(), "{err}");
     assert_eq!(fx.ack(), 0, "nothing is acknowledged");
     assert_eq!(wal.batches().len(), 3, "the WAL keeps the batches");

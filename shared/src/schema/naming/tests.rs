@@ -167,10 +167,7 @@ fn distinct_values_get_distinct_names() {
     let mut columns: BTreeMap<String, String> = BTreeMap::new();
     let mut seen = std::collections::BTreeSet::new();
     while seen.len() < 20_000 {
-        let raw = strategy
-            .new_tree(&mut runner)
-            .expect("a value")
-            .current();
+        let raw = strategy.new_tree(&mut runner).expect("a value").current();
         if !seen.insert(raw.clone()) {
             continue;
         }

@@ -261,7 +261,11 @@ mod tests {
             fanout.close().await.unwrap();
         });
         assert_eq!(counting.peak.load(Ordering::SeqCst), 8);
-        assert_eq!(counting.open.load(Ordering::SeqCst), 0, "every writer closed");
+        assert_eq!(
+            counting.open.load(Ordering::SeqCst),
+            0,
+            "every writer closed"
+        );
         assert_eq!(counting.rows.load(Ordering::SeqCst), 10_000 * (1 + 2 + 3));
     }
 

@@ -93,8 +93,7 @@ pub use super::sink::Delivered;
 
 type Builder =
     DataFileWriterBuilder<ParquetWriterBuilder, LakeLocationGenerator, DefaultFileNameGenerator>;
-type Writer =
-    DataFileWriter<ParquetWriterBuilder, LakeLocationGenerator, DefaultFileNameGenerator>;
+type Writer = DataFileWriter<ParquetWriterBuilder, LakeLocationGenerator, DefaultFileNameGenerator>;
 
 /// The data files being written to one table: one writer, or one per partition (bounded).
 enum TableWriter {

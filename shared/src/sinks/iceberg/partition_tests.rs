@@ -56,7 +56,10 @@ fn walk(root: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
     }
 }
 
-fn deliver(limits: WriterLimits, regions: &[Option<&str>]) -> Result<(tempfile::TempDir, usize, Vec<String>), Box<dyn std::error::Error>> {
+fn deliver(
+    limits: WriterLimits,
+    regions: &[Option<&str>],
+) -> Result<(tempfile::TempDir, usize, Vec<String>), Box<dyn std::error::Error>> {
     let dir = tempfile::tempdir()?;
     let (mut wal, _) = DiskWal::open(
         &dir.path().join("wal"),
@@ -109,7 +112,11 @@ fn deliver(limits: WriterLimits, regions: &[Option<&str>]) -> Result<(tempfile::
     for file in &files {
         let path = storage::local_path(file);
         let rel = path.strip_prefix(&data_dir)?;
-        assert_eq!(rel.components().count(), 2, "one partition directory: {file}");
+        assert_eq!(
+            rel.components().count(),
+            2,
+            "one partition directory: {file}"
+        );
         assert!(path.exists(), "{file}");
     }
     Ok((dir, delivered.rows as usize, files))
@@ -138,9 +145,21 @@ fn hostile_partition_values_stay_inside_the_table() -> TestResult {
     ];
     let (_dir, rows, files) = deliver(WriterLimits::default(), &regions)?;
     assert_eq!(rows, regions.len());
-    assert_eq!(files.len(), regions.len(), "one file per partition: {files:?}");
-    assert!(files.iter().any(|f| f.contains("/region=..%2F..%2F..%2F..%2Fx/")), "{files:?}");
-    assert!(files.iter().any(|f| f.contains("/region=nul%00/")), "{files:?}");
+    assert_eq!(
+        files.len(),
+        regions.len(),
+        "one file per partition: {files:?}"
+    );
+    assert!(
+        files
+            .iter()
+            .any(|f| f.contains("/region=..%2F..%2F..%2F..%2Fx/")),
+        "{files:?}"
+    );
+    assert!(
+        files.iter().any(|f| f.contains("/region=nul%00/")),
+        "{files:?}"
+    );
     Ok(())
 }
 

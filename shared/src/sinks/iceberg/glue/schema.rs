@@ -35,7 +35,13 @@ pub fn hive_type(t: &Type) -> String {
             let fields: Vec<String> = s
                 .fields()
                 .iter()
-                .map(|f| format!("{}:{}", nested_field_name(&f.name), hive_type(&f.field_type)))
+                .map(|f| {
+                    format!(
+                        "{}:{}",
+                        nested_field_name(&f.name),
+                        hive_type(&f.field_type)
+                    )
+                })
                 .collect();
             format!("struct<{}>", fields.join(","))
         }

@@ -77,7 +77,11 @@ fn hostile_keys_give_valid_glue_columns_and_parseable_type_strings() {
     assert!(columns[1].name.len() <= 255, "{}", columns[1].name.len());
     assert_eq!(columns[2].type_name, "struct<a%3Ab%2Cc%3Cd%3E%20e:int>");
     for column in &columns {
-        assert!(!column.name.chars().any(char::is_control), "{}", column.name);
+        assert!(
+            !column.name.chars().any(char::is_control),
+            "{}",
+            column.name
+        );
     }
 }
 

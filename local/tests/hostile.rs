@@ -1,0 +1,293 @@
+//! Hostile data through the real `skipprd` binary into the `Duckdb` destination, read back by
+//! DuckDB and PyIceberg (`tests/readers/read_table.py`), never by skipprd's own code.
+//!
+//! Namespace, partition and key values that are empty, non-ASCII, punctuation, 300+ bytes,
+//! path-like (`../../x`) or hold NUL, tab and newline: every record lands exactly once (both
+//! readers count it, by id) or is a counted deadletter with a reason; no file is written
+//! outside the project (the walk covers the whole temporary directory, two levels above
+//! it); a second pass adds no row.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "a test binary: a failed set-up step should fail the test loudly"
+)]
+
+#[path = "common/bin.rs"]
+mod bin;
+#[path = "common/local_aws.rs"]
+mod local_aws;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use serde_json::{Value, json};
+
+use bin::skipprd_command;
+use local_aws::reader_python;
+
+const CONFIG: &str = "\
+pipelines:
+  events:
+    data_source: data_sources.files
+    data_sink: data_sinks.lake
+    deadletter_sink: deadletter_sinks.rejects
+    transform:
+      namespace_fields: kind
+      batch_partition_fields: [region]
+data_sources:
+  files:
+    File:
+      path: input
+data_sinks:
+  lake:
+    Duckdb:
+      warehouse: file://./lake
+      table_namespace: shop
+deadletter_sinks:
+  rejects:
+    File:
+      path: ./rejects
+";
+
+/// The hostile strings, used as namespace values, partition values and keys.
+fn hostile() -> Vec<String> {
+    vec![
+        String::new(),
+        "!!!".into(),
+        "заказ".into(),
+        "注文".into(),
+        "Order".into(),
+        "x".repeat(300),
+        "y".repeat(1100),
+        "../../x".into(),
+        "../../../../../../escaped".into(),
+        "/".into(),
+        "..".into(),
+        "nul\0byte".into(),
+        "tab\there".into(),
+        "new\nline".into(),
+        "a=b%2F".into(),
+        "_deadletters".into(),
+        "_leading".into(),
+    ]
+}
+
+/// One record per (kind, region) pair and per hostile key, with a unique `id`.
+fn records() -> Vec<Value> {
+    let values = hostile();
+    let mut out = Vec::new();
+    let mut id = 0i64;
+    for kind in &values {
+        for region in &values {
+            id += 1;
+            out.push(json!({"id": id, "kind": kind, "region": region}));
+        }
+        id += 1;
+        // No region at all: the null partition.
+        out.push(json!({"id": id, "kind": kind}));
+    }
+    for key in &values {
+        id += 1;
+        let mut record = json!({"id": id, "kind": "keys", "region": "r"});
+        record[key.as_str()] = json!(format!("v{id}"));
+        out.push(record);
+    }
+    // No kind: the pipeline's default namespace (its name).
+    id += 1;
+    out.push(json!({"id": id, "region": "../../x"}));
+    out
+}
+
+fn sync(project: &Path) -> Output {
+    let out = skipprd_command(project)
+        .args(["sync", "--once", "--output", "json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "sync failed: {}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        String::from_utf8_lossy(&out.stdout)
+    );
+    out
+}
+
+fn sync_complete(out: &Output) -> Value {
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .find(|event| event["event"] == "sync_complete")
+        .unwrap_or_else(|| {
+            panic!(
+                "no sync_complete in {}",
+                String::from_utf8_lossy(&out.stdout)
+            )
+        })
+}
+
+/// Every table directory of the namespace `shop`, by name.
+fn lake_tables(project: &Path) -> BTreeMap<String, PathBuf> {
+    let mut tables = BTreeMap::new();
+    for entry in std::fs::read_dir(project.join("lake/shop")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.join("metadata/version-hint.text").is_file() {
+            let name = path.file_name().unwrap().to_string_lossy().into_owned();
+            tables.insert(name, path.canonicalize().unwrap());
+        }
+    }
+    tables
+}
+
+fn read_tables(tables: &[PathBuf]) -> BTreeMap<PathBuf, Value> {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/readers/read_table.py");
+    let out = Command::new(reader_python())
+        .arg(&script)
+        .args(["--key", "id"])
+        .args(tables)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{} failed: {}",
+        script.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let parsed: Value = serde_json::from_slice(&out.stdout).unwrap();
+    parsed["tables"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .map(|(dir, v)| (PathBuf::from(dir), v.clone()))
+        .collect()
+}
+
+fn walk(root: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(root).unwrap() {
+        let entry = entry.unwrap();
+        let path = entry.path();
+        if entry.file_type().unwrap().is_dir() {
+            out.push(path.clone());
+            walk(&path, out);
+        } else {
+            out.push(path);
+        }
+    }
+}
+
+/// The table each kind lands in, as the naming policy says (`None`: the default namespace).
+fn table_of(kind: Option<&str>) -> String {
+    kind.map_or_else(|| "events".to_owned(), skipprd::schema::naming::table_name)
+}
+
+#[test]
+fn hostile_names_and_values_land_exactly_once_inside_the_warehouse() {
+    let root = tempfile::tempdir().unwrap();
+    // Two levels below the walk's root, so `../..` from the project is still seen.
+    let project = root.path().join("a/b/project");
+    std::fs::create_dir_all(project.join("input")).unwrap();
+    std::fs::write(project.join("skippr.yml"), CONFIG).unwrap();
+    let records = records();
+    let mut text: String = records.iter().map(|r| format!("{r}\n")).collect();
+    text.push_str("not json\n");
+    std::fs::write(project.join("input/events.jsonl"), text).unwrap();
+
+    let first = sync_complete(&sync(&project));
+
+    // Expected ids per table.
+    let mut expected: BTreeMap<String, BTreeSet<i64>> = BTreeMap::new();
+    for r in &records {
+        let table = table_of(r.get("kind").and_then(Value::as_str));
+        expected
+            .entry(table)
+            .or_default()
+            .insert(r["id"].as_i64().unwrap());
+    }
+    let tables = lake_tables(&project);
+    assert_eq!(
+        tables.keys().cloned().collect::<BTreeSet<_>>(),
+        expected.keys().cloned().collect::<BTreeSet<_>>(),
+        "one table per namespace value"
+    );
+    let read = read_tables(&tables.values().cloned().collect::<Vec<_>>());
+    let mut landed = 0u64;
+    for (name, dir) in &tables {
+        let want = &expected[name];
+        for reader in ["duckdb", "pyiceberg"] {
+            let got = &read[dir][reader];
+            assert_eq!(got["rows"], json!(want.len()), "{reader} {name}: {got}");
+            assert_eq!(got["duplicate_keys"], json!(0), "{reader} {name}");
+            let keys: BTreeSet<i64> = got["keys"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|k| k.as_i64().unwrap())
+                .collect();
+            assert_eq!(&keys, want, "{reader} {name}: every record once");
+        }
+        landed += want.len() as u64;
+    }
+    assert_eq!(landed, records.len() as u64);
+
+    // The one line that is not JSON is a counted deadletter with a reason.
+    let dead: Vec<PathBuf> = {
+        let mut files = Vec::new();
+        walk(&project.join("rejects"), &mut files);
+        files.into_iter().filter(|p| p.is_file()).collect()
+    };
+    let lines: Vec<Value> = dead
+        .iter()
+        .flat_map(|p| {
+            std::fs::read_to_string(p)
+                .unwrap()
+                .lines()
+                .map(|l| serde_json::from_str::<Value>(l).unwrap())
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert_eq!(lines[0]["record"], "not json");
+    assert_eq!(lines[0]["failure_code"], "malformed");
+    assert!(first.to_string().contains("1"), "{first}");
+
+    // No file or directory outside the project; every data file in its table's data dir.
+    let mut all = Vec::new();
+    walk(root.path(), &mut all);
+    let lake = project.join("lake/shop");
+    for path in &all {
+        assert!(
+            path.starts_with(&project) || project.starts_with(path),
+            "outside the project: {}",
+            path.display()
+        );
+        if path.extension().is_some_and(|e| e == "parquet") {
+            let rel = path.strip_prefix(&lake).unwrap();
+            let parts: Vec<_> = rel.components().collect();
+            assert_eq!(
+                parts.len(),
+                4,
+                "table/data/region=../file: {}",
+                path.display()
+            );
+            assert_eq!(parts[1].as_os_str(), "data", "{}", path.display());
+        }
+        let name = path.file_name().unwrap().len();
+        assert!(name <= 255, "{}", path.display());
+    }
+
+    // A second pass adds nothing.
+    let second = sync_complete(&sync(&project));
+    let again = read_tables(&tables.values().cloned().collect::<Vec<_>>());
+    for (name, dir) in &tables {
+        for reader in ["duckdb", "pyiceberg"] {
+            assert_eq!(
+                again[dir][reader]["rows"],
+                json!(expected[name].len()),
+                "{reader} {name}: the second pass added rows ({second})"
+            );
+        }
+    }
+}
