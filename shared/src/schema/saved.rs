@@ -373,6 +373,26 @@ mod tests {
         assert_eq!(back.to_json_pretty(), text);
     }
 
+    /// Inference saves any key of the data, the empty key and control characters too; the
+    /// file must load back (on the old main it did not, and every later pass stopped).
+    #[test]
+    fn hostile_keys_round_trip() {
+        let mut schema = sample();
+        schema.namespaces.insert(
+            "keys".to_owned(),
+            NamespaceSchema {
+                fields: vec![
+                    Field::new("", FieldType::String),
+                    Field::new("new\nline", FieldType::String),
+                ],
+                records: 1,
+            },
+        );
+        let text = schema.to_json_pretty();
+        let back = PipelineSchema::from_json(&text, Path::new("s.json")).unwrap();
+        assert_eq!(back, schema);
+    }
+
     #[test]
     fn the_saved_format_is_pinned_by_this_golden_text() {
         let mut namespaces = BTreeMap::new();

@@ -438,6 +438,15 @@ fn reserved_and_dotted_names_are_rejected() {
     );
     let msg = err("pipelines:\n  a.b:\n    data_source: data_sources.s\n");
     assert!(msg.contains("pipelines name 'a.b' contains a dot"), "{msg}");
+    // A pipeline's name is its default table: bounded like every table name.
+    let long = "p".repeat(129);
+    let msg = err(&format!(
+        "pipelines:\n  {long}:\n    data_source: data_sources.s\n"
+    ));
+    assert!(
+        msg.contains("is 129 bytes long; names are at most 128"),
+        "{msg}"
+    );
 }
 
 #[test]

@@ -471,10 +471,20 @@ impl Validator<'_> {
         }
     }
 
-    /// Names become directory, table and key names: letters, digits, `_` and `-`; no dots.
+    /// Names become directory, table and key names: letters, digits, `_` and `-`; no dots;
+    /// at most [`crate::schema::naming::MAX_TABLE_NAME_BYTES`] bytes (a pipeline's name is
+    /// its default table).
     fn check_name(&self, section: &'static str, name: &str) -> Result<(), ConfigError> {
         if name.is_empty() {
             return Err(self.bad_name(section, name, "is empty".to_owned()));
+        }
+        let max = crate::schema::naming::MAX_TABLE_NAME_BYTES;
+        if name.len() > max {
+            return Err(self.bad_name(
+                section,
+                name,
+                format!("is {} bytes long; names are at most {max}", name.len()),
+            ));
         }
         if name.contains('.') {
             return Err(self.bad_name(
