@@ -236,6 +236,9 @@
 //!   judged by its time, the others by the old time, so late files it did not reach are
 //!   still late. At most 8 steps are kept; past that the first two merge under the earlier
 //!   time (files of the first may then count as late and be read again, never as read).
+//! - **Files just written** (within 2 seconds of the pass) cannot leave in that pass: a
+//!   listing that finds more of them than fit the budget (a directory copied just before)
+//!   waits until they are older, at most a little over 2 seconds, and lists again.
 //! - **Clocks**: a status-change time is stamped by the file system's clock, the watermark's
 //!   time by the host's. They must agree within 2 seconds (mind network file systems), and
 //!   the host's clock must not step back by more: a late file stamped before the watermark's
@@ -497,7 +500,12 @@ impl FileSource {
         let below = |shown: &str, changed_ms: i64| {
             watermark::below(&old.files, mark.as_ref(), &options, shown, changed_ms)
         };
-        let listing = paths::list_files_since(&options, &below, &|shown, size, head| {
+        // Files just written cannot leave the checkpoint in this pass; when many are, the
+        // listing waits for them to settle first.
+        let clock = std::cell::Cell::new(clock);
+        let settle =
+            |found: &[PathBuf]| watermark::wait_for_fresh(found, &clock, options.checkpoint_bytes);
+        let compare = |shown: &str, size: u64, head: &[u8]| {
             if let Some(progress) = old.files.get(shown) {
                 return progress.compare(size, head);
             }
@@ -524,7 +532,14 @@ impl FileSource {
                 }
                 None => Identity::New,
             }
-        })?;
+        };
+        let hooks = paths::Hooks {
+            settle: &settle,
+            below: &below,
+            compare: &compare,
+        };
+        let listing = paths::list_files_since(&options, &hooks)?;
+        let clock = clock.get();
         drop(heads);
         for (now, was) in renamed.into_inner() {
             if let Some(progress) = old.files.remove(&was) {

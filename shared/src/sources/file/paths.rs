@@ -60,20 +60,92 @@ enum Origin {
 /// List the files `options.path` names, sorted by path, with their formats.
 #[cfg(test)]
 pub(crate) fn list_files(options: &FileSourceOptions) -> Result<Vec<ListedFile>, SourceError> {
-    Ok(list_files_since(options, &|_, _| Below::No, &|_, _, _| Identity::New)?.files)
+    let hooks = Hooks {
+        settle: &|_| false,
+        below: &|_, _| Below::No,
+        compare: &|_, _, _| Identity::New,
+    };
+    Ok(list_files_since(options, &hooks)?.files)
 }
 
-/// List the files `options.path` names, sorted by path, with their formats. `below` tells
-/// from a file's shown path and when it last changed what a checkpoint's watermark says of
-/// it (a file [`Below::Read`] is not opened); `compare` tells from its shown path, size and
-/// first bytes (at least its first [`IDENTITY_BYTES`](super::checkpoint::IDENTITY_BYTES), or
-/// all of it) how it compares with the checkpoint's entries; a file [`Identity::Unchanged`]
-/// is not looked at further.
+/// What a listing asks of the checkpoint it lists against.
+pub(crate) struct Hooks<'a> {
+    /// Given the paths found, before any is looked at: whether to find them again (having
+    /// waited for files just written to settle). Asked once.
+    pub(crate) settle: &'a dyn Fn(&[PathBuf]) -> bool,
+    /// What the watermark says of a file, from its shown path and when it last changed (a file
+    /// [`Below::Read`] is not opened).
+    pub(crate) below: &'a dyn Fn(&str, i64) -> Below,
+    /// How a file compares with the checkpoint's entries, from its shown path, size and first
+    /// bytes (at least its first [`IDENTITY_BYTES`](super::checkpoint::IDENTITY_BYTES), or all
+    /// of it); a file [`Identity::Unchanged`] is not looked at further.
+    pub(crate) compare: &'a dyn Fn(&str, u64, &[u8]) -> Identity,
+}
+
+/// List the files `options.path` names, sorted by path, with their formats, as `hooks` say.
 pub(crate) fn list_files_since(
     options: &FileSourceOptions,
-    below: &dyn Fn(&str, i64) -> Below,
-    compare: &dyn Fn(&str, u64, &[u8]) -> Identity,
+    hooks: &Hooks<'_>,
 ) -> Result<Listing, SourceError> {
+    let (mut candidates, mut origin, mut complete) = find(options)?;
+    if (hooks.settle)(&candidates) {
+        (candidates, origin, complete) = find(options)?;
+    }
+    let display = shown_by(options);
+    let mut listing = Listing {
+        files: Vec::with_capacity(candidates.len()),
+        unchanged: Vec::new(),
+        slots: Vec::with_capacity(candidates.len()),
+        complete,
+    };
+    for path in candidates {
+        let shown = display(&path);
+        let how = How {
+            format: options.format,
+            origin,
+            max_record_bytes: options.max_record_bytes,
+        };
+        match describe(&path, shown, how, hooks.below, hooks.compare)? {
+            Described::Read(file, changed_ms) => {
+                listing.slots.push(Slot {
+                    display: file.display.clone(),
+                    size: file.size,
+                    changed_ms,
+                    read: Some(listing.files.len()),
+                });
+                listing.files.push(file);
+            }
+            Described::Unchanged(slot) => {
+                listing.unchanged.push(slot.display.clone());
+                listing.slots.push(slot);
+            }
+            Described::Skipped => {}
+        }
+    }
+    if listing.files.is_empty() && listing.unchanged.is_empty() {
+        return Err(SourceError::NoFiles {
+            pattern: options.path.clone(),
+        });
+    }
+    Ok(listing)
+}
+
+/// How a found path is shown: relative to the base directory when the configured path is.
+fn shown_by(options: &FileSourceOptions) -> impl Fn(&Path) -> String + '_ {
+    let relative = Path::new(&options.path).is_relative();
+    move |found: &Path| -> String {
+        let shown = if relative {
+            found.strip_prefix(&options.base_dir).unwrap_or(found)
+        } else {
+            found
+        };
+        shown.display().to_string()
+    }
+}
+
+/// The paths `options.path` names, sorted, how they were found, and whether every directory
+/// a glob met could be read.
+fn find(options: &FileSourceOptions) -> Result<(Vec<PathBuf>, Origin, bool), SourceError> {
     let configured = options.path.as_str();
     if configured.is_empty() {
         return Err(SourceError::EmptyPath);
@@ -84,15 +156,7 @@ pub(crate) fn list_files_since(
     } else {
         PathBuf::from(configured)
     };
-    let display = |found: &Path| -> String {
-        let shown = if relative {
-            found.strip_prefix(&options.base_dir).unwrap_or(found)
-        } else {
-            found
-        };
-        shown.display().to_string()
-    };
-
+    let display = shown_by(options);
     let excluded = Excluded::new(options);
     let mut complete = true;
     let (mut candidates, origin) = match fs::metadata(&resolved) {
@@ -133,43 +197,7 @@ pub(crate) fn list_files_since(
     };
     candidates.sort();
     candidates.dedup();
-
-    let mut listing = Listing {
-        files: Vec::with_capacity(candidates.len()),
-        unchanged: Vec::new(),
-        slots: Vec::with_capacity(candidates.len()),
-        complete,
-    };
-    for path in candidates {
-        let shown = display(&path);
-        let how = How {
-            format: options.format,
-            origin,
-            max_record_bytes: options.max_record_bytes,
-        };
-        match describe(&path, shown, how, below, compare)? {
-            Described::Read(file, changed_ms) => {
-                listing.slots.push(Slot {
-                    display: file.display.clone(),
-                    size: file.size,
-                    changed_ms,
-                    read: Some(listing.files.len()),
-                });
-                listing.files.push(file);
-            }
-            Described::Unchanged(slot) => {
-                listing.unchanged.push(slot.display.clone());
-                listing.slots.push(slot);
-            }
-            Described::Skipped => {}
-        }
-    }
-    if listing.files.is_empty() && listing.unchanged.is_empty() {
-        return Err(SourceError::NoFiles {
-            pattern: configured.to_owned(),
-        });
-    }
-    Ok(listing)
+    Ok((candidates, origin, complete))
 }
 
 /// What listing made of one file.

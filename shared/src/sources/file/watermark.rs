@@ -34,6 +34,9 @@ pub(crate) struct Clock {
     pub(crate) now: SystemTime,
     /// How much older than `now` a file's last change must be for it to leave.
     pub(crate) margin: Duration,
+    /// Whether a listing that finds many files changed within the margin waits for them
+    /// and lists again (see [`wait_for_fresh`]).
+    pub(crate) wait: bool,
 }
 
 impl Clock {
@@ -42,8 +45,61 @@ impl Clock {
         Clock {
             now: SystemTime::now(),
             margin: CLOCK_MARGIN,
+            wait: true,
         }
     }
+
+    /// The clock less the margin, in Unix milliseconds: files changed before may leave.
+    fn cutoff_ms(&self) -> i64 {
+        unix_ms(self.now.checked_sub(self.margin).unwrap_or(UNIX_EPOCH))
+    }
+}
+
+/// Wait, when more of the files `found` changed within the clock's margin than fit
+/// `budget` (about 128 bytes an entry), until they are older than it, and set the clock to
+/// now: the listing is then taken again, and those files may leave the checkpoint in this
+/// pass (a directory copied just before a pass). Whether it waited.
+pub(crate) fn wait_for_fresh(
+    found: &[PathBuf],
+    clock: &std::cell::Cell<Clock>,
+    budget: usize,
+) -> bool {
+    let at = clock.get();
+    let fit = budget / 128;
+    if !at.wait || found.len() <= fit {
+        return false;
+    }
+    let cutoff = at.cutoff_ms();
+    let fresh: Vec<i64> = found
+        .iter()
+        .filter_map(|path| stat(path).ok())
+        .map(|(_, changed)| changed)
+        .filter(|&changed| changed >= cutoff)
+        .collect();
+    if fresh.len() <= fit {
+        return false;
+    }
+    let newest = fresh.iter().copied().max().unwrap_or(cutoff);
+    let margin_ms = i64::try_from(at.margin.as_millis()).unwrap_or(i64::MAX);
+    let now_ms = unix_ms(SystemTime::now());
+    // Up to the margin and a little more: a file stamped in the future is not waited for.
+    let wait_ms = newest
+        .saturating_add(margin_ms)
+        .saturating_sub(now_ms)
+        .saturating_add(10)
+        .clamp(0, margin_ms.saturating_add(100));
+    tracing::info!(
+        files = fresh.len(),
+        "{} files changed in the last {:?}: waiting {wait_ms} ms for them to settle before reading, so that the checkpoint stays small",
+        fresh.len(),
+        at.margin
+    );
+    std::thread::sleep(Duration::from_millis(u64::try_from(wait_ms).unwrap_or(0)));
+    clock.set(Clock {
+        now: SystemTime::now(),
+        ..at
+    });
+    true
 }
 
 /// `time` in Unix milliseconds, rounded down.
@@ -333,8 +389,7 @@ impl Tracker {
 
     /// The clock less the margin, in Unix milliseconds: files changed before may leave.
     fn cutoff_ms(&self) -> i64 {
-        let clock = self.settings.clock;
-        unix_ms(clock.now.checked_sub(clock.margin).unwrap_or(UNIX_EPOCH))
+        self.settings.clock.cutoff_ms()
     }
 
     /// Whether every listed file at or below the old watermark was handled.

@@ -16,6 +16,7 @@ fn clock() -> Clock {
     Clock {
         now: SystemTime::now(),
         margin: MARGIN,
+        wait: false,
     }
 }
 
@@ -230,6 +231,7 @@ fn files_read_to_their_end_leave_the_checkpoint_below_a_watermark_once_over_budg
         Clock {
             now: SystemTime::now(),
             margin: Duration::from_secs(3600),
+            wait: false,
         },
     );
     let mut fresh = fresh.unwrap();
@@ -525,4 +527,98 @@ fn a_version_1_checkpoint_still_resumes() {
         FileCheckpoint::from_bytes(&expected.to_bytes(), "d").unwrap(),
         expected
     );
+}
+
+#[test]
+fn a_listing_of_many_files_just_written_waits_for_them_to_leave_the_checkpoint() {
+    let budget = 4 * 1024;
+    let written = |dir: &Path| {
+        for i in 0..300 {
+            write(dir, &format!("d/{i:03}.jsonl"), b"{\"a\":1}\n");
+        }
+    };
+    let read = |dir: &Path, clock: Clock| {
+        let options = FileSourceOptions {
+            checkpoint_bytes: budget,
+            ..options(dir, "d")
+        };
+        let mut source = FileSource::open_with_clock(options, None, clock).unwrap();
+        while source.next_batch().unwrap().is_some() {}
+        parsed(&source.checkpoint().unwrap())
+    };
+    let margin = Duration::from_secs(1);
+    // Not waiting, files changed within the margin keep their entries.
+    let dir = tempfile::tempdir().unwrap();
+    written(dir.path());
+    let kept = read(
+        dir.path(),
+        Clock {
+            now: SystemTime::now(),
+            margin,
+            wait: false,
+        },
+    );
+    assert_eq!(kept.files.len(), 300);
+    assert_eq!(kept.watermark, None);
+    // Waiting, they are older than it when listed again, and leave.
+    let dir = tempfile::tempdir().unwrap();
+    written(dir.path());
+    let started = Instant::now();
+    let small = read(
+        dir.path(),
+        Clock {
+            now: SystemTime::now(),
+            margin,
+            wait: true,
+        },
+    );
+    assert!(started.elapsed() >= Duration::from_millis(300));
+    assert!(
+        small.to_bytes().len() < budget + 200,
+        "{}",
+        small.files.len()
+    );
+    assert_eq!(small.watermark.unwrap().path.len(), "d/000.jsonl".len());
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(24))]
+
+    /// Files created in any order, some below the watermark, by passes that stop after any
+    /// number of batches: every record is read exactly once.
+    #[test]
+    fn files_arriving_in_any_order_are_read_exactly_once(
+        steps in proptest::collection::vec(
+            (proptest::collection::vec(0u8..24, 0..6), 0usize..4, proptest::prelude::any::<bool>()),
+            1..7,
+        ),
+        batch_rows in 1usize..4,
+    ) {
+        let dir = tempfile::tempdir().unwrap();
+        write(dir.path(), "d/00.jsonl", b"{\"n\":0}\n");
+        let mut written = vec!["d/00.jsonl".to_owned()];
+        let options = FileSourceOptions { batch_rows, ..tight(dir.path()) };
+        let mut checkpoint: Option<Vec<u8>> = None;
+        let mut read: Vec<String> = Vec::new();
+        for (names, stop, wait) in steps {
+            for n in names {
+                let name = format!("d/{n:02}.jsonl");
+                if !written.contains(&name) {
+                    write(dir.path(), &name, format!("{{\"n\":{n}}}\n").as_bytes());
+                    written.push(name);
+                }
+            }
+            if wait {
+                age();
+            }
+            let step = pass(&options, checkpoint.as_deref(), stop);
+            read.extend(step.records.iter().map(|r| r.position.uri.clone()));
+            checkpoint = Some(step.checkpoint);
+        }
+        let last = rest(&options, checkpoint.as_deref());
+        read.extend(last.records.iter().map(|r| r.position.uri.clone()));
+        read.sort();
+        written.sort();
+        proptest::prop_assert_eq!(read, written);
+    }
 }
