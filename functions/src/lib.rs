@@ -1,11 +1,64 @@
-//! The wiring the two Lambda functions share: logging, the init, and the runtime loop around
-//! a blocking handler. Everything they decide lives in [`skipprd::serverless`]; this crate
-//! only connects it to `lambda_runtime`.
+//! The skipprd Lambda functions (`skipprd-sync`, `skipprd-discover`): reading the invocation
+//! event ([`event`]), loading the config once per init and refusing state that would live on
+//! the function's disk ([`mod@env`]), one deadline-bounded `sync` pass or one `discover`
+//! ([`handler`]), how each error is classified ([`error`]), the log lines ([`observer`]), and
+//! the `lambda_runtime` loop around a blocking handler ([`serve`]). The work itself is the
+//! core's (`skipprd`); this crate only decides what an invocation means.
+//!
+//! ## Event
+//! Either a direct invoke `{"pipeline": "<name>"}`, an EventBridge rule's constant input (the
+//! same body), or an EventBridge scheduled event whose `detail` is `{"pipeline": "<name>"}`.
+//! Without a pipeline name the config's only pipeline is used (as the CLI does); with several
+//! pipelines that is a non-retryable event error.
+//!
+//! ## Config
+//! Loaded and validated once, at init: from `SKIPPR_CONFIG_S3_URI` (`s3://bucket/key`, fetched
+//! with the S3 client; relative paths resolve against `LAMBDA_TASK_ROOT`) when set, else
+//! `SKIPPR_CONFIG_FILE`, else the first config file name (`skippr.yml`, ...) in
+//! `LAMBDA_TASK_ROOT` (a function with no config file fails). `DATA_DIR` defaults to
+//! [`env::DEFAULT_DATA_DIR`] (`/tmp` is the only writable place of a function).
+//!
+//! The WAL and the state store must outlive the execution environment: a config whose WAL is on
+//! disk (`WAL_STORAGE` other than `s3`) or whose store is the embedded one is refused,
+//! non-retryably ([`env::check_remote_state`]). The saved schema goes to the skippr bucket when one
+//! is configured (`skipprd_el_storage_mode: s3`, its default then), where `discover` writes it
+//! and the CLI reads it; with `local` it lives under `DATA_DIR`, and a cold start re-infers it
+//! from the data it reads.
+//!
+//! ## Deadline
+//! A pass stops reading new batches when the invocation's deadline is nearer than a margin
+//! ([`SyncOptions::deadline`](skipprd::pipeline::sync::SyncOptions::deadline), checked between
+//! batches):
+//! `SKIPPR_DEADLINE_MARGIN_SECONDS` (decimal seconds), default 30 % of the time left when the
+//! invocation starts, capped at 60 s ([`env::deadline_margin`]). The batch being committed is
+//! finished and what was committed is delivered before the function returns, so the margin
+//! must cover one batch plus a delivery.
+//!
+//! ## Outcomes and errors
+//! - success: the pass's [`skipprd::pipeline::sync::SyncReport`] with its pipeline
+//!   ([`handler::SyncOutcome::Synced`]), or a [`handler::DiscoverSummary`];
+//! - the pipeline's writer lease is held by another writer (an overlapping invoke, or a
+//!   function killed at its timeout whose lease has not expired): [`handler::SyncOutcome::Skipped`],
+//!   returned as success (`{"pipeline": ..., "skipped": "lease held by ..."}`): the holder is
+//!   doing the work and the next scheduled invoke continues, so retrying would only add load;
+//! - any other failure is an error whose [`ServerlessError::error_type`] starts with
+//!   `Retryable.` (throttling, 5xx, timeouts: Lambda's own retries or the next schedule may
+//!   succeed) or `NonRetryable.` (the event, the config or the data must change). Lambda's
+//!   Runtime API has no way to say "do not retry": the prefix is for alarms and the on-failure
+//!   destination; a non-retryable error fails the same way again, quickly.
 
 use std::sync::Arc;
 
 use lambda_runtime::{Diagnostic, LambdaEvent, service_fn};
-use skipprd::serverless::{Function, ServerlessError};
+
+pub mod env;
+pub mod error;
+pub mod event;
+pub mod handler;
+pub mod observer;
+
+pub use error::ServerlessError;
+pub use handler::Function;
 
 /// JSON log lines on stderr (one object per line, for CloudWatch), level from `RUST_LOG`
 /// (default `info`). Events and errors are logged; config values and secrets are not.

@@ -226,7 +226,7 @@ fn query(config: &ValidatedConfig, args: &cli::QueryArgs) -> Result<(), Pipeline
     let pipelines = config.pipelines_or_all(args.pipeline.as_deref())?;
     let mut engine = match args.engine {
         cli::EngineKind::Local => {
-            query_cmd::Engine::Local(skipprd::query::QueryEngine::open(config, &pipelines)?)
+            query_cmd::Engine::Local(skipprd::query::QueryEngine::open(&pipelines)?)
         }
         cli::EngineKind::Athena => {
             let target = AthenaTarget::for_pipelines(&pipelines).map_err(QueryError::from)?;

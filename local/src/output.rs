@@ -4,6 +4,7 @@ use std::io::Write;
 use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use skipprd::pipeline::sync::SyncReport;
 use skipprd::pipeline::{Event, Observer};
 
 use crate::cli::OutputMode;
@@ -205,16 +206,20 @@ fn describe(event: &Event) -> Option<String> {
             )
         }
         Event::SyncComplete {
-            files_failed,
             pipeline,
-            rows,
-            batches,
-            bytes,
-            deadletters,
-            pending,
-            delivered,
-            seconds,
-            aws_requests,
+            report:
+                SyncReport {
+                    files_failed,
+                    rows,
+                    batches,
+                    bytes,
+                    deadletters,
+                    pending,
+                    delivered,
+                    seconds,
+                    aws_requests,
+                    ..
+                },
         } => {
             let mut line = format!(
                 "Synced '{pipeline}': {rows} row{} in {batches} batch{}, {deadletters} rejected, {} read in {seconds:.2} s",

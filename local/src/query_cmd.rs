@@ -367,7 +367,7 @@ mod tests {
             pipeline.data_dir = dir.path().join("data");
         }
         let pipeline = config.pipeline(None).unwrap();
-        let engine = QueryEngine::open(&config, &[pipeline]).unwrap();
+        let engine = QueryEngine::open(&[pipeline]).unwrap();
         (dir, Engine::Local(engine))
     }
 

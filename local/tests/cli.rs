@@ -268,6 +268,28 @@ fn config_errors_exit_2_with_one_message_naming_file_and_key() {
 }
 
 #[test]
+fn an_s3_wal_without_a_bucket_exits_2_naming_the_key_before_any_state_is_touched() {
+    let dir = project(CONFIG, &[("input/a.jsonl", RECORDS[0])]);
+    for (args, env) in [
+        (&["sync", "--once"][..], &[("WAL_STORAGE", "s3")][..]),
+        (&["sync", "--once", "--wal-storage", "s3"][..], &[][..]),
+        (&["discover"][..], &[("WAL_STORAGE", "s3")][..]),
+    ] {
+        let run = skipprd(dir.path(), args, env);
+        assert_eq!(run.code, 2, "{args:?}: {}", run.stderr);
+        assert!(
+            run.stderr.contains("skippr.wal_s3_bucket"),
+            "{args:?}: {}",
+            run.stderr
+        );
+    }
+    assert!(
+        !dir.path().join("data").exists(),
+        "no state directory (nor lease) was made"
+    );
+}
+
+#[test]
 fn config_is_found_by_flag_env_var_or_name() {
     let dir = project(CONFIG, &[("input/a.jsonl", &(RECORDS.join("\n") + "\n"))]);
     std::fs::rename(

@@ -78,6 +78,13 @@ const RETRYABLE_CODES: &[&str] = &[
     "ServiceUnavailable",
 ];
 
+/// Whether an AWS error code names throttling or a transient service fault (`SlowDown`,
+/// `ThrottlingException`, `InternalError`, ...): a later attempt may succeed. For the errors
+/// that come without an HTTP status (a `DeleteObjects` response lists one per key).
+pub fn is_retryable_code(code: &str) -> bool {
+    RETRYABLE_CODES.contains(&code)
+}
+
 impl SdkFailure {
     /// Classify an SDK error.
     pub fn from_sdk<E, R>(error: &aws_sdk_s3::error::SdkError<E, R>) -> SdkFailure
@@ -124,8 +131,7 @@ impl SdkFailure {
                     || aws_sdk_s3::error::DisplayErrorContext(e.err()).to_string(),
                     str::to_owned,
                 );
-                let retryable =
-                    status >= 500 || status == 429 || RETRYABLE_CODES.contains(&code.as_str());
+                let retryable = status >= 500 || status == 429 || is_retryable_code(&code);
                 SdkFailure {
                     code,
                     status: Some(status),
@@ -200,6 +206,26 @@ pub enum AwsError {
         "no AWS region is set: set AWS_REGION (or a profile's region), or `region` on the connector"
     )]
     NoRegion,
+    /// An AWS backend is configured but no AWS handle was loaded for it (a bug of the caller).
+    #[error("no AWS configuration was loaded for {purpose}")]
+    NotLoaded {
+        /// What needed it, for example `the S3 WAL`.
+        purpose: &'static str,
+    },
+}
+
+impl AwsError {
+    /// Whether trying again later may succeed: never. None of these errors is a refused or
+    /// throttled request (those are [`SdkFailure`]s, with their own flag); a missing region
+    /// or a runtime that cannot start does not go away by itself.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            AwsError::Runtime(_)
+            | AwsError::Stopped
+            | AwsError::NoRegion
+            | AwsError::NotLoaded { .. } => false,
+        }
+    }
 }
 
 /// The shared SDK configuration, the runtime SDK calls run on, and the request counter.
@@ -242,6 +268,16 @@ impl Aws {
             runtime: Arc::new(runtime),
             counter: Arc::default(),
         })
+    }
+
+    /// [`Aws::load`] with the environment's region, or `fallback` when the environment names
+    /// none (a pipeline's connector region: see
+    /// [`crate::config::validate::AwsSettings::fallback_region`]).
+    pub fn load_with_fallback(fallback: Option<&str>) -> Result<Aws, AwsError> {
+        match (Aws::load(None), fallback) {
+            (Err(AwsError::NoRegion), Some(region)) => Aws::load(Some(region)),
+            (loaded, _) => loaded,
+        }
     }
 
     /// The same configuration in another region (clients built from it share the runtime and
@@ -558,7 +594,23 @@ async fn list_objects(
 pub(crate) mod testing {
     //! The local AWS of the tests: the moto server `tests/run` starts.
 
-    use super::Aws;
+    use super::{Aws, SdkFailure};
+
+    /// The failure [`SdkFailure::from_sdk`] makes of an S3 service error answering `status`
+    /// with the error `code` (for example 403 `AccessDenied`, 503 `SlowDown`).
+    pub(crate) fn sdk_failure(status: u16, code: &str) -> SdkFailure {
+        let error = aws_sdk_s3::operation::put_object::PutObjectError::generic(
+            aws_sdk_s3::error::ErrorMetadata::builder()
+                .code(code)
+                .message(format!("the service said {code}"))
+                .build(),
+        );
+        let raw = aws_smithy_runtime_api::http::Response::new(
+            aws_smithy_runtime_api::http::StatusCode::try_from(status).unwrap(),
+            aws_smithy_types::body::SdkBody::empty(),
+        );
+        SdkFailure::from_sdk(&aws_sdk_s3::error::SdkError::service_error(error, raw))
+    }
 
     /// The [`Aws`] handle pointed at the test server. Fails, naming the fix, when the
     /// server is not there (run the tests through `bash tests/run`).
@@ -586,5 +638,35 @@ pub(crate) mod testing {
         aws.block_on(async { client.create_bucket().bucket(&name).send().await })
             .unwrap();
         name
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::testing::sdk_failure;
+    use super::*;
+
+    #[test]
+    fn refusals_are_not_retryable_and_throttling_faults_and_timeouts_are() {
+        let denied = sdk_failure(403, "AccessDenied");
+        assert_eq!(denied.code, "AccessDenied");
+        assert_eq!(denied.status, Some(403));
+        assert!(!denied.retryable, "{denied}");
+        assert!(!sdk_failure(404, "NoSuchBucket").retryable);
+        for (status, code) in [
+            (503, "SlowDown"),
+            (500, "InternalError"),
+            (429, "TooManyRequests"),
+            (400, "ThrottlingException"),
+        ] {
+            assert!(sdk_failure(status, code).retryable, "{status} {code}");
+        }
+        let timeout = SdkFailure::from_sdk(&aws_sdk_s3::error::SdkError::<
+            aws_sdk_s3::operation::put_object::PutObjectError,
+            aws_smithy_runtime_api::http::Response,
+        >::timeout_error("no answer"));
+        assert!(timeout.retryable, "{timeout}");
+        assert!(is_retryable_code("SlowDown"));
+        assert!(!is_retryable_code("AccessDenied"));
     }
 }

@@ -14,10 +14,9 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use crate::aws::{Aws, SdkFailure};
-use crate::config::connectors::{DeadletterConnector, SinkConnector, SourceConnector};
-use crate::config::validate::{StoreKind, WalStorage};
+use crate::config::connectors::{DeadletterConnector, SourceConnector};
+use crate::config::validate::{LakeCatalog, StoreKind, WalLocation, WalStorage};
 use crate::config::{StorageMode, ValidatedConfig, ValidatedPipeline};
-use crate::sinks::LakeCatalog;
 
 /// How a check came out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -114,7 +113,8 @@ impl Pipeline<'_> {
     /// The AWS handle, or `None` after reporting why there is none.
     fn aws(&mut self) -> Option<Aws> {
         if self.aws.is_none() {
-            let loaded = crate::pipeline::sync::aws_for(self.pipeline).map_err(|e| {
+            let fallback = self.pipeline.aws.fallback_region.as_deref();
+            let loaded = Aws::load_with_fallback(fallback).map_err(|e| {
                 let check = Check::fail(
                     self.name("aws"),
                     e.to_string(),
@@ -135,18 +135,8 @@ impl Pipeline<'_> {
             self.writable("state directory", &state_dir);
             self.disk(&state_dir);
         }
-        if settings.wal_storage == WalStorage::S3 {
-            match crate::pipeline::sync::s3_wal_place(settings, &self.pipeline.name) {
-                Ok((bucket, prefix)) => self.bucket("WAL in S3", &bucket, &prefix),
-                Err(e) => {
-                    let check = Check::fail(
-                        self.name("WAL in S3"),
-                        e.to_string(),
-                        "set SKIPPR_WAL_S3_BUCKET or skippr.skippr_s3_bucket",
-                    );
-                    self.push(check);
-                }
-            }
+        if let WalLocation::S3 { bucket, prefix } = &self.pipeline.wal {
+            self.bucket("WAL in S3", bucket, prefix);
         }
         if let StoreKind::Dynamodb { table } = &settings.store {
             self.state_table(table);
@@ -306,7 +296,7 @@ impl Pipeline<'_> {
     }
 
     fn destination(&mut self) {
-        let Some(sink) = &self.pipeline.sink else {
+        let Some(destination) = &self.pipeline.destination else {
             let check = Check::ok(
                 self.name("destination"),
                 "none: the WAL is the dataset (`skipprd query` reads it)",
@@ -314,39 +304,14 @@ impl Pipeline<'_> {
             self.push(check);
             return;
         };
-        let location = match crate::sinks::lake_location(
-            sink,
-            &self.config.base_dir,
-            &self.config.settings.store,
-        ) {
-            Ok(Some(location)) => location,
-            Ok(None) => {
-                let check = Check::ok(
-                    self.name("destination"),
-                    format!("`data_sinks.{}`", sink.name),
-                );
-                self.push(check);
-                return;
-            }
-            Err(e) => {
-                let check = Check::fail(
-                    self.name("destination"),
-                    e.to_string(),
-                    format!("fix `data_sinks.{}`", sink.name),
-                );
-                self.push(check);
-                return;
-            }
-        };
+        let location = destination.location.clone();
         if let Some(dir) = location.warehouse_dir() {
             self.writable("warehouse", &dir);
         } else if let Some(rest) = location.warehouse.strip_prefix("s3://") {
             let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
             self.bucket("warehouse", bucket, prefix);
         }
-        if let (LakeCatalog::Glue { catalog_id, .. }, SinkConnector::AthenaIceberg(_)) =
-            (&location.catalog, &sink.connector)
-        {
+        if let LakeCatalog::Glue { catalog_id, .. } = &location.catalog {
             self.glue_database(&location.namespace, catalog_id.clone());
         }
     }

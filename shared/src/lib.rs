@@ -7,6 +7,8 @@
 //! - [`aws`]: AWS clients from the standard configuration chain, and a request counter.
 //! - [`config`]: `skippr.yml` discovery, parsing, environment substitution, validation.
 //! - [`schema`]: type inference, the saved schema format, conversion of records to Arrow.
+//! - [`durable`]: durable local file writes (fsynced directories, atomic whole-file writes).
+//! - [`objects`]: whole objects by name in a directory or an S3 bucket (deadletter objects).
 //! - [`sources`]: connectors that read records (the File source first).
 //! - [`deadletter`]: records that could not be read or typed, with where they came from.
 //! - [`state`]: the state store (positions, acknowledgements, lease) and its implementations.
@@ -14,17 +16,17 @@
 //! - [`pipeline`]: the commands' core logic (`discover`), reporting progress through events.
 //! - [`failpoint`]: the named crash-injection points of the write path, all in one place.
 //! - [`query`]: SQL (DataFusion) over the batches committed in pipelines' WALs.
-//! - [`serverless`]: what the Lambda functions do (event, config at init, deadline-bounded pass).
 
 pub mod aws;
 pub mod config;
 pub mod deadletter;
 pub mod doctor;
+pub mod durable;
 pub mod failpoint;
+pub mod objects;
 pub mod pipeline;
 pub mod query;
 pub mod schema;
-pub mod serverless;
 pub mod sinks;
 pub mod sources;
 pub mod state;

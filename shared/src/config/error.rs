@@ -70,6 +70,23 @@ pub enum ConfigError {
         /// The OS error.
         source: std::io::Error,
     },
+    /// `SKIPPR_CONFIG_S3_URI` is not an `s3://bucket/key` URI, or the object it names is not
+    /// text.
+    #[error("{}={uri}: {message}", crate::config::load::CONFIG_S3_URI_VAR)]
+    S3Uri {
+        /// The value.
+        uri: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// The config object could not be fetched from S3.
+    #[error("fetching the config {uri}: {failure}")]
+    S3Fetch {
+        /// The object.
+        uri: String,
+        /// What S3 said.
+        failure: Box<crate::aws::SdkFailure>,
+    },
     /// The file is not valid YAML/TOML/JSON.
     #[error("Invalid Skippr configuration in '{file}': {message}{}", at_suffix(.line, .column))]
     Syntax {
@@ -260,10 +277,14 @@ pub enum ConfigError {
 }
 
 impl ConfigError {
-    /// Whether retrying the same operation might succeed. Config errors never are: the input
-    /// must change.
+    /// Whether retrying the same operation might succeed. Config errors never are (the input
+    /// must change), except an interrupted read and an S3 fetch that failed transiently.
     pub fn is_retryable(&self) -> bool {
-        matches!(self, ConfigError::Read { source, .. } if source.kind() == std::io::ErrorKind::Interrupted)
+        match self {
+            ConfigError::Read { source, .. } => source.kind() == std::io::ErrorKind::Interrupted,
+            ConfigError::S3Fetch { failure, .. } => failure.retryable,
+            _ => false,
+        }
     }
 }
 

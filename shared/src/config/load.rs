@@ -13,6 +13,9 @@
 //!
 //! YAML (`.yml`, `.yaml`, and any other extension), TOML (`.toml`) and JSON (`.json`) share
 //! one structure. YAML merge keys (`<<`) are not supported.
+//!
+//! A config can also be an object in S3 ([`load_s3`], `SKIPPR_CONFIG_S3_URI`, what the Lambda
+//! functions use): fetched, then loaded as a file of that name.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -25,6 +28,9 @@ use super::connectors::NO_CONNECTOR;
 use super::env::{Environment, LayeredEnv};
 use super::error::{ConfigError, Location, suggest};
 use super::secret::{PLAINTEXT_SECRET, require_references};
+
+mod s3;
+pub use s3::{CONFIG_S3_URI_VAR, load_s3, parse_s3_uri};
 
 /// File names looked for in the current directory, in order.
 pub const CONFIG_FILE_NAMES: &[&str] = &[

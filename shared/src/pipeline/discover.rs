@@ -82,9 +82,9 @@ pub fn schema_store(
             let aws = match aws {
                 Some(aws) => aws,
                 None => {
-                    loaded = Aws::load(None).map_err(|e| PipelineError::Aws {
+                    loaded = Aws::load(None).map_err(|source| PipelineError::Aws {
                         pipeline: pipeline.name.clone(),
-                        message: e.to_string(),
+                        source,
                     })?;
                     &loaded
                 }

@@ -75,12 +75,13 @@ pub enum PipelineError {
         source: crate::state::StateError,
     },
     /// The AWS configuration could not be loaded (no region, runtime).
-    #[error("pipeline '{pipeline}': AWS: {message}")]
+    #[error("pipeline '{pipeline}': AWS: {source}")]
     Aws {
         /// The pipeline.
         pipeline: String,
         /// What went wrong.
-        message: String,
+        #[source]
+        source: crate::aws::AwsError,
     },
     /// The state store itself (not one pipeline's use of it) failed: `skipprd store create`.
     #[error("state store: {0}")]
@@ -136,9 +137,8 @@ impl PipelineError {
             PipelineError::Config(e) => e.is_retryable(),
             PipelineError::Source { source, .. } => source.is_retryable(),
             PipelineError::Schema { source, .. } => source.is_retryable(),
-            PipelineError::NothingRead { .. }
-            | PipelineError::Io { .. }
-            | PipelineError::Aws { .. } => false,
+            PipelineError::NothingRead { .. } | PipelineError::Io { .. } => false,
+            PipelineError::Aws { source, .. } => source.is_retryable(),
             PipelineError::State { source, .. } | PipelineError::Store(source) => {
                 source.is_retryable()
             }
@@ -163,5 +163,77 @@ impl PipelineError {
             PipelineError::Query(e) => e.is_config(),
             _ => false,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::aws::testing::sdk_failure;
+    use crate::sinks::SinkError;
+
+    fn delivering(source: SinkError) -> PipelineError {
+        PipelineError::Sink {
+            pipeline: "events".into(),
+            source: Box::new(source),
+        }
+    }
+
+    /// A `PutObject` of the lake failing with `status`/`code`, as the S3 storage reports it.
+    fn lake_put(status: u16, code: &str) -> SinkError {
+        SinkError::Iceberg {
+            table: "ns.t".into(),
+            source: Box::new(
+                crate::sinks::iceberg::s3::S3StorageError::Sdk {
+                    operation: "PutObject",
+                    uri: "s3://lake/ns/t/data/a.parquet".into(),
+                    failure: sdk_failure(status, code),
+                }
+                .into(),
+            ),
+        }
+    }
+
+    #[test]
+    fn a_delivery_is_retryable_exactly_when_its_sink_error_is() {
+        for (status, code, retryable) in [
+            (403, "AccessDenied", false),
+            (404, "NoSuchBucket", false),
+            (503, "SlowDown", true),
+            (400, "ThrottlingException", true),
+        ] {
+            let sink = lake_put(status, code);
+            assert_eq!(sink.is_retryable(), retryable, "{sink}");
+            let pipeline = delivering(lake_put(status, code));
+            assert_eq!(pipeline.is_retryable(), retryable, "{pipeline}");
+            assert!(!pipeline.is_config(), "{pipeline}");
+        }
+    }
+
+    #[test]
+    fn the_aws_error_stays_typed_and_decides_retryable() {
+        let error = PipelineError::Aws {
+            pipeline: "events".into(),
+            source: crate::aws::AwsError::NoRegion,
+        };
+        assert!(!error.is_retryable());
+        assert_eq!(error.pipeline(), Some("events"));
+        assert!(
+            error
+                .to_string()
+                .starts_with("pipeline 'events': AWS: no AWS region is set")
+        );
+        let source = std::error::Error::source(&error).map(ToString::to_string);
+        assert_eq!(source, Some(crate::aws::AwsError::NoRegion.to_string()));
+        let missing = PipelineError::Aws {
+            pipeline: "events".into(),
+            source: crate::aws::AwsError::NotLoaded {
+                purpose: "the S3 WAL",
+            },
+        };
+        assert_eq!(
+            missing.to_string(),
+            "pipeline 'events': AWS: no AWS configuration was loaded for the S3 WAL"
+        );
     }
 }

@@ -113,29 +113,14 @@ pub enum Event {
         /// What changed, one line each.
         changes: Vec<String>,
     },
-    /// A `sync` pass finished.
+    /// A `sync` pass finished: the pipeline and the pass's report, its fields at the top
+    /// level (`rows`, `batches`, ..., `aws_requests`).
     SyncComplete {
         /// The pipeline.
         pipeline: String,
-        /// Rows committed.
-        rows: u64,
-        /// Batches committed.
-        batches: u64,
-        /// Input bytes read.
-        bytes: u64,
-        /// Records rejected.
-        deadletters: u64,
-        /// Batches written to the destination.
-        delivered: u64,
-        /// Committed batches not yet delivered.
-        pending: u64,
-        /// Files skipped because they could not be read (tried again next pass).
-        files_failed: u64,
-        /// Wall time.
-        seconds: f64,
-        /// AWS requests sent, per service (absent without AWS backends).
-        #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
-        aws_requests: std::collections::BTreeMap<String, u64>,
+        /// What the pass did.
+        #[serde(flatten)]
+        report: crate::pipeline::sync::SyncReport,
     },
     /// A `sync` pass failed.
     SyncError {

@@ -52,11 +52,11 @@ pub fn maintain(
             ),
         })
     };
-    if pipeline.sink.is_none() {
+    if pipeline.destination.is_none() {
         return Err(no_destination());
     }
     let held = Held::take(&config.settings, pipeline, options.lease_wait)?;
-    let sink = crate::sinks::open(pipeline, &config.settings, &config.base_dir)
+    let sink = crate::sinks::open(pipeline)
         .map_err(sink_err)?
         .ok_or_else(no_destination)?;
     let report = sink.maintain_all().map_err(sink_err)?;

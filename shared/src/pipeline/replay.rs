@@ -147,7 +147,7 @@ impl<'a> ReplayPlan<'a> {
             let Some(from) = self
                 .files
                 .iter()
-                .find(|f| crate::sinks::deadletter::file_name(f) == name.as_str())
+                .find(|f| crate::objects::file_name(f) == name.as_str())
             else {
                 continue;
             };

@@ -65,9 +65,9 @@ fn open(
             let aws = match (aws, c.region.as_deref()) {
                 (Some(aws), Some(region)) => aws.with_region(region),
                 (Some(aws), None) => aws.clone(),
-                (None, region) => Aws::load(region).map_err(|e| PipelineError::Aws {
+                (None, region) => Aws::load(region).map_err(|source| PipelineError::Aws {
                     pipeline: pipeline.name.clone(),
-                    message: e.to_string(),
+                    source,
                 })?,
             };
             let options = S3SourceOptions {

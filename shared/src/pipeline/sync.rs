@@ -20,7 +20,8 @@
 //! Reading (4) runs on its own thread, a couple of batches ahead, and types a batch with the
 //! schema as it is while the calling thread is busy (see `typing.rs`); steps 5-7 run in
 //! order on the calling thread. Deliveries during the read loop (8) run on a delivery
-//! thread; their acknowledgements and the reclaim run on the calling thread. A stop request (SIGINT/SIGTERM) is honoured between batches: the batch
+//! thread; their acknowledgements and the reclaim run on the calling thread. A stop request
+//! (SIGINT/SIGTERM) and the [`SyncOptions::deadline`] are honoured between batches: the batch
 //! being committed is finished, nothing is half-written.
 
 use std::collections::BTreeMap;
@@ -28,9 +29,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use serde::Serialize;
+
 use crate::config::connectors::DeadletterConnector;
-use crate::config::validate::{StoreKind, ValidatedConfig, ValidatedPipeline, WalStorage};
-use crate::config::{ConfigError, SourceConnector};
+use crate::config::validate::{ValidatedConfig, ValidatedPipeline, WalLocation, WalStorage};
 use crate::schema::{PipelineSchema, SchemaError, SchemaStore};
 use crate::state::{Condition, StateKey, StateStore, keys};
 use crate::wal::{BatchPart, DiskWal, Wal, WalOptions};
@@ -62,6 +64,11 @@ pub struct SyncOptions {
     /// The AWS handle for the AWS backends (built once per process; loaded from the
     /// environment on first need when `None`).
     pub aws: Option<crate::aws::Aws>,
+    /// When reading must stop (already less the margin the caller needs to finish: the batch
+    /// being committed and the delivery after it), checked between batches as `stop` is; the
+    /// report then says [`SyncReport::stopped_for_deadline`]. `None`: no deadline. A Lambda
+    /// invocation sets it from its own deadline.
+    pub deadline: Option<Instant>,
 }
 
 impl Default for SyncOptions {
@@ -73,12 +80,14 @@ impl Default for SyncOptions {
             wal: WalOptions::default(),
             replay: false,
             aws: None,
+            deadline: None,
         }
     }
 }
 
-/// What one pass did.
-#[derive(Debug, Clone, Default, PartialEq)]
+/// What one pass did: the `sync_complete` event's fields, the Lambda function's summary and
+/// output (field names are stable: scripts and alarms depend on them).
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct SyncReport {
     /// Rows committed to the WAL.
     pub rows: u64,
@@ -92,12 +101,18 @@ pub struct SyncReport {
     pub delivered: u64,
     /// Committed batches not yet delivered.
     pub pending: u64,
-    /// Whether the pass stopped early on request.
-    pub stopped: bool,
     /// Files skipped because they could not be read (tried again next pass).
     pub files_failed: u64,
+    /// Wall time of the pass, in seconds (to the millisecond).
+    pub seconds: f64,
+    /// Whether the pass stopped reading early, on request or at the deadline.
+    pub stopped: bool,
+    /// Whether it stopped because [`SyncOptions::deadline`] was reached (the next pass
+    /// continues).
+    pub stopped_for_deadline: bool,
     /// AWS requests the pass sent, per service (`s3`, `dynamodb`, `glue`, `athena`); empty
-    /// without AWS backends.
+    /// (and left out of the JSON) without AWS backends.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub aws_requests: BTreeMap<String, u64>,
 }
 
@@ -140,10 +155,18 @@ pub fn sync_pass(
 
     // The AWS backends share one handle (built once per process when the caller passes one),
     // whose request counter reports what the pass cost.
-    let aws = pass_aws(settings, pipeline, options).map_err(|e| PipelineError::Aws {
-        pipeline: name.clone(),
-        message: e.to_string(),
-    })?;
+    let aws = match (&options.aws, pipeline.aws.needed) {
+        (Some(aws), _) => Some(aws.clone()),
+        (None, true) => Some(
+            crate::aws::Aws::load_with_fallback(pipeline.aws.fallback_region.as_deref()).map_err(
+                |source| PipelineError::Aws {
+                    pipeline: name.clone(),
+                    source,
+                },
+            )?,
+        ),
+        (None, false) => None,
+    };
     let requests_before = aws.as_ref().map(crate::aws::Aws::requests);
 
     // 1. Lease (the store is opened under it).
@@ -159,12 +182,10 @@ pub fn sync_pass(
         .map(|item| decode_position(&position_key, &item.value))
         .transpose()
         .map_err(state_err)?;
-    let wal_dir = state_dir.join("wal");
     let (mut wal, recovery) = open_wal(
         WalPlace {
-            settings,
             pipeline: &name,
-            dir: &wal_dir,
+            location: &pipeline.wal,
             store,
             partition,
             fence,
@@ -219,11 +240,12 @@ pub fn sync_pass(
     };
 
     // 3. Deliver outstanding batches (without a destination the WAL is the dataset).
-    let sink = crate::sinks::open_with_aws(pipeline, settings, &config.base_dir, aws.as_ref())
-        .map_err(|source| PipelineError::Sink {
+    let sink = crate::sinks::open_with_aws(pipeline, aws.as_ref()).map_err(|source| {
+        PipelineError::Sink {
             pipeline: name.clone(),
             source: Box::new(source),
-        })?;
+        }
+    })?;
     let deadletter_sink = match &pipeline.deadletter_sink {
         Some(dl) => crate::sinks::deadletter::DeadletterSink::open(
             dl,
@@ -456,10 +478,16 @@ pub fn sync_pass(
                     });
                 }
                 if settings.wal_storage == WalStorage::Disk {
-                    wait_for_disk(&disk_dir, &name, &options.stop);
+                    wait_for_disk(&disk_dir, &name, &options.stop, options.deadline);
                 }
                 if options.stop.load(Ordering::SeqCst) {
                     report.stopped = true;
+                    return Ok(());
+                }
+                if reached(options.deadline) {
+                    tracing::info!(pipeline = %name, "The deadline is near: reading stops after the batch in hand.");
+                    report.stopped = true;
+                    report.stopped_for_deadline = true;
                     return Ok(());
                 }
             }
@@ -493,98 +521,12 @@ pub fn sync_pass(
     if let (Some(aws), Some(before)) = (&aws, &requests_before) {
         report.aws_requests = requests_since(aws, before);
     }
+    report.seconds = (started.elapsed().as_secs_f64() * 1000.0).round() / 1000.0;
     observer.event(&Event::SyncComplete {
         pipeline: name.clone(),
-        rows: report.rows,
-        batches: report.batches,
-        bytes: report.bytes,
-        deadletters: report.deadletters,
-        delivered: report.delivered,
-        pending: report.pending,
-        files_failed: report.files_failed,
-        seconds: (started.elapsed().as_secs_f64() * 1000.0).round() / 1000.0,
-        aws_requests: report.aws_requests.clone(),
+        report: report.clone(),
     });
     Ok(report)
-}
-
-/// The AWS handle of a pass whose backends need one: the caller's, or one loaded from the
-/// environment.
-fn pass_aws(
-    settings: &crate::config::validate::Settings,
-    pipeline: &ValidatedPipeline,
-    options: &SyncOptions,
-) -> Result<Option<crate::aws::Aws>, crate::aws::AwsError> {
-    use crate::config::connectors::SinkConnector;
-    let needed = settings.wal_storage == WalStorage::S3
-        || matches!(settings.store, StoreKind::Dynamodb { .. })
-        || settings.storage_mode == crate::config::StorageMode::S3
-        || matches!(pipeline.source.connector, SourceConnector::S3(_))
-        || matches!(
-            pipeline.sink.as_ref().map(|s| &s.connector),
-            Some(SinkConnector::AthenaIceberg(_))
-        )
-        || matches!(
-            pipeline.deadletter_sink.as_ref().map(|d| &d.connector),
-            Some(DeadletterConnector::S3(_))
-        );
-    match (&options.aws, needed) {
-        (Some(aws), _) => Ok(Some(aws.clone())),
-        (None, true) => aws_for(pipeline).map(Some),
-        (None, false) => Ok(None),
-    }
-}
-
-/// Load the AWS handle for a pipeline from the environment; when the environment names no
-/// region, the region of the pipeline's S3 source or AthenaIceberg sink is used (their own
-/// clients use their connector's region either way).
-///
-/// # Errors
-///
-/// [`crate::aws::AwsError`] when no region is known or the configuration does not load.
-pub fn aws_for(pipeline: &ValidatedPipeline) -> Result<crate::aws::Aws, crate::aws::AwsError> {
-    use crate::config::connectors::SinkConnector;
-    let connector_region = match (
-        &pipeline.source.connector,
-        pipeline.sink.as_ref().map(|s| &s.connector),
-    ) {
-        (SourceConnector::S3(c), _) if c.region.is_some() => c.region.clone(),
-        (_, Some(SinkConnector::AthenaIceberg(c))) => c.region.clone(),
-        _ => None,
-    };
-    match (crate::aws::Aws::load(None), connector_region) {
-        (Err(crate::aws::AwsError::NoRegion), Some(region)) => crate::aws::Aws::load(Some(&region)),
-        (loaded, _) => loaded,
-    }
-}
-
-/// The bucket and the pipeline's prefix (`wal/{tenant}/{workspace}/{pipeline}/`) of an S3 WAL.
-///
-/// # Errors
-///
-/// [`ConfigError::UnsupportedSetting`] when neither `wal_s3_bucket` nor `skippr_s3_bucket` is
-/// set.
-pub fn s3_wal_place(
-    settings: &crate::config::validate::Settings,
-    pipeline: &str,
-) -> Result<(String, String), ConfigError> {
-    let bucket = settings
-        .wal_s3_bucket
-        .clone()
-        .or_else(|| settings.skippr_s3_bucket.clone())
-        .ok_or_else(|| ConfigError::UnsupportedSetting {
-            setting: "WAL_STORAGE".into(),
-            value: "s3".into(),
-            note: Some(
-                "the S3 WAL needs a bucket: set skippr.wal_s3_bucket (SKIPPR_WAL_S3_BUCKET) or skippr.skippr_s3_bucket (SKIPPR_S3_BUCKET)"
-                    .into(),
-            ),
-        })?;
-    let prefix = format!(
-        "wal/{}/{}/{}/",
-        settings.tenant, settings.workspace, pipeline
-    );
-    Ok((bucket, prefix))
 }
 
 /// Requests per service since `before`.
@@ -601,10 +543,9 @@ fn requests_since(aws: &crate::aws::Aws, before: &BTreeMap<String, u64>) -> BTre
 
 /// What [`open_wal`] needs to know.
 struct WalPlace<'a> {
-    settings: &'a crate::config::validate::Settings,
     pipeline: &'a str,
-    /// The disk WAL's directory.
-    dir: &'a std::path::Path,
+    /// Where the WAL lives.
+    location: &'a WalLocation,
     store: &'a dyn StateStore,
     partition: &'a str,
     fence: Option<crate::state::Fence>,
@@ -614,8 +555,8 @@ struct WalPlace<'a> {
     aws: Option<&'a crate::aws::Aws>,
 }
 
-/// Open the pipeline's WAL where the settings put it: segment files under the state
-/// directory, or objects under `wal/{tenant}/{workspace}/{pipeline}/` in the WAL bucket.
+/// Open the pipeline's WAL where validation put it: segment files under the state directory,
+/// or objects under `wal/{tenant}/{workspace}/{pipeline}/` in the WAL bucket.
 fn open_wal<'a>(
     place: WalPlace<'a>,
     options: &SyncOptions,
@@ -624,21 +565,22 @@ fn open_wal<'a>(
         pipeline: place.pipeline.to_owned(),
         source,
     };
-    match place.settings.wal_storage {
-        WalStorage::Disk => {
-            let (wal, recovery) = DiskWal::open(place.dir, options.wal.clone()).map_err(wal_err)?;
+    match place.location {
+        WalLocation::Disk { dir } => {
+            let (wal, recovery) = DiskWal::open(dir, options.wal.clone()).map_err(wal_err)?;
             Ok((Box::new(wal), recovery))
         }
-        WalStorage::S3 => {
-            let (bucket, prefix) = s3_wal_place(place.settings, place.pipeline)?;
+        WalLocation::S3 { bucket, prefix } => {
             let aws = place.aws.ok_or_else(|| PipelineError::Aws {
                 pipeline: place.pipeline.to_owned(),
-                message: "no AWS configuration was loaded for the S3 WAL".into(),
+                source: crate::aws::AwsError::NotLoaded {
+                    purpose: "the S3 WAL",
+                },
             })?;
             let (wal, recovery) = crate::wal::s3::S3Wal::open(crate::wal::s3::S3WalConfig {
                 aws: aws.clone(),
-                bucket,
-                prefix,
+                bucket: bucket.clone(),
+                prefix: prefix.clone(),
                 store: place.store,
                 partition: place.partition.to_owned(),
                 fence: place.fence,
@@ -692,7 +634,12 @@ fn decode_position(
 
 /// The disk guard: pause while the data dir's file system has under 5 GB free or is 90%
 /// full; resume at 80%.
-fn wait_for_disk(dir: &std::path::Path, pipeline: &str, stop: &AtomicBool) {
+fn wait_for_disk(
+    dir: &std::path::Path,
+    pipeline: &str,
+    stop: &AtomicBool,
+    deadline: Option<Instant>,
+) {
     let Ok(stats) = fs4::statvfs(dir) else { return };
     let used =
         |s: &fs4::FsStats| disk_used_fraction(s.total_space(), s.free_space(), s.available_space());
@@ -704,7 +651,7 @@ fn wait_for_disk(dir: &std::path::Path, pipeline: &str, stop: &AtomicBool) {
         available = stats.available_space(),
         "Disk nearly full: reading paused until usage drops to 80%."
     );
-    while !stop.load(Ordering::SeqCst) {
+    while !stop.load(Ordering::SeqCst) && !reached(deadline) {
         std::thread::sleep(Duration::from_secs(5));
         match fs4::statvfs(dir) {
             Ok(s) if s.available_space() >= DISK_MIN_FREE && used(&s) <= 0.8 => break,
@@ -713,6 +660,11 @@ fn wait_for_disk(dir: &std::path::Path, pipeline: &str, stop: &AtomicBool) {
         }
     }
     tracing::info!(pipeline, "Disk space recovered: reading resumes.");
+}
+
+/// Whether `deadline` has come (never without one).
+fn reached(deadline: Option<Instant>) -> bool {
+    deadline.is_some_and(|deadline| Instant::now() >= deadline)
 }
 
 /// Whether the disk guard pauses reading: under 5 GB available, or 90 % used.
@@ -730,7 +682,85 @@ pub(crate) fn disk_used_fraction(total: u64, free: u64, available: u64) -> f64 {
 
 #[cfg(test)]
 mod tests {
-    use super::disk_used_fraction;
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::config::{load_file, validate};
+    use crate::pipeline::events::Recorder;
+
+    /// Six records in batches of two, the WAL as the dataset, state under the project.
+    fn project() -> (tempfile::TempDir, ValidatedConfig) {
+        let dir = tempfile::tempdir().unwrap();
+        let records: String = (0..6).map(|i| format!("{{\"id\":{i}}}\n")).collect();
+        std::fs::write(dir.path().join("events.jsonl"), records).unwrap();
+        std::fs::write(
+            dir.path().join("skippr.yml"),
+            "pipelines:\n  p:\n    data_source: data_sources.s\n\
+             data_sources:\n  s:\n    File:\n      path: events.jsonl\n      batch_size: 2\n",
+        )
+        .unwrap();
+        let env: BTreeMap<String, String> = [(
+            "DATA_DIR".to_owned(),
+            dir.path().join("data").display().to_string(),
+        )]
+        .into();
+        let loaded = load_file(&dir.path().join("skippr.yml"), env).unwrap();
+        let config = validate(&loaded, None).unwrap();
+        (dir, config)
+    }
+
+    #[test]
+    fn a_pass_stops_reading_at_its_deadline_and_the_next_one_continues() {
+        let (_dir, config) = project();
+        let pipeline = config.pipeline(None).unwrap();
+        let mut events = Recorder::default();
+        let options = SyncOptions {
+            deadline: Some(Instant::now()),
+            ..SyncOptions::default()
+        };
+        let first = sync_pass(&config, pipeline, &options, &mut events).unwrap();
+        assert_eq!((first.rows, first.batches), (2, 1), "{first:?}");
+        assert!(first.stopped && first.stopped_for_deadline, "{first:?}");
+        let Some(Event::SyncComplete {
+            pipeline: p,
+            report,
+        }) = events.0.last()
+        else {
+            panic!("no sync_complete: {:?}", events.0);
+        };
+        assert_eq!((p.as_str(), report), ("p", &first));
+        let json = serde_json::to_value(events.0.last().unwrap()).unwrap();
+        let keys: Vec<&str> = json
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
+        assert_eq!(
+            keys,
+            [
+                "event",
+                "pipeline",
+                "rows",
+                "batches",
+                "bytes",
+                "deadletters",
+                "delivered",
+                "pending",
+                "files_failed",
+                "seconds",
+                "stopped",
+                "stopped_for_deadline"
+            ],
+            "{json}"
+        );
+        assert_eq!(json["event"], "sync_complete");
+        assert_eq!(json["stopped_for_deadline"], true);
+
+        let rest = sync_pass(&config, pipeline, &SyncOptions::default(), &mut events).unwrap();
+        assert_eq!((rest.rows, rest.batches), (4, 2), "{rest:?}");
+        assert!(!rest.stopped && !rest.stopped_for_deadline, "{rest:?}");
+    }
 
     /// Regression: the guard took `1 - available / total` for the used share, which counts
     /// the blocks reserved for root (and any gap between size and used + available) as used.

@@ -33,8 +33,8 @@ use arrow::datatypes::{DataType, Field, Schema};
 
 use super::QueryOutput;
 use crate::aws::{Aws, SdkFailure};
-use crate::config::connectors::{ConnectorSet as _, SinkConnector};
 use crate::config::validate::ValidatedPipeline;
+use crate::config::validate::{DestinationKind, LakeCatalog};
 
 #[cfg(test)]
 mod tests;
@@ -229,24 +229,30 @@ impl AthenaTarget {
             pipeline: pipeline.name.clone(),
             found,
         };
-        let Some(sink) = &pipeline.sink else {
+        let Some(destination) = &pipeline.destination else {
             return Err(not_athena("it has no data_sink".to_owned()));
         };
-        let SinkConnector::AthenaIceberg(config) = &sink.connector else {
+        let (
+            DestinationKind::AthenaIceberg {
+                workgroup,
+                results_bucket,
+            },
+            LakeCatalog::Glue { region, .. },
+        ) = (&destination.kind, &destination.location.catalog)
+        else {
             return Err(not_athena(format!(
                 "its data_sink '{}' is {}",
-                sink.name,
-                sink.connector.type_name()
+                destination.name,
+                destination.kind.type_name()
             )));
         };
         Ok(AthenaTarget {
-            database: config.glue_database_name.clone(),
-            workgroup: config.athena_workgroup_name.clone(),
-            output_location: config
-                .athena_results_s3_bucket
+            database: destination.location.namespace.clone(),
+            workgroup: workgroup.clone(),
+            output_location: results_bucket
                 .as_ref()
                 .map(|bucket| format!("s3://{bucket}/{RESULTS_PREFIX}")),
-            region: config.region.clone(),
+            region: region.clone(),
         })
     }
 

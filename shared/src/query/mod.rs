@@ -40,8 +40,8 @@ use datafusion::prelude::{SessionConfig, SessionContext};
 pub use error::QueryError;
 pub use output::QueryOutput;
 
-use crate::config::validate::WalStorage;
-use crate::config::{ValidatedConfig, ValidatedPipeline};
+use crate::config::ValidatedPipeline;
+use crate::config::validate::{StoreKind, WalLocation};
 use crate::sinks::iceberg::catalog::{FileCatalog, LakePointer};
 use crate::wal::{DiskWal, WalView};
 
@@ -90,10 +90,7 @@ impl QueryEngine {
     /// [`QueryError::Wal`] when a WAL cannot be read (corrupt, unreadable, S3 unreachable),
     /// [`QueryError::Aws`] when an S3 WAL needs an AWS configuration that cannot be loaded,
     /// [`QueryError::Runtime`].
-    pub fn open(
-        config: &ValidatedConfig,
-        pipelines: &[&ValidatedPipeline],
-    ) -> Result<QueryEngine, QueryError> {
+    pub fn open(pipelines: &[&ValidatedPipeline]) -> Result<QueryEngine, QueryError> {
         let mut wals = Vec::with_capacity(pipelines.len());
         let mut aws: Option<crate::aws::Aws> = None;
         for pipeline in pipelines {
@@ -101,28 +98,28 @@ impl QueryEngine {
                 pipeline: pipeline.name.clone(),
                 source,
             };
-            let wal: Arc<dyn WalView> = match config.settings.wal_storage {
-                WalStorage::Disk => {
-                    let dir = pipeline.state_dir(&config.settings).join("wal");
-                    Arc::new(DiskWal::open_read_only(&dir).map_err(wal_error)?)
+            let wal: Arc<dyn WalView> = match &pipeline.wal {
+                WalLocation::Disk { dir } => {
+                    Arc::new(DiskWal::open_read_only(dir).map_err(wal_error)?)
                 }
-                WalStorage::S3 => {
+                WalLocation::S3 { bucket, prefix } => {
                     let aws = match &aws {
                         Some(aws) => aws.clone(),
                         None => {
-                            let loaded = crate::pipeline::sync::aws_for(pipeline).map_err(|e| {
-                                QueryError::Aws {
-                                    pipeline: pipeline.name.clone(),
-                                    message: e.to_string(),
-                                }
+                            let loaded = crate::aws::Aws::load_with_fallback(
+                                pipeline.aws.fallback_region.as_deref(),
+                            )
+                            .map_err(|e| QueryError::Aws {
+                                pipeline: pipeline.name.clone(),
+                                message: e.to_string(),
                             })?;
                             aws.insert(loaded).clone()
                         }
                     };
-                    Arc::new(s3_wal_view(config, pipeline, &aws)?)
+                    Arc::new(s3_wal_view(pipeline, bucket, prefix, &aws)?)
                 }
             };
-            let lake = lake_source(config, pipeline)?;
+            let lake = lake_source(pipeline)?;
             wals.push(PipelineWal {
                 name: pipeline.name.clone(),
                 wal,
@@ -308,71 +305,47 @@ fn build_tables(
 /// when that is the store (the embedded store is held open by a running writer: without it,
 /// the view goes by the listing alone, see [`crate::wal::S3WalView`]).
 fn s3_wal_view(
-    config: &ValidatedConfig,
     pipeline: &ValidatedPipeline,
+    bucket: &str,
+    prefix: &str,
     aws: &crate::aws::Aws,
 ) -> Result<crate::wal::S3WalView, QueryError> {
-    let settings = &config.settings;
     let wal_error = |source| QueryError::Wal {
         pipeline: pipeline.name.clone(),
         source,
     };
-    let (bucket, prefix) =
-        crate::pipeline::sync::s3_wal_place(settings, &pipeline.name).map_err(|e| {
-            QueryError::Unsupported {
-                pipeline: pipeline.name.clone(),
-                reason: e.to_string(),
-            }
-        })?;
-    let watermark = match &settings.store {
-        crate::config::validate::StoreKind::Dynamodb { table } => {
+    let watermark = match &pipeline.store.kind {
+        StoreKind::Dynamodb { table } => {
             let store = crate::state::DynamoStore::open(aws, table)
                 .map_err(|source| wal_error(crate::wal::WalError::State { source }))?;
             Some(crate::wal::s3::WatermarkSource {
                 store: Arc::new(store),
-                partition: crate::state::partition_key(
-                    &settings.tenant,
-                    &settings.workspace,
-                    &pipeline.name,
-                ),
+                partition: pipeline.store.partition.clone(),
             })
         }
-        crate::config::validate::StoreKind::Embedded => None,
+        StoreKind::Embedded => None,
     };
-    crate::wal::S3WalView::open(aws, &bucket, &prefix, watermark).map_err(wal_error)
+    crate::wal::S3WalView::open(aws, bucket, prefix, watermark).map_err(wal_error)
 }
 
 /// The pipeline's Iceberg destination, if it has one this build can read.
-fn lake_source(
-    config: &ValidatedConfig,
-    pipeline: &ValidatedPipeline,
-) -> Result<Option<Arc<LakeSource>>, QueryError> {
-    let Some(sink) = &pipeline.sink else {
+fn lake_source(pipeline: &ValidatedPipeline) -> Result<Option<Arc<LakeSource>>, QueryError> {
+    let Some(destination) = &pipeline.destination else {
         return Ok(None);
     };
-    let location = crate::sinks::lake_location(sink, &config.base_dir, &config.settings.store)
-        .map_err(|e| QueryError::Unsupported {
-            pipeline: pipeline.name.clone(),
-            reason: e.to_string(),
-        })?;
-    let Some(location) = location else {
-        return Ok(None);
-    };
-    let catalog = location
-        .catalog(&sink.name, None)
-        .map_err(|e| QueryError::Unsupported {
-            pipeline: pipeline.name.clone(),
-            reason: e.to_string(),
-        })?;
+    let location = &destination.location;
+    let catalog =
+        location
+            .catalog(&destination.name, None)
+            .map_err(|e| QueryError::Unsupported {
+                pipeline: pipeline.name.clone(),
+                reason: e.to_string(),
+            })?;
     Ok(Some({
         Arc::new(LakeSource {
             catalog: Arc::new(catalog),
-            namespace: iceberg::NamespaceIdent::new(location.namespace),
-            identity: crate::state::partition_key(
-                &config.settings.tenant,
-                &config.settings.workspace,
-                &pipeline.name,
-            ),
+            namespace: iceberg::NamespaceIdent::new(location.namespace.clone()),
+            identity: pipeline.store.partition.clone(),
         })
     }))
 }

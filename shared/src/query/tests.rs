@@ -10,7 +10,7 @@ use arrow::array::{
 use arrow::datatypes::{DataType, Field, Fields, Int64Type, Schema};
 
 use super::*;
-use crate::config::{load_file, validate};
+use crate::config::{ValidatedConfig, load_file, validate};
 use crate::wal::{BatchPart, WalOptions};
 
 /// A project with pipelines `p` and `q` whose data directories are under the returned temp dir.
@@ -84,7 +84,7 @@ fn engine(config: &ValidatedConfig, pipelines: &[&str]) -> QueryEngine {
         .iter()
         .map(|name| &config.pipelines[*name])
         .collect();
-    QueryEngine::open(config, &pipelines).unwrap()
+    QueryEngine::open(&pipelines).unwrap()
 }
 
 fn json(engine: &QueryEngine, sql: &str) -> serde_json::Value {
@@ -468,9 +468,7 @@ fn lake_project() -> (tempfile::TempDir, ValidatedConfig) {
 /// acknowledging or reclaiming them: a crash right after the Iceberg commit.
 fn deliver_through(config: &ValidatedConfig, through: u64, schema: &crate::schema::PipelineSchema) {
     let pipeline = &config.pipelines["p"];
-    let sink = crate::sinks::open(pipeline, &config.settings, &config.base_dir)
-        .unwrap()
-        .unwrap();
+    let sink = crate::sinks::open(pipeline).unwrap().unwrap();
     let wal = DiskWal::open_read_only(&wal_dir(config, "p")).unwrap();
     let batches: Vec<_> = wal
         .batches()
@@ -517,11 +515,11 @@ fn a_lake_table_and_its_unlanded_wal_batches_count_each_row_once() {
             .unwrap();
         serde_json::from_str::<serde_json::Value>(&out.to_plain_json()).unwrap()
     };
-    let before = count(&QueryEngine::open(&config, &pipelines).unwrap());
+    let before = count(&QueryEngine::open(&pipelines).unwrap());
 
     // Batches 1-2 land in the table but are not acknowledged: they are still in the WAL.
     deliver_through(&config, 2, &rides_schema());
-    let engine = QueryEngine::open(&config, &pipelines).unwrap();
+    let engine = QueryEngine::open(&pipelines).unwrap();
     assert_eq!(count(&engine), before);
     assert_eq!(
         before,
@@ -537,7 +535,7 @@ fn a_lake_table_and_its_unlanded_wal_batches_count_each_row_once() {
 
     // Everything landed: the same answer.
     deliver_through(&config, 3, &rides_schema());
-    let engine = QueryEngine::open(&config, &pipelines).unwrap();
+    let engine = QueryEngine::open(&pipelines).unwrap();
     assert_eq!(count(&engine), before);
 }
 
@@ -605,7 +603,7 @@ fn a_lake_table_reads_old_files_after_a_struct_gained_a_field() {
         )]),
     );
     let pipelines: Vec<_> = config.pipelines.values().collect();
-    let engine = QueryEngine::open(&config, &pipelines).unwrap();
+    let engine = QueryEngine::open(&pipelines).unwrap();
     let out = engine
         .sql("select s['x'] as x, s['y'] as y from p.things order by x")
         .unwrap()

@@ -3,9 +3,8 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::fs;
-use std::io::{self, Write as _};
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::io;
+use std::path::Path;
 
 use serde_json::{Map, Value};
 
@@ -89,47 +88,17 @@ impl PipelineSchema {
         parse_root(root).map_err(invalid)
     }
 
-    /// Write the schema file atomically: a temporary file in the same directory is written
-    /// and synced, renamed over `path`, and the directory is synced. Missing parent
-    /// directories are created.
+    /// Write the schema file atomically and durably ([`crate::durable::write_atomic`]): a
+    /// temporary file in the same directory is written and synced, renamed over `path`, and
+    /// the directory is synced. Missing parent directories are created.
     pub fn save(&self, path: &Path) -> Result<(), SchemaError> {
-        let io_error = |action: &'static str, at: &Path| {
-            let at = at.to_path_buf();
-            move |error: io::Error| SchemaError::Io {
-                action,
-                path: at,
-                error,
+        crate::durable::write_atomic(path, self.to_json_pretty().as_bytes()).map_err(|e| {
+            SchemaError::Io {
+                action: e.op,
+                path: e.path,
+                error: e.source,
             }
-        };
-        let dir = match path.parent() {
-            Some(parent) if !parent.as_os_str().is_empty() => parent.to_path_buf(),
-            _ => PathBuf::from("."),
-        };
-        fs::create_dir_all(&dir).map_err(io_error("create directory", &dir))?;
-        let file_name = path.file_name().map_or_else(
-            || "schema.json".into(),
-            |name| name.to_string_lossy().into_owned(),
-        );
-        // Unique per process and per call, so concurrent saves never share a temporary file.
-        static SAVES: AtomicU64 = AtomicU64::new(0);
-        let temp = dir.join(format!(
-            ".{file_name}.tmp-{}-{}",
-            std::process::id(),
-            SAVES.fetch_add(1, Ordering::Relaxed)
-        ));
-        let written = (|| {
-            let mut file = fs::File::create(&temp).map_err(io_error("create", &temp))?;
-            file.write_all(self.to_json_pretty().as_bytes())
-                .map_err(io_error("write", &temp))?;
-            file.sync_all().map_err(io_error("sync", &temp))?;
-            fs::rename(&temp, path).map_err(io_error("rename into place", path))
-        })();
-        if written.is_err() {
-            // Best effort: the original error is the one worth reporting.
-            let _ = fs::remove_file(&temp);
-        }
-        written?;
-        sync_dir(&dir).map_err(io_error("sync directory", &dir))
+        })
     }
 
     /// Read a saved schema file. A missing file is [`SchemaError::NotFound`].
@@ -195,16 +164,6 @@ fn render_fields(out: &mut String, fields: &[Field], depth: usize) {
             render_fields(out, children, depth + 1);
         }
     }
-}
-
-#[cfg(unix)]
-fn sync_dir(dir: &Path) -> io::Result<()> {
-    fs::File::open(dir)?.sync_all()
-}
-
-#[cfg(not(unix))]
-fn sync_dir(_dir: &Path) -> io::Result<()> {
-    Ok(())
 }
 
 fn fields_to_json(fields: &[Field]) -> Value {

@@ -12,7 +12,8 @@
 //!
 //! Either way an object appears whole or not at all, and a retry after a crash writes the same
 //! name again with the same records, replacing the first: no record is ever written twice.
-//! The encoding ([`DeadletterSink::encode`]) is the same for both.
+//! The encoding ([`DeadletterSink::encode`]) is the same for both. The targets live in
+//! [`crate::objects`], below both the sinks and the replay source that reads them back.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -22,198 +23,9 @@ use crate::aws::{Aws, Bucket};
 use crate::config::connectors::{DeadletterConnector, OutputFormat};
 use crate::config::validate::Named;
 use crate::deadletter::WAL_NAMESPACE;
+use crate::objects::{DirTarget, ObjectTarget, S3Target, file_name};
 use crate::sinks::SinkError;
-use crate::sinks::iceberg::storage::write_atomic;
 use crate::wal::{BatchId, BatchMeta, BatchPart, WalError};
-
-/// Where a deadletter sink puts its objects: whole objects by name, a second write of a name
-/// replacing the first in one step (a reader sees the old object or the new, never a mix).
-/// `skipprd deadletters replay` lists, reads and moves them aside through the same names.
-pub trait ObjectTarget: Send + Sync + std::fmt::Debug {
-    /// Write `bytes` as the whole object `name` (a `/`-separated relative name).
-    fn put_whole(&self, name: &str, bytes: Vec<u8>) -> Result<(), SinkError>;
-    /// The names of the objects directly in `dir` (not in its subdirectories), each as
-    /// `{dir}/{file}`, in name order; none when `dir` does not exist.
-    fn list(&self, dir: &str) -> Result<Vec<String>, SinkError>;
-    /// The bytes of the object `name`, or `None` when there is none.
-    fn get(&self, name: &str) -> Result<Option<Vec<u8>>, SinkError>;
-    /// Move the object `from` to `to`. A crash part-way never loses it: a file is renamed in
-    /// one step; an object is written under `to` before `from` is deleted, so a crash between
-    /// the two leaves both. Moving an object that is gone does nothing (a move redone after a
-    /// crash).
-    fn move_to(&self, from: &str, to: &str) -> Result<(), SinkError>;
-    /// Where the object `name` is, for messages: a path or an `s3://` URI.
-    fn location_of(&self, name: &str) -> String;
-    /// The directory the objects are files in, for a target on local disk.
-    fn local_dir(&self) -> Option<&Path> {
-        None
-    }
-}
-
-/// Files in a directory, each written under a temporary name and renamed into place.
-#[derive(Debug, Clone)]
-pub struct DirTarget {
-    dir: PathBuf,
-}
-
-impl DirTarget {
-    /// The target writing into `dir` (created when missing).
-    pub fn new(dir: PathBuf) -> Self {
-        DirTarget { dir }
-    }
-}
-
-impl ObjectTarget for DirTarget {
-    fn put_whole(&self, name: &str, bytes: Vec<u8>) -> Result<(), SinkError> {
-        let path = self.dir.join(name);
-        write_atomic(&path, &bytes).map_err(|source| SinkError::Io { path, source })
-    }
-
-    fn list(&self, dir: &str) -> Result<Vec<String>, SinkError> {
-        let path = self.dir.join(dir);
-        let io = |source| SinkError::Io {
-            path: path.clone(),
-            source,
-        };
-        let entries = match std::fs::read_dir(&path) {
-            Ok(entries) => entries,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-            Err(e) => return Err(io(e)),
-        };
-        let mut names = Vec::new();
-        for entry in entries {
-            let entry = entry.map_err(io)?;
-            if entry.file_type().map_err(io)?.is_file() {
-                names.push(format!("{dir}/{}", entry.file_name().to_string_lossy()));
-            }
-        }
-        names.sort();
-        Ok(names)
-    }
-
-    fn get(&self, name: &str) -> Result<Option<Vec<u8>>, SinkError> {
-        let path = self.dir.join(name);
-        match std::fs::read(&path) {
-            Ok(bytes) => Ok(Some(bytes)),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(source) => Err(SinkError::Io { path, source }),
-        }
-    }
-
-    fn move_to(&self, from: &str, to: &str) -> Result<(), SinkError> {
-        let (from, to) = (self.dir.join(from), self.dir.join(to));
-        if let Some(parent) = to.parent() {
-            std::fs::create_dir_all(parent).map_err(|source| SinkError::Io {
-                path: parent.to_path_buf(),
-                source,
-            })?;
-        }
-        match std::fs::rename(&from, &to) {
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound && !from.exists() => Ok(()),
-            moved => moved.map_err(|source| SinkError::Io { path: from, source }),
-        }
-    }
-
-    fn location_of(&self, name: &str) -> String {
-        self.dir.join(name).display().to_string()
-    }
-
-    fn local_dir(&self) -> Option<&Path> {
-        Some(&self.dir)
-    }
-}
-
-/// Objects under a key prefix of an S3 bucket, each written by one PUT.
-#[derive(Debug, Clone)]
-pub struct S3Target {
-    bucket: Bucket,
-    /// Empty, or ends with `/`.
-    prefix: String,
-}
-
-impl S3Target {
-    /// The target writing under `prefix` (leading and trailing `/` are ignored; empty: the
-    /// bucket root) in `bucket`.
-    pub fn new(bucket: Bucket, prefix: &str) -> Self {
-        let prefix = prefix.trim_matches('/');
-        let prefix = if prefix.is_empty() {
-            String::new()
-        } else {
-            format!("{prefix}/")
-        };
-        S3Target { bucket, prefix }
-    }
-
-    /// The key of the object `name`.
-    pub fn key_of(&self, name: &str) -> String {
-        format!("{}{name}", self.prefix)
-    }
-
-    fn failed(&self, op: &'static str, key: &str, failure: crate::aws::SdkFailure) -> SinkError {
-        SinkError::ObjectStore {
-            op,
-            uri: self.bucket.uri(key),
-            failure: Box::new(failure),
-        }
-    }
-}
-
-impl ObjectTarget for S3Target {
-    fn put_whole(&self, name: &str, bytes: Vec<u8>) -> Result<(), SinkError> {
-        let key = self.key_of(name);
-        let content_type = if name.ends_with(".parquet") {
-            "application/vnd.apache.parquet"
-        } else {
-            "application/x-ndjson"
-        };
-        self.bucket
-            .put(&key, bytes, content_type)
-            .map_err(|failure| self.failed("write", &key, failure))
-    }
-
-    fn list(&self, dir: &str) -> Result<Vec<String>, SinkError> {
-        let prefix = self.key_of(&format!("{dir}/"));
-        let keys = self
-            .bucket
-            .list(&prefix)
-            .map_err(|failure| self.failed("list", &prefix, failure))?;
-        Ok(keys
-            .iter()
-            .filter_map(|key| key.strip_prefix(&prefix))
-            .filter(|file| !file.is_empty() && !file.contains('/'))
-            .map(|file| format!("{dir}/{file}"))
-            .collect())
-    }
-
-    fn get(&self, name: &str) -> Result<Option<Vec<u8>>, SinkError> {
-        let key = self.key_of(name);
-        self.bucket
-            .get(&key)
-            .map_err(|failure| self.failed("read", &key, failure))
-    }
-
-    fn move_to(&self, from: &str, to: &str) -> Result<(), SinkError> {
-        let Some(bytes) = self.get(from)? else {
-            return Ok(());
-        };
-        // Written under the new name first: a crash before the delete leaves both.
-        self.put_whole(to, bytes)?;
-        let key = self.key_of(from);
-        self.bucket
-            .delete(&key)
-            .map_err(|failure| self.failed("delete", &key, failure))
-    }
-
-    fn location_of(&self, name: &str) -> String {
-        self.bucket.uri(&self.key_of(name))
-    }
-}
-
-/// The last `/`-separated part of an object's name or location: the file name that replay
-/// bookkeeping (`replayed#{file}`, the `_replayed` part) records.
-pub fn file_name(name: &str) -> &str {
-    name.rsplit('/').next().unwrap_or(name)
-}
 
 /// A pipeline's deadletter sink: rejected records as one object per WAL batch.
 #[derive(Debug)]
@@ -326,7 +138,7 @@ impl DeadletterSink {
     /// `{pipeline}/replayed/{file}`.
     pub fn set_aside(&self, name: &str) -> Result<(), SinkError> {
         let to = format!("{}/replayed/{}", self.pipeline, file_name(name));
-        self.target.move_to(name, &to)
+        Ok(self.target.move_to(name, &to)?)
     }
 
     /// Write the rejected records of `batches`, one object per batch that has any; returns
@@ -399,6 +211,7 @@ mod tests {
     use super::*;
     use crate::aws::testing::{bucket, moto};
     use crate::deadletter::{Deadletter, FailureCode, to_record_batch};
+    use crate::objects::ObjectError;
     use crate::wal::PartMeta;
 
     /// Two WAL batches: 1 with two rejected records, 2 with none.
@@ -620,23 +433,6 @@ mod tests {
     }
 
     #[test]
-    fn an_s3_target_names_the_prefix_when_listing_fails() {
-        let aws = moto();
-        let target = S3Target::new(Bucket::new(&aws, "no-such-bucket-skipprd", None), "r");
-        let error = target.list("p").unwrap_err();
-        assert!(
-            matches!(error, SinkError::ObjectStore { op: "list", .. }),
-            "{error:?}"
-        );
-        assert!(
-            error
-                .to_string()
-                .contains("s3://no-such-bucket-skipprd/r/p/"),
-            "{error}"
-        );
-    }
-
-    #[test]
     fn a_failed_put_names_the_object_and_is_not_retryable_when_the_bucket_is_missing() {
         let aws = moto();
         let sink = DeadletterSink::new(
@@ -651,7 +447,10 @@ mod tests {
         let error = sink
             .deliver(&metas, &mut |_| Ok(parts.clone()))
             .unwrap_err();
-        assert!(matches!(error, SinkError::ObjectStore { .. }), "{error:?}");
+        assert!(
+            matches!(error, SinkError::Object(ObjectError::S3 { .. })),
+            "{error:?}"
+        );
         assert!(!error.is_retryable(), "{error}");
         assert!(
             error

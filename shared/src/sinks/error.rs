@@ -76,6 +76,10 @@ pub enum SinkError {
         #[source]
         source: crate::aws::AwsError,
     },
+    /// A deadletter object could not be written, listed, read or moved (in a directory or
+    /// an S3 bucket).
+    #[error(transparent)]
+    Object(#[from] crate::objects::ObjectError),
     /// An object of the destination in S3 could not be written or read.
     #[error("cannot {op} `{uri}`: {failure}")]
     ObjectStore {
@@ -123,21 +127,19 @@ pub enum SinkError {
 }
 
 impl SinkError {
-    /// Whether trying again later may succeed (the batches stay in the WAL either way).
+    /// Whether trying again later may succeed (the batches stay in the WAL either way). Each
+    /// cause decides by its own flag: the AWS SDK's (throttling, 5xx, timeouts), the state
+    /// store's, the WAL's, the operating system's; an Iceberg error by the flag its causes
+    /// carry (see [`iceberg_retryable`]).
     pub fn is_retryable(&self) -> bool {
         match self {
             SinkError::Config { .. }
             | SinkError::IncompatibleColumn { .. }
-            | SinkError::Aws { .. }
             | SinkError::DeadletterConfig { .. } => false,
+            SinkError::Aws { source, .. } => source.is_retryable(),
             SinkError::ObjectStore { failure, .. } => failure.retryable,
-            SinkError::Iceberg { source, .. } => {
-                source.retryable()
-                    || matches!(
-                        source.kind(),
-                        iceberg::ErrorKind::Unexpected | iceberg::ErrorKind::CatalogCommitConflicts
-                    )
-            }
+            SinkError::Object(source) => source.is_retryable(),
+            SinkError::Iceberg { source, .. } => iceberg_retryable(source),
             SinkError::Wal { source, .. } => source.is_retryable(),
             SinkError::Align { .. } => false,
             SinkError::Catalog { source, .. } | SinkError::LeaseLost { source, .. } => {
@@ -145,5 +147,125 @@ impl SinkError {
             }
             SinkError::Io { .. } | SinkError::Failpoint { .. } => true,
         }
+    }
+}
+
+/// Whether the Iceberg operation that failed with `error` may succeed when the delivery is
+/// tried again later: a commit conflict (another writer committed first; the next delivery
+/// works on the winner's version, and skips what it landed), or an error whose chain of causes
+/// holds an Iceberg error flagged retryable. Our storages and catalogs set that flag from
+/// the error they convert (the AWS SDK's, the state store's, the operating system's), and
+/// iceberg-rust keeps our error as the cause when it wraps it in its own ("Failed to write
+/// using parquet writer"), so the whole chain is read. Anything else, an
+/// [`iceberg::ErrorKind::Unexpected`] included, is not retryable: S3 or Glue refusing access
+/// stays refused.
+pub fn iceberg_retryable(error: &iceberg::Error) -> bool {
+    if error.kind() == iceberg::ErrorKind::CatalogCommitConflicts {
+        return true;
+    }
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(e) = cause {
+        if e.downcast_ref::<iceberg::Error>()
+            .is_some_and(iceberg::Error::retryable)
+        {
+            return true;
+        }
+        cause = e.source();
+    }
+    false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::aws::testing::sdk_failure;
+    use crate::objects::ObjectError;
+    use crate::sinks::iceberg::s3::S3StorageError;
+
+    /// What the S3 storage hands iceberg-rust when a `PutObject` fails with `failure`.
+    fn from_storage(status: u16, code: &str) -> iceberg::Error {
+        S3StorageError::Sdk {
+            operation: "PutObject",
+            uri: "s3://lake/t/data/a.parquet".into(),
+            failure: sdk_failure(status, code),
+        }
+        .into()
+    }
+
+    /// The same error as iceberg-rust's Parquet writer returns it: wrapped in its own.
+    fn wrapped_by_parquet(error: iceberg::Error) -> iceberg::Error {
+        iceberg::Error::new(
+            iceberg::ErrorKind::Unexpected,
+            "Failed to write using parquet writer.",
+        )
+        .with_source(parquet::errors::ParquetError::External(Box::new(error)))
+    }
+
+    fn iceberg(source: iceberg::Error) -> SinkError {
+        SinkError::Iceberg {
+            table: "ns.t".into(),
+            source: Box::new(source),
+        }
+    }
+
+    #[test]
+    fn s3_access_denied_through_the_storage_is_not_retryable_and_a_throttle_is() {
+        let denied = from_storage(403, "AccessDenied");
+        assert!(!denied.retryable(), "{denied}");
+        assert!(!iceberg(denied).is_retryable());
+        assert!(!iceberg(wrapped_by_parquet(from_storage(403, "AccessDenied"))).is_retryable());
+        for (status, code) in [
+            (503, "SlowDown"),
+            (500, "InternalError"),
+            (400, "Throttling"),
+        ] {
+            let throttled = from_storage(status, code);
+            assert!(throttled.retryable(), "{throttled}");
+            assert!(iceberg(throttled).is_retryable(), "{code}");
+            assert!(
+                iceberg(wrapped_by_parquet(from_storage(status, code))).is_retryable(),
+                "{code}"
+            );
+        }
+    }
+
+    #[test]
+    fn an_unexpected_iceberg_error_is_retryable_only_when_flagged_and_a_conflict_always_is() {
+        let unexpected = iceberg::Error::new(iceberg::ErrorKind::Unexpected, "boom");
+        assert!(!iceberg(unexpected).is_retryable());
+        let flagged =
+            iceberg::Error::new(iceberg::ErrorKind::Unexpected, "busy").with_retryable(true);
+        assert!(iceberg(flagged).is_retryable());
+        // Another writer landed the batches first: this delivery fails, the next one skips
+        // them (iceberg-rust's own retry is off for it).
+        let landed =
+            iceberg::Error::new(iceberg::ErrorKind::CatalogCommitConflicts, "already landed")
+                .with_retryable(false);
+        assert!(iceberg(landed).is_retryable());
+    }
+
+    #[test]
+    fn object_and_aws_errors_report_their_own_flag() {
+        let object = |status, code| {
+            SinkError::from(ObjectError::S3 {
+                op: "write",
+                uri: "s3://dead/p/b1.jsonl".into(),
+                failure: Box::new(sdk_failure(status, code)),
+            })
+        };
+        assert!(!object(403, "AccessDenied").is_retryable());
+        assert!(object(503, "SlowDown").is_retryable());
+        let denied = object(403, "AccessDenied");
+        assert!(
+            denied
+                .to_string()
+                .starts_with("cannot write `s3://dead/p/b1.jsonl`: AccessDenied (HTTP 403)"),
+            "{denied}"
+        );
+        let aws = SinkError::Aws {
+            sink: "lake".into(),
+            source: crate::aws::AwsError::NoRegion,
+        };
+        assert!(!aws.is_retryable());
     }
 }

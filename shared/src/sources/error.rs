@@ -142,9 +142,9 @@ pub enum SourceError {
     Deadletter {
         /// The object: a path or an `s3://` URI.
         path: String,
-        /// The deadletter sink's error.
+        /// The target's error (retryable as the operating system's or the AWS SDK's error).
         #[source]
-        source: Box<crate::sinks::SinkError>,
+        source: crate::objects::ObjectError,
     },
 
     /// The CSV reader failed in a way that is not tied to one row.

@@ -9,16 +9,15 @@
 //!
 //! This source keeps no checkpoint of its own: an object counts as replayed once the WAL
 //! batch holding its records is committed (the batch names it in a `_replayed` part), which
-//! the caller checks before handing the list in ([`DeadletterSink::pending`]).
-//!
-//! [`DeadletterSink::pending`]: crate::sinks::deadletter::DeadletterSink::pending
+//! the caller checks before handing the list in (the deadletter sink's `pending`). The objects
+//! are read through an [`ObjectTarget`] ([`crate::objects`]), the same the sink writes through.
 
 use std::io::BufRead;
 use std::sync::Arc;
 
 use super::{Position, Progress, Source, SourceBatch, SourceError, SourceRecord};
 use crate::deadletter::{Deadletter, FailureCode};
-use crate::sinks::deadletter::ObjectTarget;
+use crate::objects::ObjectTarget;
 
 /// The deadletter objects as a source: one batch per object, read when its turn comes.
 #[derive(Debug)]
@@ -42,7 +41,7 @@ impl ReplaySource {
 
     /// The file name of the batch whose records come from `uri` (a path or `s3://` URI).
     pub fn file_name(uri: &str) -> String {
-        crate::sinks::deadletter::file_name(uri).to_owned()
+        crate::objects::file_name(uri).to_owned()
     }
 }
 
@@ -57,10 +56,7 @@ impl Source for ReplaySource {
             Ok(Some(bytes)) => bytes,
             Ok(None) => return Err(SourceError::Vanished { path: uri }),
             Err(source) => {
-                return Err(SourceError::Deadletter {
-                    path: uri,
-                    source: Box::new(source),
-                });
+                return Err(SourceError::Deadletter { path: uri, source });
             }
         };
         let io = |source| SourceError::Io {

@@ -65,13 +65,12 @@ impl DiskWal {
                 ),
             });
         }
-        let existed = dir.is_dir();
-        fs::create_dir_all(dir).map_err(|e| WalError::io("create", dir, e))?;
-        if !existed
-            && options.fsync
-            && let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty())
-        {
-            sync_dir(parent)?;
+        if options.fsync {
+            // Every directory created on the way is recorded durably in its parent.
+            crate::durable::create_dir_durable(dir)
+                .map_err(|e| WalError::io("create", e.path, e.source))?;
+        } else {
+            fs::create_dir_all(dir).map_err(|e| WalError::io("create", dir, e))?;
         }
         let mut recovery = Recovery::default();
         let ids = list_segments(dir, &options, &mut recovery.warnings)?;
@@ -658,17 +657,10 @@ fn truncate(path: &Path, len: u64, fsync: bool) -> Result<(), WalError> {
     Ok(())
 }
 
-/// fsync a directory, making creations, renames and deletions in it durable.
+/// fsync a directory, making creations, renames and deletions in it durable
+/// ([`crate::durable::sync_dir`]).
 fn sync_dir(dir: &Path) -> Result<(), WalError> {
-    #[cfg(unix)]
-    {
-        File::open(dir)
-            .and_then(|file| file.sync_all())
-            .map_err(|e| WalError::io("sync", dir, e))?;
-    }
-    #[cfg(not(unix))]
-    let _ = dir;
-    Ok(())
+    crate::durable::sync_dir(dir).map_err(|e| WalError::io("sync", e.path, e.source))
 }
 
 #[cfg(test)]

@@ -504,7 +504,14 @@ fn unsupported_settings_are_recognised_and_rejected() {
         msg.contains("--wal-storage = 'clustered' is not supported"),
         "{msg}"
     );
-    let loaded = load_text(EXAMPLE, &[("WAL_STORAGE", "s3")]).unwrap();
+    let loaded = load_text(
+        EXAMPLE,
+        &[
+            ("WAL_STORAGE", "s3"),
+            ("SKIPPR_WAL_S3_BUCKET", "wal-bucket"),
+        ],
+    )
+    .unwrap();
     assert_eq!(
         validate(&loaded, None).unwrap().settings.wal_storage,
         WalStorage::S3

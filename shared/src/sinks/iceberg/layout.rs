@@ -25,32 +25,10 @@ use iceberg::spec::{
 };
 
 use crate::config::TimeUnit;
-use crate::config::validate::Transform as TransformConfig;
-
-/// The layout settings of a pipeline.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Layout {
-    /// Identity partition fields (dot paths).
-    pub partition_fields: Vec<String>,
-    /// Candidate time partition fields (dot paths); the first present is used.
-    pub time_fields: Vec<String>,
-    /// The time partition granularity (default day).
-    pub time_unit: Option<TimeUnit>,
-    /// Sort fields (dot paths).
-    pub order_fields: Vec<String>,
-}
+/// The layout settings of a pipeline (resolved by validation from its `transform`).
+pub use crate::config::validate::Layout;
 
 impl Layout {
-    /// The layout a pipeline's `transform` section asks for.
-    pub fn from_transform(t: &TransformConfig) -> Self {
-        Layout {
-            partition_fields: t.batch_partition_fields.clone(),
-            time_fields: t.batch_time_fields.clone(),
-            time_unit: t.batch_time_unit,
-            order_fields: t.batch_order_fields.clone(),
-        }
-    }
-
     /// The partition spec for a table with `schema`, and warnings to log (fields skipped).
     pub fn partition_spec(
         &self,

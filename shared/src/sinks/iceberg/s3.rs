@@ -28,7 +28,7 @@ use iceberg::io::{
 };
 use serde::{Deserialize, Serialize};
 
-use crate::aws::{Aws, AwsError, SdkFailure};
+use crate::aws::{Aws, AwsError, SdkFailure, is_retryable_code};
 
 /// Size of each part of a multipart upload, and the buffer a streamed file fills before its
 /// first part is sent (S3's minimum part size is 5 MiB).
@@ -90,19 +90,23 @@ pub enum S3StorageError {
 }
 
 impl S3StorageError {
-    /// Whether trying again later may succeed.
+    /// Whether trying again later may succeed: the AWS error's own flag (throttling, 5xx,
+    /// timeouts and transport errors are retryable; a refused request such as `AccessDenied`
+    /// is not), and a body cut off mid-way.
     pub fn is_retryable(&self) -> bool {
         match self {
             S3StorageError::Sdk { failure, .. } => failure.retryable,
+            S3StorageError::Runtime { source, .. } => source.is_retryable(),
             S3StorageError::Body { .. } => true,
             S3StorageError::BadUri { .. }
             | S3StorageError::Closed { .. }
-            | S3StorageError::NoClient { .. }
-            | S3StorageError::Runtime { .. } => false,
+            | S3StorageError::NoClient { .. } => false,
         }
     }
 }
 
+/// An [`iceberg::Error`] flagged [retryable](iceberg::Error::retryable) exactly when the S3
+/// error is ([`S3StorageError::is_retryable`]); the S3 error is kept as its source.
 impl From<S3StorageError> for iceberg::Error {
     fn from(e: S3StorageError) -> Self {
         let retryable = e.is_retryable();
@@ -342,7 +346,9 @@ impl S3Storage {
                             code: error.code().unwrap_or("unknown").to_owned(),
                             status: None,
                             message: error.message().unwrap_or_default().to_owned(),
-                            retryable: true,
+                            // A key refused (`AccessDenied`) stays refused; `SlowDown` or
+                            // `InternalError` may pass next time.
+                            retryable: error.code().is_none_or(is_retryable_code),
                         },
                     }),
                 }
@@ -675,6 +681,44 @@ impl FileWrite for S3FileWrite {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::aws::testing::sdk_failure;
+
+    fn put_failed(status: u16, code: &str) -> iceberg::Error {
+        S3StorageError::Sdk {
+            operation: "PutObject",
+            uri: "s3://lake/t/metadata/v1.metadata.json".into(),
+            failure: sdk_failure(status, code),
+        }
+        .into()
+    }
+
+    #[test]
+    fn access_denied_is_handed_to_iceberg_as_not_retryable_and_a_throttle_as_retryable() {
+        let denied = put_failed(403, "AccessDenied");
+        assert!(!denied.retryable(), "{denied}");
+        assert!(denied.to_string().contains("AccessDenied"), "{denied}");
+        for (status, code) in [
+            (503, "SlowDown"),
+            (500, "InternalError"),
+            (503, "ServiceUnavailable"),
+        ] {
+            let throttled = put_failed(status, code);
+            assert!(throttled.retryable(), "{throttled}");
+        }
+        let stopped: iceberg::Error = S3StorageError::Runtime {
+            uri: "s3://lake/x".into(),
+            source: AwsError::Stopped,
+        }
+        .into();
+        assert!(!stopped.retryable());
+        let cut: iceberg::Error = S3StorageError::Body {
+            operation: "GetObject",
+            uri: "s3://lake/x".into(),
+            message: "connection reset".into(),
+        }
+        .into();
+        assert!(cut.retryable());
+    }
 
     #[test]
     fn uris_split_into_bucket_and_key() -> Result<(), S3StorageError> {

@@ -10,7 +10,9 @@
 //! - a whole-file `write` goes to a temporary name first, is fsynced and renamed into place
 //!   (readers never see a half-written file), and the directory is fsynced.
 //!
-//! Directories created on the way are fsynced too (their parents record them).
+//! Directories created on the way are fsynced too (their parents record them). The durable
+//! steps are [`crate::durable`]'s. Errors are flagged retryable only when the operating
+//! system's error is transient, so the sink does not retry a refused permission.
 
 use std::fs;
 use std::io::Write as _;
@@ -26,6 +28,8 @@ use iceberg::io::{
 };
 use iceberg::{Error, ErrorKind, Result};
 use serde::{Deserialize, Serialize};
+
+use crate::durable::{DurableError, create_dir_durable, is_transient, sync_dir, write_atomic};
 
 /// A [`FileIO`] over [`DurableFsStorage`].
 pub fn durable_file_io() -> FileIO {
@@ -60,59 +64,25 @@ pub fn local_path(uri: &str) -> PathBuf {
     }
 }
 
-fn io_error(what: &str, path: &Path, error: std::io::Error) -> Error {
+/// An I/O error of the local storage or catalog as an [`Error`] naming the path, flagged
+/// retryable when the operating system's error is transient
+/// ([`crate::durable::is_transient`]).
+pub fn io_error(what: &str, path: &Path, error: std::io::Error) -> Error {
+    let retryable = is_transient(error.kind());
     Error::new(
         ErrorKind::Unexpected,
         format!("{what} {}: {error}", path.display()),
     )
+    .with_retryable(retryable)
     .with_source(error)
 }
 
-/// Create `dir` and any missing parents, fsyncing each parent that gained an entry.
-pub fn create_dir_durable(dir: &Path) -> std::io::Result<()> {
-    if dir.is_dir() {
-        return Ok(());
-    }
-    if let Some(parent) = dir.parent() {
-        create_dir_durable(parent)?;
-    }
-    match fs::create_dir(dir) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => return Ok(()),
-        Err(e) => return Err(e),
-    }
-    if let Some(parent) = dir.parent() {
-        sync_dir(parent)?;
-    }
-    Ok(())
-}
-
-/// fsync a directory, so the entries created or renamed in it are durable.
-pub fn sync_dir(dir: &Path) -> std::io::Result<()> {
-    fs::File::open(dir)?.sync_all()
-}
-
-/// Write `bytes` to `path` atomically and durably: a temporary file in the same directory,
-/// fsynced, renamed over `path`, then the directory fsynced.
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let dir = path.parent().unwrap_or(Path::new("."));
-    create_dir_durable(dir)?;
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let tmp = dir.join(format!(".{name}.{}.tmp", uuid::Uuid::new_v4().simple()));
-    let result = (|| {
-        let mut file = fs::File::create(&tmp)?;
-        file.write_all(bytes)?;
-        file.sync_all()?;
-        fs::rename(&tmp, path)?;
-        sync_dir(dir)
-    })();
-    if result.is_err() {
-        let _ = fs::remove_file(&tmp);
-    }
-    result
+/// A failed durable write ([`crate::durable`]) as an [`Error`], flagged like [`io_error`].
+pub fn durable_error(error: DurableError) -> Error {
+    let retryable = error.is_retryable();
+    Error::new(ErrorKind::Unexpected, error.to_string())
+        .with_retryable(retryable)
+        .with_source(error)
 }
 
 #[async_trait]
@@ -136,13 +106,13 @@ impl Storage for DurableFsStorage {
 
     async fn write(&self, path: &str, bs: Bytes) -> Result<()> {
         let path = local_path(path);
-        write_atomic(&path, &bs).map_err(|e| io_error("cannot write", &path, e))
+        write_atomic(&path, &bs).map_err(durable_error)
     }
 
     async fn writer(&self, path: &str) -> Result<Box<dyn FileWrite>> {
         let path = local_path(path);
         let dir = path.parent().unwrap_or(Path::new("/")).to_path_buf();
-        create_dir_durable(&dir).map_err(|e| io_error("cannot create directory", &dir, e))?;
+        create_dir_durable(&dir).map_err(durable_error)?;
         let file = fs::File::create(&path).map_err(|e| io_error("cannot create", &path, e))?;
         Ok(Box::new(DurableFileWrite {
             file: Some(std::io::BufWriter::with_capacity(1 << 20, file)),
@@ -199,7 +169,7 @@ impl FileWrite for DurableFileWrite {
         file.sync_all()
             .map_err(|e| io_error("cannot fsync", &self.path, e))?;
         let dir = self.path.parent().unwrap_or(Path::new("/"));
-        sync_dir(dir).map_err(|e| io_error("cannot fsync directory", dir, e))
+        sync_dir(dir).map_err(durable_error)
     }
 }
 

@@ -10,8 +10,9 @@ use iceberg::io::FileIO;
 use iceberg::spec::TableMetadata;
 use iceberg::{Error, ErrorKind, Result};
 
-use super::super::storage::{create_dir_durable, local_path, sync_dir, write_atomic};
+use super::super::storage::{durable_error, local_path};
 use super::{Current, Pointer, TableRef, commit_conflict, io_error};
+use crate::durable::{create_dir_durable, sync_dir, write_atomic};
 
 /// Name of the version hint file in a table's `metadata/` directory.
 pub const VERSION_HINT: &str = "version-hint.text";
@@ -93,8 +94,7 @@ impl Pointer for HadoopPointer {
         let table_dir = local_path(table.location);
         let table_dir = table_dir.as_path();
         let metadata_dir = table_dir.join("metadata");
-        create_dir_durable(&metadata_dir)
-            .map_err(|e| io_error("cannot create directory", &metadata_dir, e))?;
+        create_dir_durable(&metadata_dir).map_err(durable_error)?;
         let bytes = serde_json::to_vec(metadata).map_err(|e| {
             Error::new(ErrorKind::DataInvalid, "cannot serialize table metadata").with_source(e)
         })?;
@@ -122,7 +122,7 @@ impl Pointer for HadoopPointer {
             }
             Err(e) => return Err(io_error("cannot create", &target, e)),
         }
-        sync_dir(&metadata_dir).map_err(|e| io_error("cannot fsync", &metadata_dir, e))?;
+        sync_dir(&metadata_dir).map_err(durable_error)?;
         // The commit is done. The hint only saves readers a listing: a failure to update it
         // is logged, not returned (a retry would commit the same changes twice).
         if let Err(e) = write_atomic(

@@ -55,7 +55,8 @@ use iceberg::{
 pub use hadoop::{HadoopPointer, VERSION_HINT};
 pub use store::{CATALOG_PARTITION, StorePointer, catalog_partition};
 
-use super::storage::{create_dir_durable, local_path};
+use super::storage::{durable_error, io_error, local_path};
+use crate::durable::create_dir_durable;
 
 /// A table as a pointer sees it: its identifier and its location (a URI: `file:///...` or
 /// `s3://bucket/...`).
@@ -150,7 +151,7 @@ fn local_namespaces(warehouse: &str) -> Result<Vec<String>> {
 /// Create the directory of a namespace of a local warehouse.
 fn local_create_namespace(location: &str) -> Result<()> {
     let dir = local_path(location);
-    create_dir_durable(&dir).map_err(|e| io_error("cannot create directory", &dir, e))
+    create_dir_durable(&dir).map_err(durable_error)
 }
 
 /// The tables of a namespace of a local warehouse: its directories that `pointer` knows a
@@ -200,14 +201,6 @@ fn list_dirs(dir: &Path) -> Result<Vec<String>> {
     }
     names.sort();
     Ok(names)
-}
-
-fn io_error(what: &str, path: &Path, error: std::io::Error) -> Error {
-    Error::new(
-        ErrorKind::Unexpected,
-        format!("{what} {}: {error}", path.display()),
-    )
-    .with_source(error)
 }
 
 /// The pointer of a lake sink: any [`Pointer`], type-erased, so one catalog type

@@ -11,11 +11,12 @@ use iceberg::io::FileIO;
 use iceberg::spec::TableMetadata;
 use iceberg::{Error, ErrorKind, NamespaceIdent, Result, TableIdent};
 
-use super::super::storage::{create_dir_durable, local_path, write_atomic};
+use super::super::storage::{durable_error, local_path};
 use super::{
-    Current, Pointer, TableRef, commit_conflict, io_error, local_create_namespace,
-    local_namespaces, local_tables,
+    Current, Pointer, TableRef, commit_conflict, local_create_namespace, local_namespaces,
+    local_tables,
 };
+use crate::durable::{create_dir_durable, write_atomic};
 
 /// The `SkipprLake` pointer: the current metadata location of each table is an item in a
 /// state store, swapped by compare-and-swap.
@@ -162,7 +163,7 @@ impl StorePointer {
             PointerStore::Embedded { file, .. } => file,
         };
         let dir = file.parent().unwrap_or(Path::new("/"));
-        create_dir_durable(dir).map_err(|e| io_error("cannot create directory", dir, e))?;
+        create_dir_durable(dir).map_err(durable_error)?;
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
         loop {
             match crate::state::EmbeddedStore::open(file) {
@@ -223,7 +224,7 @@ impl StorePointer {
         })?;
         if location.starts_with("file:") {
             let path = local_path(location).join("metadata").join(name);
-            write_atomic(&path, &bytes).map_err(|e| io_error("cannot write", &path, e))?;
+            write_atomic(&path, &bytes).map_err(durable_error)?;
             Ok(format!("file://{}", path.display()))
         } else {
             let uri = format!("{location}/metadata/{name}");

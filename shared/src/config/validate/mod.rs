@@ -3,13 +3,29 @@
 //! No file system, network or clock here: the environment comes in as a value, so the same
 //! input always validates the same way. The first problem found is returned; its message names
 //! the file and the key path.
+//!
+//! What a pipeline means is worked out here once, and the commands read it from the
+//! [`ValidatedPipeline`]: its [`Destination`] (the lake location, maintenance settings and
+//! layout; `destination.rs`), where its WAL and state live and what it needs of AWS
+//! ([`WalLocation`], [`PipelineStore`], [`AwsSettings`]; `placement.rs`).
 
-use std::collections::{BTreeMap, BTreeSet};
+mod destination;
+mod placement;
+#[cfg(test)]
+mod tests;
+
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+pub use destination::{
+    DEFAULT_TABLE_NAMESPACE, Destination, DestinationKind, LakeCatalog, LakeLocation, Layout,
+    Maintenance,
+};
+pub use placement::{AwsSettings, PipelineStore, WalLocation};
+
 use super::connectors::{
-    ConnectorSet, DeadletterConnector, Entry, SchemaSinkConnector, SinkConnector, SourceConnector,
+    ConnectorSet, DeadletterConnector, Entry, SchemaSinkConnector, SourceConnector,
 };
 use super::env::Environment;
 use super::error::{ConfigError, suggest};
@@ -115,8 +131,8 @@ pub struct ValidatedPipeline {
     pub name: String,
     /// Its source.
     pub source: Named<SourceConnector>,
-    /// Its destination, if any.
-    pub sink: Option<Named<SinkConnector>>,
+    /// Its destination (`data_sink`), resolved; `None`: the WAL is the dataset.
+    pub destination: Option<Destination>,
     /// Its deadletter sink, if any.
     pub deadletter_sink: Option<Named<DeadletterConnector>>,
     /// Its schema sink, if any (from the sink entry, else the pipeline).
@@ -127,19 +143,29 @@ pub struct ValidatedPipeline {
     pub data_dir: PathBuf,
     /// Routing and shaping of records.
     pub transform: Transform,
+    /// Where its WAL lives.
+    pub wal: WalLocation,
+    /// Its part of the state store.
+    pub store: PipelineStore,
+    /// What its pass needs of AWS.
+    pub aws: AwsSettings,
 }
 
 impl ValidatedPipeline {
     /// `<data_dir>/<workspace>_<pipeline>/`: the pipeline's WAL, positions and local schema.
     pub fn state_dir(&self, settings: &Settings) -> PathBuf {
-        self.data_dir
-            .join(format!("{}_{}", settings.workspace, self.name))
+        state_dir(&self.data_dir, settings, &self.name)
     }
 
     /// Where the schema is saved in local storage mode.
     pub fn schema_path(&self, settings: &Settings) -> PathBuf {
         self.state_dir(settings).join("schema.json")
     }
+}
+
+/// `<data_dir>/<workspace>_<pipeline>/`.
+fn state_dir(data_dir: &Path, settings: &Settings, pipeline: &str) -> PathBuf {
+    data_dir.join(format!("{}_{pipeline}", settings.workspace))
 }
 
 /// A config that passed validation.
@@ -272,7 +298,7 @@ pub fn validate(
             )?;
         }
     }
-    v.check_sinks(&config.data_sinks, &settings.store)?;
+    let sinks = v.destinations(&config.data_sinks, &settings.store)?;
     v.check_deadletter_sinks(&config.deadletter_sinks)?;
 
     let mut pipelines = BTreeMap::new();
@@ -351,17 +377,34 @@ pub fn validate(
             },
         };
         let transform = v.transform(p.transform.as_ref(), &at("transform"))?;
+        // A sink that is not a lake sink is not supported: `check_supported` below refuses it.
+        let destination = sink.as_ref().and_then(|s| {
+            sinks
+                .get(&s.name)
+                .map(|resolved| resolved.destination(&s.name, &transform))
+        });
+        let wal = placement::wal_location(&settings, name, state_dir(&data_dir, &settings, name))
+            .ok_or_else(|| v.no_wal_bucket(wal_storage))?;
+        let aws = placement::aws_settings(
+            &settings,
+            &source,
+            destination.as_ref(),
+            deadletter_sink.as_ref(),
+        );
         pipelines.insert(
             name.clone(),
             ValidatedPipeline {
                 name: name.clone(),
                 source,
-                sink,
+                destination,
                 deadletter_sink,
                 schema_sink,
                 sync_frequency: Duration::from_secs(frequency),
                 data_dir,
                 transform,
+                wal,
+                store: placement::pipeline_store(&settings, name),
+                aws,
             },
         );
     }
@@ -648,6 +691,9 @@ impl Validator<'_> {
                 }
             },
         };
+        if wal_storage == WalStorage::S3 && wal_s3_bucket.is_none() && skippr_s3_bucket.is_none() {
+            return Err(self.no_wal_bucket(wal_flag));
+        }
         let buffer_threshold_bytes =
             self.positive_bytes("BUFFER_THRESHOLD_BYTES", DEFAULT_BUFFER_THRESHOLD_BYTES)?;
         let deliver_threshold_bytes =
@@ -681,6 +727,20 @@ impl Validator<'_> {
             deliver_threshold_bytes,
             lease_ttl,
         })
+    }
+
+    /// `WAL_STORAGE=s3` (or `--wal-storage s3`, when `wal_flag` is given) without a bucket.
+    fn no_wal_bucket(&self, wal_flag: Option<&str>) -> ConfigError {
+        let origin = match wal_flag {
+            Some(_) => "--wal-storage",
+            None => "WAL_STORAGE",
+        };
+        self.bad_value(
+            "skippr.wal_s3_bucket",
+            &format!(
+                "is required when {origin} is `s3`: set skippr.wal_s3_bucket (SKIPPR_WAL_S3_BUCKET), or skippr.skippr_s3_bucket (SKIPPR_S3_BUCKET) for both"
+            ),
+        )
     }
 
     /// A byte count from the environment variable `var`, or `default` when it is unset.
@@ -809,113 +869,5 @@ impl Validator<'_> {
             }
         }
         Ok(transform)
-    }
-
-    /// Pure checks of sink settings: warehouse schemes, bucket names, one sink per
-    /// warehouse + namespace.
-    fn check_sinks(
-        &self,
-        sinks: &BTreeMap<String, Entry<SinkConnector>>,
-        store: &StoreKind,
-    ) -> Result<(), ConfigError> {
-        let mut owners: BTreeSet<(String, String)> = BTreeSet::new();
-        for (name, entry) in sinks {
-            let at = |key: &str| format!("data_sinks.{name}.{}.{key}", entry.connector.type_name());
-            let lake = match &entry.connector {
-                SinkConnector::Duckdb(_) | SinkConnector::SkipprLake(_) => {
-                    if let SinkConnector::Duckdb(c) = &entry.connector
-                        && !c.warehouse.starts_with("file://")
-                    {
-                        return Err(self.bad_value(&at("warehouse"), "must be a file:// URI"));
-                    }
-                    if let SinkConnector::SkipprLake(c) = &entry.connector
-                        && !(c.warehouse.starts_with("file://") || c.warehouse.starts_with("s3://"))
-                    {
-                        return Err(
-                            self.bad_value(&at("warehouse"), "must be an s3:// or file:// URI")
-                        );
-                    }
-                    let named = Named {
-                        name: name.clone(),
-                        connector: entry.connector.clone(),
-                    };
-                    if let Err(crate::sinks::SinkError::Config { message, .. }) =
-                        crate::sinks::maintenance_policy(&named)
-                    {
-                        let key = message
-                            .split('`')
-                            .nth(1)
-                            .unwrap_or("snapshot_retain_last")
-                            .to_owned();
-                        return Err(self.bad_value(&at(&key), &message));
-                    }
-                    match crate::sinks::lake_location(&named, self.base_dir, store) {
-                        Ok(Some(l)) => Some((l.warehouse, Some(l.namespace))),
-                        Ok(None) => None,
-                        Err(crate::sinks::SinkError::Config { message, .. }) => {
-                            let key = ["table_namespace", "catalog_table", "object_store"]
-                                .into_iter()
-                                .find(|k| message.contains(k))
-                                .unwrap_or("warehouse");
-                            return Err(self.bad_value(&at(key), &message));
-                        }
-                        Err(other) => {
-                            return Err(self.bad_value(&at("warehouse"), &other.to_string()));
-                        }
-                    }
-                }
-                SinkConnector::AthenaIceberg(c) => {
-                    if !c.warehouse.starts_with("s3://") {
-                        return Err(self.bad_value(&at("warehouse"), "must be an s3:// URI"));
-                    }
-                    if let Some(b) = &c.athena_results_s3_bucket {
-                        self.check_bucket(&at("athena_results_s3_bucket"), b)?;
-                    }
-                    let named = Named {
-                        name: name.clone(),
-                        connector: entry.connector.clone(),
-                    };
-                    match crate::sinks::lake_location(&named, self.base_dir, store) {
-                        Ok(Some(l)) => Some((l.warehouse, Some(l.namespace))),
-                        Ok(None) => None,
-                        Err(crate::sinks::SinkError::Config { message, .. }) => {
-                            let key = ["glue_database_name", "object_store"]
-                                .into_iter()
-                                .find(|k| message.contains(k))
-                                .unwrap_or("warehouse");
-                            return Err(self.bad_value(&at(key), &message));
-                        }
-                        Err(other) => {
-                            return Err(self.bad_value(&at("warehouse"), &other.to_string()));
-                        }
-                    }
-                }
-                SinkConnector::Athena(c) => {
-                    self.check_bucket(&at("s3_bucket"), &c.s3_bucket)?;
-                    if let Some(b) = &c.athena_results_s3_bucket {
-                        self.check_bucket(&at("athena_results_s3_bucket"), b)?;
-                    }
-                    None
-                }
-                SinkConnector::S3(c) => {
-                    self.check_bucket(&at("s3_bucket"), &c.s3_bucket)?;
-                    None
-                }
-                _ => None,
-            };
-            if let Some((warehouse, namespace)) = lake {
-                let key = (
-                    warehouse.trim_end_matches('/').to_owned(),
-                    namespace.unwrap_or_else(|| "default".to_owned()),
-                );
-                if !owners.insert(key.clone()) {
-                    return Err(self.bad_value(
-                        &format!("data_sinks.{name}"),
-                        &format!("warehouse '{}' namespace '{}' is already used by another sink; each lake sink owns its warehouse + namespace", key.0, key.1),
-                    ));
-                }
-            }
-        }
-        Ok(())
     }
 }
