@@ -257,6 +257,14 @@ pub struct FileSourceConfig {
     /// `BUFFER_THRESHOLD_BYTES` (default 10 MB) of input were read.
     #[serde(default)]
     pub batch_size: Option<usize>,
+    /// Seconds a file read to its end must stay unchanged to count as finished. Default 3600.
+    /// The checkpoint keeps an entry per file only up to about 32 KiB (some 250 files); past
+    /// that, entries of files read to their end leave it below a watermark, finished files
+    /// first, oldest path first. A file that changes after its entry left is read again from
+    /// the start, with a warning (nothing is lost, its old records come twice): set this above
+    /// the longest pause of files that are still appended to. A new file at any path is read.
+    #[serde(default)]
+    pub settle_secs: Option<u64>,
 }
 
 /// `S3` source: reads objects under a prefix, in key order, in the File source's formats

@@ -27,6 +27,12 @@ pub(crate) trait RecordReader: Send {
 
     /// Where a reader opened at it would continue right after the last item returned.
     fn resume_point(&self) -> Resume;
+
+    /// Whether reading ended before a last record still being written, left for the next
+    /// pass (a JSON-lines file's last line without its `\n`, cut off mid-value).
+    fn held_back(&self) -> bool {
+        false
+    }
 }
 
 /// Where to start reading a file, and how to number what follows.
