@@ -62,7 +62,10 @@ impl LakePart {
         let urls = self
             .files
             .iter()
-            .map(ListingTableUrl::parse)
+            // The URL parser percent-decodes the path, and data file paths hold literal
+            // `%` escapes (partition directories, see `schema::naming`): escape the `%`
+            // itself so the file is found under its real name.
+            .map(|file| ListingTableUrl::parse(file.replace('%', "%25")))
             .collect::<DfResult<Vec<_>>>()?;
         let options =
             ListingOptions::new(Arc::new(ParquetFormat::default())).with_file_extension(".parquet");
