@@ -32,11 +32,11 @@ use crate::aws::{Aws, AwsError, SdkFailure, is_retryable_code};
 
 /// Size of each part of a multipart upload, and the buffer a streamed file fills before its
 /// first part is sent (S3's minimum part size is 5 MiB).
+pub const PART_SIZE: usize = 8 << 20;
+
 /// The checksum every multipart upload names, sends with each part and lists on completion.
 const PART_CHECKSUM: aws_sdk_s3::types::ChecksumAlgorithm =
     aws_sdk_s3::types::ChecksumAlgorithm::Crc32;
-
-pub const PART_SIZE: usize = 8 << 20;
 
 /// Keys per `DeleteObjects` request (S3's maximum).
 const DELETE_BATCH: usize = 1000;
