@@ -15,7 +15,6 @@
 //! parses and validates its keys today; one that this build cannot run yet fails validation
 //! with "connector `X` (section.name) is not supported yet", never a silent no-op.
 
-use std::collections::BTreeMap;
 use std::fmt;
 use std::marker::PhantomData;
 
@@ -23,6 +22,7 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, Visitor};
 
+use super::credentials::{HttpHeaders, HttpUrl};
 use super::secret::Secret;
 
 /// A family of connector types that can appear under one section.
@@ -368,11 +368,15 @@ pub struct HttpClientSourceConfig {
     /// Connector version pin. Accepted for compatibility.
     #[serde(default)]
     pub version: Option<String>,
-    /// URL of the first page.
-    pub url: String,
-    /// Extra request headers (not secrets: use `bearer_token` for credentials).
+    /// URL of the first page. One that carries a credential (a query parameter named as one,
+    /// such as `api_key`, `token` or `sig`, or a `user:password@`) must be a whole `${NAME}`
+    /// reference; such values are shown as `***` wherever the URL is printed.
+    pub url: HttpUrl,
+    /// Extra request headers. One named as a credential (`Authorization`, `Cookie`,
+    /// `X-API-Key`, a name holding `token`, `secret`, `password`, `auth`, `key`...) is a
+    /// secret: its value must be a `${NAME}` reference and is never printed.
     #[serde(default)]
-    pub headers: BTreeMap<String, String>,
+    pub headers: HttpHeaders,
     /// Bearer token sent as `Authorization: Bearer ...`: a `${NAME}` reference.
     #[serde(default)]
     pub bearer_token: Option<Secret>,

@@ -144,7 +144,7 @@ impl RecordReader for JsonLinesReader {
             // unfinished at the offset before it) instead of rejecting half a record.
             if !newline
                 && !self.complete
-                && serde_json::from_slice::<serde_json::Value>(text).is_err_and(|e| e.is_eof())
+                && serde_json::from_slice::<serde::de::IgnoredAny>(text).is_err_and(|e| e.is_eof())
             {
                 self.offset = start;
                 self.line_no -= 1;

@@ -113,8 +113,10 @@
 //! - [`FailureCode::Malformed`]: bad JSON, a CSV row with the wrong number of fields or invalid
 //!   UTF-8, an element or document cut off by the end of the file;
 //! - [`FailureCode::NotAnObject`]: valid JSON that is not an object (`42`, `[1]`);
-//! - [`FailureCode::TooLarge`]: a record longer than [`FileSourceOptions::max_record_bytes`];
-//!   only a prefix is ever held. In CSV an over-long record (usually an unclosed quote) also
+//! - [`FailureCode::TooLarge`]: a record longer than [`FileSourceOptions::max_record_bytes`]
+//!   (only a prefix is ever held), or a JSON record whose values would take more than
+//!   [`FileSourceOptions::max_record_memory`] once parsed, estimated from its text before
+//!   parsing (its number of values, each taken at 128 bytes, plus its length). In CSV an over-long record (usually an unclosed quote) also
 //!   ends reading of that file.
 //!
 //! # Errors
@@ -361,6 +363,11 @@ pub struct FileSourceOptions {
     /// A longer record becomes a [`FailureCode::TooLarge`](crate::deadletter::FailureCode)
     /// deadletter.
     pub max_record_bytes: usize,
+    /// A JSON record whose parsed values would take more memory than this, as estimated
+    /// from its text (see [`FileSourceOptions::DEFAULT_MAX_RECORD_MEMORY`]), becomes a
+    /// [`FailureCode::TooLarge`](crate::deadletter::FailureCode) deadletter before it is
+    /// parsed.
+    pub max_record_memory: u64,
     /// Hand JSON-lines records out unparsed, in
     /// [`SourceRecord::unparsed`](crate::sources::SourceRecord::unparsed), for a caller that
     /// types them from their text itself (and calls [`SourceBatch::parse_unparsed`] for the
@@ -381,8 +388,13 @@ impl FileSourceOptions {
     /// The default number of input bytes in a batch: 10 MB (decimal, like the product's
     /// buffer threshold default).
     pub const DEFAULT_BATCH_BYTES: u64 = 10_000_000;
-    /// The default maximum record size.
-    pub const DEFAULT_MAX_RECORD_BYTES: usize = 64 * 1024 * 1024;
+    /// The default maximum record size: 16 MiB.
+    pub const DEFAULT_MAX_RECORD_BYTES: usize = 16 * 1024 * 1024;
+    /// The default memory a record may take parsed: 128 MiB. JSON text expands when parsed,
+    /// by up to some 60 times for small values (`[0,0,0,...]`: 2 bytes of text, about 115
+    /// bytes as a value, measured), so the byte limit alone does not bound memory; a 16 MiB
+    /// record of long strings stays well under this, one of a million tiny values does not.
+    pub const DEFAULT_MAX_RECORD_MEMORY: u64 = 128 * 1024 * 1024;
     /// The default settle time: one hour.
     pub const DEFAULT_SETTLE: Duration = Duration::from_secs(3600);
     /// The default budget of the checkpoint's entries: 32 KiB (about 250 files with paths of
@@ -400,6 +412,7 @@ impl Default for FileSourceOptions {
             batch_rows: Self::DEFAULT_BATCH_ROWS,
             batch_bytes: Self::DEFAULT_BATCH_BYTES,
             max_record_bytes: Self::DEFAULT_MAX_RECORD_BYTES,
+            max_record_memory: Self::DEFAULT_MAX_RECORD_MEMORY,
             unparsed_json_lines: false,
             settle: Self::DEFAULT_SETTLE,
             checkpoint_bytes: Self::DEFAULT_CHECKPOINT_BYTES,
@@ -759,6 +772,7 @@ impl Inputs for FileInputs {
         let ctx = FileContext {
             uri: file.display.clone(),
             max_record_bytes: self.options.max_record_bytes.max(1),
+            max_record_memory: self.options.max_record_memory,
         };
         let mut start = self.starts[index];
         if file.format == FileFormat::Parquet {
