@@ -75,10 +75,13 @@ class Handler(http.server.BaseHTTPRequestHandler):
 
     def _send(self, status, headers, body):
         self.send_response(status)
+        length = str(len(body))
         for k, v in headers:
-            if k.lower() not in HOP_BY_HOP and k.lower() != "content-length":
+            if k.lower() == "content-length" and self.command == "HEAD":
+                length = v  # a HEAD answer has no body but the object's length
+            elif k.lower() not in HOP_BY_HOP and k.lower() != "content-length":
                 self.send_header(k, v)
-        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Content-Length", length)
         self.end_headers()
         if self.command != "HEAD":
             self.wfile.write(body)

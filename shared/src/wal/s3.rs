@@ -51,6 +51,11 @@ pub const WATERMARK_SORT_KEY: &str = crate::state::keys::WAL_WATERMARK;
 /// writer still holds the lease.
 const CLAIM_SORT_KEY: &str = crate::state::keys::WAL_CLAIM;
 
+/// The user metadata key (`x-amz-meta-skippr-writer`) of the writer token a WAL object is
+/// created with: a fresh random value per create, so a retried create can recognise its own
+/// object.
+pub const WRITER_METADATA: &str = "skippr-writer";
+
 /// How many times an append replaces an orphaned body before giving up.
 const MAX_ORPHAN_RETRIES: usize = 3;
 
@@ -173,27 +178,78 @@ impl Objects {
         self.aws.block_on(self.get_async(name))
     }
 
-    /// Create the object; `Ok(false)` when it already exists.
+    /// Create the object; `Ok(false)` when it already exists and is not this call's.
+    ///
+    /// The PUT carries `If-None-Match: *` and a fresh writer token in its metadata
+    /// ([`WRITER_METADATA`]). A request whose first attempt applied and then failed (a timeout,
+    /// a 5xx, a dropped connection) is retried by the SDK, and the retry is refused with `412`;
+    /// or the failure reaches us. Either way the object is examined (`HEAD`): the same token
+    /// and length means this call created it, which is success, not a conflict.
     fn put_new(&self, name: &str, bytes: Vec<u8>) -> Result<bool, WalError> {
         let key = format!("{}{}", self.prefix, name);
+        let token = uuid::Uuid::new_v4().simple().to_string();
+        let length = bytes.len() as u64;
         let result = self.aws.block_on(async {
             self.client
                 .put_object()
                 .bucket(&self.bucket)
                 .key(&key)
                 .if_none_match("*")
+                .metadata(WRITER_METADATA, &token)
                 .body(ByteStream::from(bytes))
                 .send()
                 .await
         });
+        let failure = match result {
+            Ok(_) => return Ok(true),
+            Err(e) => SdkFailure::from_sdk(&e),
+        };
+        let refused = precondition_failed(&failure);
+        if !refused && !failure.retryable {
+            return Err(self.err("write", name, failure));
+        }
+        let writer = self.writer_of(name);
+        tracing::debug!(uri = %self.uri(name), ?writer, %token, length, %failure, "Examined the object of a conditional PUT that failed.");
+        match writer {
+            Ok(Some((found, size))) if found == token && size == length => {
+                tracing::debug!(uri = %self.uri(name), "A conditional PUT whose outcome was unknown had applied.");
+                Ok(true)
+            }
+            _ if refused => Ok(false),
+            _ => Err(self.err("write", name, failure)),
+        }
+    }
+
+    /// The writer token and length of an object (`None` when it does not exist).
+    fn writer_of(&self, name: &str) -> Result<Option<(String, u64)>, WalError> {
+        let key = format!("{}{}", self.prefix, name);
+        let result = self.aws.block_on(async {
+            self.client
+                .head_object()
+                .bucket(&self.bucket)
+                .key(&key)
+                .send()
+                .await
+        });
         match result {
-            Ok(_) => Ok(true),
+            Ok(out) => {
+                let token = out
+                    .metadata()
+                    .and_then(|m| m.get(WRITER_METADATA))
+                    .cloned()
+                    .unwrap_or_default();
+                let size = out
+                    .content_length()
+                    .and_then(|n| u64::try_from(n).ok())
+                    .unwrap_or(0);
+                Ok(Some((token, size)))
+            }
             Err(e) => {
                 let failure = SdkFailure::from_sdk(&e);
-                if precondition_failed(&failure) {
-                    Ok(false)
+                if failure.status == Some(404) {
+                    Ok(None)
                 } else {
-                    Err(self.err("write", name, failure))
+                    Err(self.err("read", name, failure))
                 }
             }
         }
