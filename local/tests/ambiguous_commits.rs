@@ -1,6 +1,6 @@
 //! Ambiguous commits on the local AWS (the moto server `tests/run` starts): every
 //! compare-and-swap and conditional put of a pass goes through the fault proxy
-//! (`tests/aws/fault_proxy.py --apply-then-fail`), which forwards every second matching
+//! (`tests/aws/fault_proxy.py --apply-then-fail`), which forwards every third matching
 //! request to moto, where it applies, and then answers `500`. The SDK retries, and the retry
 //! finds its own first attempt already applied: a failed condition that is in truth a success.
 //!
@@ -121,7 +121,14 @@ fn passes_through_the_proxy(
 ) -> (BTreeMap<String, Vec<u64>>, Value) {
     let proxy = Proxy::start(
         &endpoint(),
-        &["--apply-then-fail", AMBIGUOUS, "--every", "2", "--then", then],
+        &[
+            "--apply-then-fail",
+            AMBIGUOUS,
+            "--every",
+            "3",
+            "--then",
+            then,
+        ],
     );
     let mut expected = BTreeMap::new();
     for pass in 0..PASSES {
@@ -131,17 +138,26 @@ fn passes_through_the_proxy(
             ROWS,
             &mut expected,
         );
+        let started = std::time::Instant::now();
         let out = skipprd_command(dir)
             .args(["sync", "--once", "--output", "json"])
             .env("WAL_STORAGE", "s3")
             .env("SKIPPR_WAL_S3_BUCKET", wal_bucket)
-            .env("SKIPPR_LEASE_TTL_SECONDS", "3")
+            // Timeouts follow the lease TTL (half per operation): room for the SDK's backoff.
+            .env("SKIPPR_LEASE_TTL_SECONDS", "20")
             .env("AWS_ENDPOINT_URL", &proxy.url)
             .env("AWS_MAX_ATTEMPTS", "5")
-            .env("RUST_LOG", std::env::var("AMBIG_LOG").unwrap_or("warn".into()))
+            .env(
+                "RUST_LOG",
+                std::env::var("AMBIG_LOG").unwrap_or("warn".into()),
+            )
             .output()
             .unwrap();
         succeeded(&format!("pass {pass}"), &out);
+        println!("pass {pass} (then {then}): {:?}", started.elapsed());
+        if std::env::var_os("AMBIG_LOG").is_some() {
+            println!("{}", String::from_utf8_lossy(&out.stderr));
+        }
         let done = String::from_utf8_lossy(&out.stdout)
             .lines()
             .filter_map(|line| serde_json::from_str::<Value>(line).ok())
@@ -288,7 +304,11 @@ fn lake_case(then: &str) {
             .map(|id| id.as_u64().unwrap())
             .collect();
         assert_eq!(t["duplicate_keys"], 0, "{name}: {t}");
-        assert_eq!(t["rows"].as_u64().unwrap() as usize, ids.len(), "{name}: {t}");
+        assert_eq!(
+            t["rows"].as_u64().unwrap() as usize,
+            ids.len(),
+            "{name}: {t}"
+        );
         found.insert((*name).to_owned(), ids);
     }
     exactly_once(expected, &found);

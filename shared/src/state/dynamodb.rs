@@ -768,7 +768,6 @@ impl DynamoStore {
             }
         }
     }
-
 }
 
 impl StateStore for DynamoStore {

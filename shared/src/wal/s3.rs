@@ -62,6 +62,17 @@ const MAX_ORPHAN_RETRIES: usize = 3;
 /// Concurrent GETs while opening.
 const OPEN_CONCURRENCY: usize = 16;
 
+/// What `HEAD` says about a WAL object.
+#[derive(Debug)]
+struct Head {
+    /// The writer token ([`WRITER_METADATA`]; empty when absent).
+    token: String,
+    /// The length in bytes.
+    size: u64,
+    /// The ETag.
+    etag: Option<String>,
+}
+
 /// The commit marker's content.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -208,10 +219,8 @@ impl Objects {
         if !refused && !failure.retryable {
             return Err(self.err("write", name, failure));
         }
-        let writer = self.writer_of(name);
-        tracing::debug!(uri = %self.uri(name), ?writer, %token, length, %failure, "Examined the object of a conditional PUT that failed.");
-        match writer {
-            Ok(Some((found, size))) if found == token && size == length => {
+        match self.head(name) {
+            Ok(Some(head)) if head.token == token && head.size == length => {
                 tracing::debug!(uri = %self.uri(name), "A conditional PUT whose outcome was unknown had applied.");
                 Ok(true)
             }
@@ -220,8 +229,8 @@ impl Objects {
         }
     }
 
-    /// The writer token and length of an object (`None` when it does not exist).
-    fn writer_of(&self, name: &str) -> Result<Option<(String, u64)>, WalError> {
+    /// An object's writer token, length and ETag (`None` when it does not exist).
+    fn head(&self, name: &str) -> Result<Option<Head>, WalError> {
         let key = format!("{}{}", self.prefix, name);
         let result = self.aws.block_on(async {
             self.client
@@ -232,18 +241,18 @@ impl Objects {
                 .await
         });
         match result {
-            Ok(out) => {
-                let token = out
+            Ok(out) => Ok(Some(Head {
+                token: out
                     .metadata()
                     .and_then(|m| m.get(WRITER_METADATA))
                     .cloned()
-                    .unwrap_or_default();
-                let size = out
+                    .unwrap_or_default(),
+                size: out
                     .content_length()
                     .and_then(|n| u64::try_from(n).ok())
-                    .unwrap_or(0);
-                Ok(Some((token, size)))
-            }
+                    .unwrap_or(0),
+                etag: out.e_tag().map(str::to_owned),
+            })),
             Err(e) => {
                 let failure = SdkFailure::from_sdk(&e);
                 if failure.status == Some(404) {
@@ -252,6 +261,36 @@ impl Objects {
                     Err(self.err("read", name, failure))
                 }
             }
+        }
+    }
+
+    /// Delete the object if it is still the one whose ETag is `etag` (`If-Match`), so that a
+    /// writer deletes only what it examined, never an object another writer put since.
+    /// `Ok(false)` when the object changed; a missing object is deleted already. An endpoint
+    /// that does not implement conditional deletes (`501`) gets a plain delete.
+    fn delete_if_match(&self, name: &str, etag: &str) -> Result<bool, WalError> {
+        let key = format!("{}{}", self.prefix, name);
+        let result = self.aws.block_on(async {
+            self.client
+                .delete_object()
+                .bucket(&self.bucket)
+                .key(&key)
+                .if_match(etag)
+                .send()
+                .await
+        });
+        let failure = match result {
+            Ok(_) => return Ok(true),
+            Err(e) => SdkFailure::from_sdk(&e),
+        };
+        match failure.status {
+            Some(404) => Ok(true),
+            Some(412) => Ok(false),
+            Some(501) => {
+                self.delete(&[name.to_owned()])?;
+                Ok(true)
+            }
+            _ => Err(self.err("delete", name, failure)),
         }
     }
 
@@ -476,6 +515,7 @@ impl<'a> S3Wal<'a> {
         // Leftovers of an interrupted reclaim.
         let leftovers: Vec<u64> = found.range(..=reclaimed).map(|(id, _)| *id).collect();
         if !leftovers.is_empty() {
+            prove_lease(&config, reclaimed)?;
             delete_batches(&objects, &leftovers, &found)?;
             let warning = format!(
                 "deleted {} batch(es) at or below the reclaimed batch b{reclaimed}, left by an interrupted reclaim",
@@ -584,6 +624,9 @@ impl<'a> S3Wal<'a> {
             }
         }
         if !torn.is_empty() {
+            // Deleting is fenced: a writer whose lease was taken over while it recovered
+            // stops here instead of deleting the new holder's batch in progress.
+            prove_lease(&config, torn[0])?;
             // Each torn id's marker goes first, then its body: a marker never outlives its
             // body in a way recovery could mistake for a commit.
             let markers: Vec<String> = torn.iter().map(|id| marker_name(*id)).collect();
@@ -634,13 +677,24 @@ impl<'a> S3Wal<'a> {
 
     /// Prove the lease is still ours with a fenced write.
     fn claim(&self, id: u64) -> Result<(), WalError> {
-        let key = StateKey::new(self.config.partition.as_str(), CLAIM_SORT_KEY);
-        self.config
-            .store
-            .put(&key, &id.to_le_bytes(), Condition::Any, self.config.fence)
-            .map(|_| ())
-            .map_err(|source| WalError::State { source })
+        prove_lease(&self.config, id)
     }
+}
+
+/// Prove the writer still holds the lease before deleting WAL objects: a fenced write of
+/// [`CLAIM_SORT_KEY`] (the batch id concerned). A writer replaced since fails with
+/// [`WalError::State`] ([`crate::state::StateError::Fenced`]) and deletes nothing. Without a
+/// fence (no lease) there is nothing to prove.
+fn prove_lease(config: &S3WalConfig<'_>, id: u64) -> Result<(), WalError> {
+    if config.fence.is_none() {
+        return Ok(());
+    }
+    let key = StateKey::new(config.partition.as_str(), CLAIM_SORT_KEY);
+    config
+        .store
+        .put(&key, &id.to_le_bytes(), Condition::Any, config.fence)
+        .map(|_| ())
+        .map_err(|source| WalError::State { source })
 }
 
 fn meta_of(marker: &Marker) -> BatchMeta {
@@ -747,9 +801,20 @@ impl super::Wal for S3Wal<'_> {
                     uri: objects.uri(&body_key),
                 });
             }
+            // Examine it first, prove the lease, then delete exactly what was examined
+            // (`If-Match` its ETag): a writer that lost its lease in between cannot delete a
+            // body the new holder put since.
+            let Some(head) = objects.head(&body_key)? else {
+                continue;
+            };
             self.claim(id.0)?;
             tracing::warn!(uri = %objects.uri(&body_key), "Replacing an uncommitted WAL body left by an earlier writer.");
-            objects.delete(std::slice::from_ref(&body_key))?;
+            match &head.etag {
+                Some(etag) => {
+                    objects.delete_if_match(&body_key, etag)?;
+                }
+                None => objects.delete(std::slice::from_ref(&body_key))?,
+            }
         }
         if super::failpoint::check(super::failpoint::AFTER_DATA_WRITE) {
             return Err(WalError::Failpoint {

@@ -341,7 +341,9 @@ impl Pointer for StorePointer {
                     }
                     // Unsure (the pointer moved further, or could not be read): keep the
                     // file, harmless if unreferenced.
-                    _ => tracing::debug!(file = %location, "Kept the metadata file of a commit whose outcome is unclear."),
+                    _ => {
+                        tracing::debug!(file = %location, "Kept the metadata file of a commit whose outcome is unclear.")
+                    }
                 }
                 match swapped {
                     Err(e) => Err(e),

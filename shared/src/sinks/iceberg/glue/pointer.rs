@@ -152,7 +152,9 @@ impl Pointer for GluePointer {
                 }
             }
             // Unsure: keep the file, harmless if unreferenced.
-            _ => tracing::debug!(file = %location, "Kept the metadata file of a commit whose outcome is unclear."),
+            _ => {
+                tracing::debug!(file = %location, "Kept the metadata file of a commit whose outcome is unclear.")
+            }
         }
         if conflict {
             Err(commit_conflict(
