@@ -13,13 +13,14 @@
 //!   serve buckets by path);
 //! - **timeouts**: every request is bounded, so that none outlives the writer's lease: the
 //!   whole operation (every attempt and the backoff between them) by half the lease TTL, each
-//!   attempt by a quarter of it, connecting by 3.1 s (or the attempt timeout when shorter).
-//!   The TTL is `SKIPPR_LEASE_TTL_SECONDS` (default 30 s: 15 s per operation, 7.5 s per
-//!   attempt); [`timeouts_for_lease`] is the rule. The lease is renewed every TTL/3, so a
-//!   request that starts under a renewed lease ends (or is abandoned) before that lease can
-//!   expire. A slow link that needs longer for a big WAL body needs a longer TTL. Response
-//!   bodies streamed after the operation returned are guarded by the SDK's stalled-stream
-//!   protection instead;
+//!   attempt by a quarter of it (at least 5 s and 2 s), connecting by 3.1 s (or the attempt
+//!   timeout when shorter). The TTL is `SKIPPR_LEASE_TTL_SECONDS` (default 30 s: 15 s per
+//!   operation, 7.5 s per attempt); [`timeouts_for_lease`] is the rule. The lease is renewed
+//!   every TTL/3, so a request that starts under a renewed lease ends (or is abandoned) before
+//!   that lease can expire. TTLs under 10 s (tests) get the floors, and their requests may
+//!   outlive the lease. A slow link that needs longer for a big WAL body needs a longer TTL.
+//!   Response bodies streamed after the operation returned are guarded by the SDK's
+//!   stalled-stream protection instead;
 //! - **retries**: the SDK's standard mode (exponential backoff with jitter on throttling,
 //!   5xx and transport errors): `AWS_MAX_ATTEMPTS` (default 3) and `AWS_RETRY_MODE` tune it.
 //!   An error that survives the retries is reported with [`SdkFailure::retryable`] set when a
@@ -45,13 +46,21 @@ use aws_smithy_types::error::metadata::ProvideErrorMetadata;
 /// The connect timeout when the attempt timeout is longer (the SDK's default).
 const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_millis(3100);
 
+/// The shortest operation timeout, whatever the TTL: a loaded machine or the SDK's retry
+/// backoff (about 1 s before the first retry) must not fail requests of a test-sized lease.
+pub const MIN_OPERATION_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// The shortest attempt timeout, whatever the TTL.
+pub const MIN_ATTEMPT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// The timeouts of every AWS request for a writer lease of `ttl` (see the module docs): the
-/// operation within `ttl / 2`, each attempt within `ttl / 4`, connecting within 3.1 s or the
+/// operation within `ttl / 2`, each attempt within `ttl / 4` (at least
+/// [`MIN_OPERATION_TIMEOUT`] and [`MIN_ATTEMPT_TIMEOUT`]), connecting within 3.1 s or the
 /// attempt timeout, whichever is shorter.
 pub fn timeouts_for_lease(ttl: std::time::Duration) -> aws_config::timeout::TimeoutConfig {
-    let attempt = ttl / 4;
+    let attempt = (ttl / 4).max(MIN_ATTEMPT_TIMEOUT);
     aws_config::timeout::TimeoutConfig::builder()
-        .operation_timeout(ttl / 2)
+        .operation_timeout((ttl / 2).max(MIN_OPERATION_TIMEOUT))
         .operation_attempt_timeout(attempt)
         .connect_timeout(attempt.min(CONNECT_TIMEOUT))
         .build()
@@ -707,15 +716,14 @@ mod tests {
         );
         assert_eq!(t.connect_timeout(), Some(CONNECT_TIMEOUT));
         let short = timeouts_for_lease(std::time::Duration::from_secs(2));
-        assert_eq!(
-            short.connect_timeout(),
-            Some(std::time::Duration::from_millis(500))
-        );
+        assert_eq!(short.operation_timeout(), Some(MIN_OPERATION_TIMEOUT));
+        assert_eq!(short.operation_attempt_timeout(), Some(MIN_ATTEMPT_TIMEOUT));
+        assert_eq!(short.connect_timeout(), Some(MIN_ATTEMPT_TIMEOUT));
     }
 
     /// A server that accepts the connection and never answers: the request gives up with a
-    /// retryable timeout (within the operation timeout, half the 2 s lease TTL here) instead
-    /// of waiting for ever. The 60 s bound only keeps a regression from hanging the suite.
+    /// retryable timeout (within the operation timeout, 5 s for the 2 s lease TTL here)
+    /// instead of waiting for ever. The 60 s bound only keeps a regression from hanging the suite.
     #[test]
     fn a_request_to_a_hung_server_times_out_as_retryable() {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
