@@ -10,7 +10,10 @@
 //!     and CRC32C and the batch's parts (namespace, schema version, rows).
 //!
 //!   Both are written with `If-None-Match: *`, body first: a batch id can be written once, and
-//!   a batch is committed when its marker exists and matches its body.
+//!   a batch is committed when its marker exists and matches its body. Each put carries a
+//!   fresh writer token ([`WRITER_METADATA`]): a `412` (or a failure) after which the object
+//!   has this put's token and length is this put's own first attempt, applied before the
+//!   SDK retried it, and so a success.
 //! - The **watermark**, the id reclaimed through (with the newest position), is the state
 //!   store item `wal#reclaimed`, written fenced by the writer's lease before anything is
 //!   deleted; it keeps ids from being reused once every object is gone.
@@ -21,6 +24,9 @@
 //!   its lease racing the new holder): when it lies above the newest batch whose position the
 //!   state store recorded, the source never moved past it, so it is discarded (marker, then
 //!   body) and its id is used again; at or below that batch it is [`WalError::Corrupt`].
+//!   Recovery deletes nothing before a fenced write proves the writer still holds the lease
+//!   (`wal#claim`); an orphaned body an append replaces is deleted `If-Match` the ETag it
+//!   examined, after the same proof.
 //! - **Reclaim** writes the watermark, then deletes the markers, then the bodies.
 //!
 //! Requests: an append is 2 PUTs; a reclaim is 1 state write and 2 `DeleteObjects` per 1000
