@@ -10,9 +10,9 @@ request to UPSTREAM_URL unchanged (headers too, so SigV4 signatures stay valid),
   `503 SlowDown` (XML), DynamoDB requests (`X-Amz-Target: DynamoDB_...`) a
   `400 ThrottlingException` (JSON), alternating with a `500 InternalError`/`InternalServerError`.
 - `--always`: every request fails that way (to see the error reported as retryable).
-- `--apply-then-fail OPS`: an ambiguous outcome instead. Every N-th request (`--every N`,
-  default 2) among those matching one of OPS (comma-separated) is FORWARDED to the upstream,
-  which applies it, and then answered with a `500` (DynamoDB `InternalServerError`, Glue
+- `--apply-then-fail OPS`: an ambiguous outcome instead. The first request of each op of OPS
+  (comma-separated), and every N-th after it (`--every N`, default 2; counted per op), is
+  FORWARDED to the upstream, which applies it, and then answered with a `500` (DynamoDB `InternalServerError`, Glue
   `InternalServiceException`, S3 `InternalError`): the request applied, the client sees a
   failure, and the SDK retries it. No other request is failed. An op is an `X-Amz-Target`
   value (`DynamoDB_20120810.UpdateItem`, `AWSGlue.UpdateTable`, `AWSGlue.CreateTable`, ...)
@@ -148,7 +148,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
             if APPLY_THEN_FAIL:
                 if op in APPLY_THEN_FAIL:
                     COUNT["matching"] += 1
-                    apply_then_fail = COUNT["matching"] % EVERY == 0
+                    seen = COUNT.setdefault("per_op", {})
+                    seen[op] = seen.get(op, 0) + 1
+                    apply_then_fail = (seen[op] - 1) % EVERY == 0
             else:
                 fault = ALWAYS or (EVERY > 0 and n % EVERY == 0)
             if fault or apply_then_fail:
