@@ -118,7 +118,7 @@ pub fn discover(
     let store = schema_store(&config.settings, pipeline, options.aws.as_ref())?;
     // The schema file is the pipeline's state too: take the writer lease, so that discover
     // never overwrites it under a running `sync`.
-    let held = Held::take(&config.settings, pipeline, options.lease_wait)?;
+    let held = Held::take(&config.settings, pipeline, options.lease_wait, observer)?;
     let report = discover_into(config, pipeline, options, &store, observer);
     drop(held);
     report
