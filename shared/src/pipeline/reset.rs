@@ -99,7 +99,11 @@ impl Known {
         ]
         .into_iter()
         .filter_map(|(id, what)| id.map(|id| (id, what)))
-        .max_by_key(|(id, _)| *id)
+        // The first of equals: the position, which every other id follows.
+        .fold(None, |best: Option<(u64, &'static str)>, (id, what)| match best {
+            Some((b, _)) if b >= id => best,
+            _ => Some((id, what)),
+        })
     }
 
     /// Whether the store knows nothing of earlier batches (a new pipeline, or a store that was
