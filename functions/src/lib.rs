@@ -16,7 +16,9 @@
 //! with the S3 client; relative paths resolve against `LAMBDA_TASK_ROOT`) when set, else
 //! `SKIPPR_CONFIG_FILE`, else the first config file name (`skippr.yml`, ...) in
 //! `LAMBDA_TASK_ROOT` (a function with no config file fails). `DATA_DIR` defaults to
-//! [`env::DEFAULT_DATA_DIR`] (`/tmp` is the only writable place of a function).
+//! [`env::DEFAULT_DATA_DIR`] (`/tmp` is the only writable place of a function), and every
+//! pipeline's local state goes there whatever its `data_dir` says
+//! ([`env::keep_state_in_scratch`]): a function creates nothing in the read-only task root.
 //!
 //! The WAL and the state store must outlive the execution environment: a config whose WAL is on
 //! disk (`WAL_STORAGE` other than `s3`) or whose store is the embedded one is refused,
