@@ -12,6 +12,7 @@ mod held;
 pub mod maintain;
 mod replay;
 pub mod reset;
+mod schema_save;
 pub mod source;
 pub mod store;
 pub mod sync;

@@ -42,6 +42,7 @@ use super::discover::{schema_store, transform_options};
 use super::events::{Event, Observer};
 use super::held::Held;
 use super::reset::{Known, check_continues, check_tables};
+use super::schema_save::{Fenced, save_schema};
 use super::replay::{REPLAYED_NAMESPACE, ReplayPlan, replay_unsupported, replayed_batch};
 use super::source::{open_source_unparsed_at, read_ahead_with};
 use super::typing::{Typing, infer_and_type};
@@ -390,17 +391,21 @@ pub fn sync_pass(
                         .map_err(schema_err)?;
                         typing.publish(&schema);
                         if !inferred.changes.is_empty() {
-                            schemas.save(&schema).map_err(schema_err)?;
+                            // Fenced, and merged into what is saved: never narrowing it.
+                            let lease = Fenced {
+                                store: &**store,
+                                partition,
+                                fence,
+                            };
+                            let saved = save_schema(&schemas, &schema, Some(lease), &name)?;
+                            if saved.schema != schema {
+                                schema = saved.schema;
+                                typing.publish(&schema);
+                            }
+                            if let Some(version) = saved.version {
+                                schema_version = version;
+                            }
                             failpoint(failpoint::AFTER_SCHEMA_SAVE).map_err(wal_err)?;
-                            schema_version += 1;
-                            store
-                                .put(
-                                    &version_key,
-                                    schema_version.to_string().as_bytes(),
-                                    Condition::Any,
-                                    fence,
-                                )
-                                .map_err(state_err)?;
                             observer.event(&Event::SchemaEvolved {
                                 pipeline: name.clone(),
                                 version: schema_version,
