@@ -924,7 +924,11 @@ fn the_functions_create_nothing_in_the_task_root_whatever_data_dir_says() {
     for path in before.iter().filter(|p| p.is_dir()) {
         std::fs::set_permissions(path, writable.clone()).unwrap();
     }
-    assert_eq!(tree(project.task_root.path()), before, "the task root changed");
+    assert_eq!(
+        tree(project.task_root.path()),
+        before,
+        "the task root changed"
+    );
     assert!(
         project.scratch.path().join("default_events").is_dir(),
         "the state directory is in the scratch DATA_DIR"

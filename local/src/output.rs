@@ -287,7 +287,9 @@ fn describe(event: &Event) -> Option<String> {
             wait_ms,
         } => {
             let until = match expires_in_ms {
-                Some(ms) if *ms >= 0 => format!("its lease expires in {:.1} s", *ms as f64 / 1000.0),
+                Some(ms) if *ms >= 0 => {
+                    format!("its lease expires in {:.1} s", *ms as f64 / 1000.0)
+                }
                 Some(ms) => format!(
                     "its lease expired {:.1} s ago by its clock",
                     -(*ms as f64) / 1000.0

@@ -138,7 +138,9 @@ fn lose_the_wal_then_reset(dir: &Path, holder: &str) {
     assert_eq!(run.code, 2, "{}\n{}", run.stdout, run.stderr);
     assert!(
         run.stdout.contains("Would reset pipeline 'events'")
-            && run.stdout.contains("new id floor: 1 (the next batch gets id 2)"),
+            && run
+                .stdout
+                .contains("new id floor: 1 (the next batch gets id 2)"),
         "{}",
         run.stdout
     );
@@ -179,10 +181,7 @@ fn a_lost_disk_wal_with_the_dynamodb_store_is_refused_until_reset() {
 #[test]
 fn a_lost_state_directory_with_the_embedded_store_is_refused_until_reset() {
     let dir = project(None);
-    lose_the_wal_then_reset(
-        dir.path(),
-        "shows as landed (`skippr.landed.*`) batch 1",
-    );
+    lose_the_wal_then_reset(dir.path(), "shows as landed (`skippr.landed.*`) batch 1");
 }
 
 #[test]
@@ -208,7 +207,9 @@ fn a_sync_waiting_for_a_held_local_lock_says_so_once() {
         .collect();
     assert_eq!(
         said,
-        ["Waiting for the writer lease of pipeline 'events', held by pid 4242 on elsewhere (held until that process ends); giving up after 5.0 s."],
+        [
+            "Waiting for the writer lease of pipeline 'events', held by pid 4242 on elsewhere (held until that process ends); giving up after 5.0 s."
+        ],
         "{}",
         run.stderr
     );

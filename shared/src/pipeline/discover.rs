@@ -377,24 +377,39 @@ mod tests {
     /// held a column (or only small values of a widened one) narrowed the saved schema.
     #[test]
     fn a_second_discover_merges_into_the_saved_schema_and_never_narrows_it() {
-        let (dir, config) = project(
-            "{\"kind\":\"a\",\"n\":5000000000,\"gone\":\"x\"}\n{\"kind\":\"b\",\"m\":1}\n",
-        );
+        let (dir, config) =
+            project("{\"kind\":\"a\",\"n\":5000000000,\"gone\":\"x\"}\n{\"kind\":\"b\",\"m\":1}\n");
         let pipeline = config.pipeline(None).unwrap();
         let store = MemorySchemaStore::default();
         let options = DiscoverOptions::default();
-        discover_into(&config, pipeline, &options, &store, &mut Recorder::default()).unwrap();
+        discover_into(
+            &config,
+            pipeline,
+            &options,
+            &store,
+            &mut Recorder::default(),
+        )
+        .unwrap();
         std::fs::write(
             dir.path().join("events.jsonl"),
             "{\"kind\":\"a\",\"n\":1,\"new\":true}\n",
         )
         .unwrap();
-        let report =
-            discover_into(&config, pipeline, &options, &store, &mut Recorder::default()).unwrap();
+        let report = discover_into(
+            &config,
+            pipeline,
+            &options,
+            &store,
+            &mut Recorder::default(),
+        )
+        .unwrap();
         let saved = store.load().unwrap();
         assert_eq!(saved, report.schema);
         let a: Vec<String> = field_paths(&saved.namespaces["a"].fields);
-        assert_eq!(a, ["gone: string", "kind: string", "n: long", "new: boolean"]);
+        assert_eq!(
+            a,
+            ["gone: string", "kind: string", "n: long", "new: boolean"]
+        );
         assert!(saved.namespaces.contains_key("b"), "a namespace stays too");
         assert_eq!(saved.namespaces["a"].records, 1, "counts are this run's");
     }

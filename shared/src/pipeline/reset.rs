@@ -6,7 +6,7 @@
 //! below a table's landed id is skipped as delivered. A disk WAL that is lost (a deleted
 //! state directory, a new machine) starts again at id 1 while those ids stay high, so new
 //! batches would be skipped and reclaimed: rows lost without a word. So every pass first
-//! checks ([`check_continues`], [`check_tables`]) that no id the state store or the tables
+//! checks (`check_continues`, `check_tables`) that no id the state store or the tables
 //! hold is above the WAL's newest id, and refuses to run otherwise, naming both ids.
 //!
 //! [`reset`] is the deliberate way out. Under the writer lease it records the **id floor**
@@ -24,10 +24,10 @@ use serde::Serialize;
 use crate::config::validate::{ValidatedConfig, ValidatedPipeline, WalLocation};
 use crate::state::{Condition, StateKey, StateStore, keys};
 
+use super::PipelineError;
 use super::events::{Event, Observer};
 use super::held::Held;
 use super::sync::{WalPlace, decode_position, open_wal};
-use super::PipelineError;
 
 /// What the state store says about the batch ids a pipeline has used.
 #[derive(Debug, Clone, Default)]
@@ -237,7 +237,13 @@ pub fn reset(
         ),
         (None, false) => None,
     };
-    let held = Held::take_with(settings, pipeline, options.lease_wait, aws.as_ref(), observer)?;
+    let held = Held::take_with(
+        settings,
+        pipeline,
+        options.lease_wait,
+        aws.as_ref(),
+        observer,
+    )?;
     let (store, partition) = (&*held.store, held.partition.as_str());
     let fence = Some(held.fence());
     let known = Known::read(store, partition, &name)?;

@@ -147,7 +147,14 @@ impl LocalLease {
         wait: Duration,
         open_store: impl FnOnce() -> Result<S, StateError>,
     ) -> Result<(LocalLease, S), StateError> {
-        LocalLease::acquire_observed(state_dir, pipeline, partition, wait, &mut |_| {}, open_store)
+        LocalLease::acquire_observed(
+            state_dir,
+            pipeline,
+            partition,
+            wait,
+            &mut |_| {},
+            open_store,
+        )
     }
 
     /// [`LocalLease::acquire`], telling `on_wait` once when the lock is held by another

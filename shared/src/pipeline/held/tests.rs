@@ -46,8 +46,8 @@ fn a_frozen_writer_keeps_its_disk_wal_even_after_its_dynamodb_lease_expires() {
     let settings = &config.settings;
     assert_eq!(settings.lease_ttl, Duration::from_secs(1));
 
-    let first = Held::take_with(settings, pipeline, Duration::ZERO, Some(&aws), &mut Silent)
-        .unwrap();
+    let first =
+        Held::take_with(settings, pipeline, Duration::ZERO, Some(&aws), &mut Silent).unwrap();
     let first_token = first.fence().token;
     // Frozen: no more heartbeats, so its DynamoDB lease expires after 1 s; its file lock stays.
     let lock = first.freeze();
@@ -95,11 +95,7 @@ fn a_writer_waiting_for_a_held_dynamodb_lease_says_whom_it_waits_for() {
     let (_dir, config) = project(&table);
     let pipeline = config.pipeline(None).unwrap();
     let store = DynamoStore::open(&aws, &table).unwrap();
-    let partition = partition_key(
-        &config.settings.tenant,
-        &config.settings.workspace,
-        "p",
-    );
+    let partition = partition_key(&config.settings.tenant, &config.settings.workspace, "p");
     // Held elsewhere (another machine: no file lock here), with heartbeats, for 30 s.
     let other = DynamoLease::acquire(
         Arc::new(store),

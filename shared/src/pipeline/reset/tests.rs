@@ -82,7 +82,10 @@ fn a_lost_wal_is_refused_and_reset_numbers_above_every_used_id() {
     // Unconfirmed: reported, nothing changed.
     let mut seen = Recorder::default();
     let err = reset(&config, pipeline, &ResetOptions::default(), &mut seen).unwrap_err();
-    assert!(matches!(err, PipelineError::ResetNotConfirmed { .. }), "{err}");
+    assert!(
+        matches!(err, PipelineError::ResetNotConfirmed { .. }),
+        "{err}"
+    );
     assert!(err.is_config());
     let Some(Event::Reset { report, .. }) = seen.0.last() else {
         panic!("no reset event: {:?}", seen.0)

@@ -45,14 +45,12 @@ fn a_save_keeps_every_saved_column_and_its_widest_type() {
     let narrow = schema(&[("flag", FieldType::Boolean), ("id", FieldType::Int)], 3);
     let saved = save_schema(&schemas, &narrow, None, "p").unwrap();
     assert!(saved.changed);
-    let expected = [
-        "flag: boolean",
-        "id: long",
-        "name: string",
-        "price: double",
-    ];
+    let expected = ["flag: boolean", "id: long", "name: string", "price: double"];
     assert_eq!(fields(&saved.schema), expected);
-    assert_eq!(saved.schema.namespaces["events"].records, 3, "the caller's count");
+    assert_eq!(
+        saved.schema.namespaces["events"].records, 3,
+        "the caller's count"
+    );
     assert_eq!(fields(&schemas.load().unwrap()), expected);
     // Saving what is already there writes nothing.
     let again = save_schema(&schemas, &narrow, None, "p").unwrap();
@@ -105,5 +103,8 @@ fn a_writer_whose_lease_was_taken_over_saves_nothing() {
     )
     .unwrap();
     assert_eq!(saved.version, Some(2));
-    assert_eq!(fields(&schemas.load().unwrap()), ["id: long", "now: string"]);
+    assert_eq!(
+        fields(&schemas.load().unwrap()),
+        ["id: long", "now: string"]
+    );
 }
