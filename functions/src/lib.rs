@@ -12,10 +12,14 @@
 //! pipelines that is a non-retryable event error.
 //!
 //! ## Config
-//! Loaded and validated once, at init: from `SKIPPR_CONFIG_S3_URI` (`s3://bucket/key`, fetched
+//! Loaded and validated once per execution environment, at init: from `SKIPPR_CONFIG_S3_URI` (`s3://bucket/key`, fetched
 //! with the S3 client; relative paths resolve against `LAMBDA_TASK_ROOT`) when set, else
 //! `SKIPPR_CONFIG_FILE`, else the first config file name (`skippr.yml`, ...) in
-//! `LAMBDA_TASK_ROOT` (a function with no config file fails). `DATA_DIR` defaults to
+//! `LAMBDA_TASK_ROOT` (a function with no config file fails). An init that failed is not kept:
+//! the next invocation of the same warm environment tries it again (the schedule may fire
+//! before the config object is uploaded, an IAM policy may still be propagating, S3 may answer
+//! 5xx), so the environment recovers once the cause is gone instead of returning the old error
+//! for its lifetime. `DATA_DIR` defaults to
 //! [`env::DEFAULT_DATA_DIR`] (`/tmp` is the only writable place of a function), and every
 //! pipeline's local state goes there whatever its `data_dir` says
 //! ([`env::keep_state_in_scratch`]): a function creates nothing in the read-only task root.
@@ -49,7 +53,7 @@
 //!   Runtime API has no way to say "do not retry": the prefix is for alarms and the on-failure
 //!   destination; a non-retryable error fails the same way again, quickly.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use lambda_runtime::{Diagnostic, LambdaEvent, service_fn};
 
@@ -83,9 +87,32 @@ pub fn diagnostic(e: &ServerlessError) -> Diagnostic {
     }
 }
 
-/// Init (AWS handle, config; a failure is returned by every invocation, non-retryably unless
-/// it says otherwise), then serve invocations with `handle` on a blocking thread until the
-/// Runtime API goes away.
+/// The function of this execution environment once an init succeeded.
+#[derive(Default)]
+struct Initialised(Mutex<Option<Arc<Function>>>);
+
+impl Initialised {
+    /// The function, initialising it now if no init has succeeded yet (a failed init is never
+    /// kept: the next invocation tries again).
+    fn get(&self, name: &str) -> Result<Arc<Function>, ServerlessError> {
+        let mut slot = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(function) = slot.as_ref() {
+            return Ok(function.clone());
+        }
+        let function = Arc::new(Function::init_from_process()?);
+        tracing::info!(
+            function = name,
+            pipelines = function.config.pipelines.len(),
+            "Initialised on invocation, after a failed init."
+        );
+        *slot = Some(function.clone());
+        Ok(function)
+    }
+}
+
+/// Init (AWS handle, config), then serve invocations with `handle` on a blocking thread until
+/// the Runtime API goes away. An init that fails is logged and tried again by each invocation
+/// until one succeeds; the invocation returns the error of its own attempt.
 pub fn serve<F>(name: &'static str, handle: F) -> Result<(), lambda_runtime::Error>
 where
     F: Fn(&Function, serde_json::Value, u64) -> Result<serde_json::Value, ServerlessError>
@@ -95,19 +122,22 @@ where
 {
     init_logging();
     let started = std::time::Instant::now();
-    let function = Function::init_from_process();
-    match &function {
-        Ok(f) => tracing::info!(
-            function = name,
-            pipelines = f.config.pipelines.len(),
-            init_ms = started.elapsed().as_secs_f64() * 1000.0,
-            "Initialised."
-        ),
+    let initialised = Initialised::default();
+    match Function::init_from_process() {
+        Ok(f) => {
+            tracing::info!(
+                function = name,
+                pipelines = f.config.pipelines.len(),
+                init_ms = started.elapsed().as_secs_f64() * 1000.0,
+                "Initialised."
+            );
+            *initialised.0.lock().unwrap_or_else(PoisonError::into_inner) = Some(Arc::new(f));
+        }
         Err(e) => {
-            tracing::error!(function = name, error = %e, error_type = %e.error_type(), "Init failed; every invocation will return this error.")
+            tracing::error!(function = name, error = %e, error_type = %e.error_type(), "Init failed; the next invocation tries again.")
         }
     }
-    let state = Arc::new((function, handle));
+    let state = Arc::new((initialised, handle));
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
@@ -120,16 +150,16 @@ where
                 let request_id = context.request_id.clone();
                 let context_id = request_id.clone();
                 let outcome = tokio::task::spawn_blocking(move || {
-                    let (function, handle) = &*state;
-                    match function {
-                        Ok(function) => match handle(function, payload, context.deadline) {
+                    let (initialised, handle) = &*state;
+                    match initialised.get(name) {
+                        Ok(function) => match handle(&function, payload, context.deadline) {
                             Ok(summary) => {
                                 tracing::info!(request_id = %request_id, summary = %summary, "Invocation done.");
                                 Ok(summary)
                             }
                             Err(e) => Err(logged(&request_id, &e)),
                         },
-                        Err(e) => Err(logged(&request_id, e)),
+                        Err(e) => Err(logged(&request_id, &e)),
                     }
                 })
                 .await;

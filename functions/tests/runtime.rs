@@ -934,3 +934,62 @@ fn the_functions_create_nothing_in_the_task_root_whatever_data_dir_says() {
         "the state directory is in the scratch DATA_DIR"
     );
 }
+
+/// Issue 21 item 1: the schedule fired before the config object was uploaded. The init fails
+/// (the object is missing) and the invocation returns that error; once the object is there, the
+/// next invocation of the same warm process runs the pass instead of returning the old error.
+#[test]
+fn a_failed_init_is_tried_again_by_the_next_invocation_of_the_warm_function() {
+    reader_python();
+    let project = Project::new();
+    project.write("a.jsonl", 0..20);
+    let aws = skipprd::aws::Aws::load(Some("us-east-1")).unwrap();
+    let client = aws.s3(None);
+    let config = project.task_root.path().join("skippr.yml");
+    let text = std::fs::read(&config).unwrap();
+    std::fs::remove_file(&config).unwrap();
+    let mut env = project.env();
+    env.push((
+        "SKIPPR_CONFIG_S3_URI",
+        format!("s3://{}/config/late.yml", project.bucket),
+    ));
+    let api = RuntimeApi::start();
+    let logs = tempfile::tempdir().unwrap();
+    let function = Function::start(
+        env!("CARGO_BIN_EXE_skipprd-sync"),
+        &api,
+        &env,
+        logs.path().join("late.log"),
+    );
+    let (error_type, body) = api
+        .invoke(&fixture("direct.json"), now_ms() + 60_000)
+        .unwrap_err();
+    println!("before the upload: {error_type}: {body}");
+    assert!(
+        body["errorMessage"].as_str().unwrap().contains("late.yml"),
+        "{body}"
+    );
+
+    let bucket = project.bucket.clone();
+    aws.block_on(async {
+        client
+            .put_object()
+            .bucket(&bucket)
+            .key("config/late.yml")
+            .body(text.into())
+            .send()
+            .await
+    })
+    .unwrap();
+    let summary = api.invoke_ok(&fixture("direct.json"), now_ms() + 60_000);
+    println!("after the upload: {summary}");
+    assert_eq!(summary["pipeline"], "events");
+    assert_eq!(summary["rows"], 20);
+    assert_eq!(project.landed_ids(), (0..20).collect::<Vec<_>>());
+    let log = function.log();
+    assert!(
+        log.contains("Init failed; the next invocation tries again."),
+        "{log}"
+    );
+    assert!(log.contains("Initialised on invocation"), "{log}");
+}

@@ -1143,3 +1143,60 @@ fn doctor_reports_each_check_with_a_fix_and_exits_by_the_worst() {
     assert!(run.stdout.starts_with("[FAIL] config: "), "{}", run.stdout);
     assert!(run.stdout.contains("line 1"), "{}", run.stdout);
 }
+
+/// Issue 13, defect 9: a record of tiny values just under the byte limit once expanded to
+/// about 1 GiB parsed, killing a small Lambda on every invocation. Under a 512 MiB data limit
+/// (`ulimit -d`, which counts the heap but not the mapped binary) it is now a counted
+/// `too_large` deadletter with its reason, and the records around it land.
+#[test]
+fn a_record_that_would_not_fit_in_512_mib_parsed_is_deadlettered_and_the_pass_goes_on() {
+    let values = (16 * 1024 * 1024 - 100) / 2;
+    let big = format!(
+        r#"{{"kind":"order","id":2,"a":[{}]}}"#,
+        vec!["0"; values].join(",")
+    );
+    assert!(big.len() < 16 * 1024 * 1024, "just under the byte limit");
+    let text = format!(
+        "{}\n{big}\n{}\n",
+        r#"{"kind":"order","id":1}"#, r#"{"kind":"order","id":3}"#
+    );
+    let dir = project(CONFIG, &[("input/a.jsonl", &text)]);
+    let mut cmd = std::process::Command::new("sh");
+    cmd.current_dir(dir.path())
+        .args(["-c", r#"ulimit -d 524288 && exec "$0" "$@""#])
+        .arg(bin::skipprd_bin())
+        .args(["sync", "--once", "--output", "json"]);
+    for var in bin::SCRUBBED {
+        cmd.env_remove(var);
+    }
+    let out = cmd.output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let done: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    assert_eq!(done["deadletters"], 1, "{stdout}");
+    assert_eq!(done["rows"], 2, "{stdout}");
+    let rejected = skipprd(
+        dir.path(),
+        &[
+            "query",
+            "--plain",
+            "-s",
+            "select offset_key, failure_code, error from \"_deadletters\"",
+        ],
+        &[],
+    );
+    assert_eq!(rejected.code, 0, "{}", rejected.stderr);
+    assert!(
+        rejected.stdout.contains(r#"["2","too_large","record of "#),
+        "{}",
+        rejected.stdout
+    );
+    assert!(
+        rejected
+            .stdout
+            .contains("MiB once parsed, more than the 128 MiB a record may take"),
+        "{}",
+        rejected.stdout
+    );
+}

@@ -149,3 +149,111 @@ fn store_create_with_the_embedded_store_is_a_config_error() {
     assert_eq!(run.code, 2, "{}", run.stderr);
     assert!(run.stderr.contains("skippr.store.type"), "{}", run.stderr);
 }
+
+/// The size of the largest item of `table` as DynamoDB counts it (attribute names and
+/// values; numbers by their digits, a little over what DynamoDB charges).
+fn largest_item(table: &str) -> usize {
+    let aws = local_aws::aws();
+    let client = aws.dynamodb();
+    let mut largest = 0;
+    let mut start = None;
+    loop {
+        let out = aws
+            .block_on(
+                client
+                    .scan()
+                    .table_name(table)
+                    .set_exclusive_start_key(start)
+                    .send(),
+            )
+            .unwrap();
+        for item in out.items() {
+            let bytes: usize = item
+                .iter()
+                .map(|(name, value)| {
+                    let value = value
+                        .as_b()
+                        .map(|b| b.as_ref().len())
+                        .or_else(|_| value.as_s().map(String::len))
+                        .or_else(|_| value.as_n().map(String::len))
+                        .unwrap_or(8);
+                    name.len() + value
+                })
+                .sum();
+            largest = largest.max(bytes);
+        }
+        match out.last_evaluated_key() {
+            Some(key) => start = Some(key.clone()),
+            None => return largest,
+        }
+    }
+}
+
+/// The number of files of the many-files test: `SKIPPR_TEST_FILES`, else 20,000 (100,000
+/// take one to two minutes on two cores).
+fn many_files() -> usize {
+    std::env::var("SKIPPR_TEST_FILES")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(20_000)
+}
+
+#[test]
+fn many_small_files_land_once_with_every_dynamodb_item_under_64_kb() {
+    endpoint();
+    let table = unique("many");
+    let dir = tempfile::tempdir().unwrap();
+    let config = format!(
+        "skippr:\n  store:\n    type: dynamodb\n    name: {table}\npipelines:\n  events:\n    data_source: data_sources.files\n    transform:\n      namespace_fields: kind\ndata_sources:\n  files:\n    File:\n      path: input\n"
+    );
+    std::fs::write(dir.path().join("skippr.yml"), config).unwrap();
+    let run = skipprd(dir.path(), &["store", "create", "--output", "text"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let files = many_files();
+    let name = |i: usize| format!("input/{:03}/{i:07}.jsonl", i / 1000);
+    let write = |i: usize| {
+        let path = dir.path().join(name(i));
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, format!("{{\"kind\":\"row\",\"id\":{i}}}\n")).unwrap();
+    };
+    let started = std::time::Instant::now();
+    // The even files first; the odd ones come later, most of them below the watermark.
+    (0..files).step_by(2).for_each(write);
+    let run = skipprd(dir.path(), &["sync", "--once"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let first = started.elapsed();
+    let largest_first = largest_item(&table);
+    (1..files).step_by(2).for_each(write);
+    let run = skipprd(dir.path(), &["sync", "--once"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let largest = largest_item(&table).max(largest_first);
+    let all = started.elapsed();
+    let counting = std::time::Instant::now();
+    let run = skipprd(
+        dir.path(),
+        &[
+            "query",
+            "--plain",
+            "-s",
+            "select count(*), count(distinct id), min(id), max(id) from events.row",
+        ],
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let out: serde_json::Value = serde_json::from_str(run.stdout.trim()).unwrap();
+    assert_eq!(
+        out["rows"],
+        serde_json::json!([[files, files, 0, files - 1]]),
+        "every row once"
+    );
+    let counting = counting.elapsed();
+    // A pass with nothing new adds nothing.
+    let quiet = std::time::Instant::now();
+    let run = skipprd(dir.path(), &["sync", "--once"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let quiet = quiet.elapsed();
+    let largest = largest_item(&table).max(largest);
+    eprintln!(
+        "{files} files: first sync (half the files) {first:?}, both syncs {all:?}, the query {counting:?}, a pass with nothing new {quiet:?}; largest item {largest} bytes (after the first sync {largest_first})"
+    );
+    assert!(largest < 64 * 1024, "{largest}");
+}

@@ -354,7 +354,7 @@ fn s3_file_io_streams_multipart_reads_ranges_and_deletes_prefixes_on_moto() {
     // Bigger than one part: a multipart upload of two parts.
     let bytes: Vec<u8> = (0..PART_SIZE + 1000).map(|i| (i % 251) as u8).collect();
     let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
+        .enable_all()
         .build()
         .unwrap();
     rt.block_on(async {
@@ -385,6 +385,23 @@ fn s3_file_io_streams_multipart_reads_ranges_and_deletes_prefixes_on_moto() {
         let start = PART_SIZE as u64 - 10;
         let range = reader.read(start..start + 20).await.unwrap();
         assert_eq!(range.as_ref(), &bytes[start as usize..start as usize + 20]);
+
+        // The upload named CRC32, sent it with each part and listed the parts' CRC32s on
+        // completion (issue 21: a mix of part checksums and none may be refused by S3): the
+        // object carries the composite checksum of its two parts.
+        let head = aws
+            .s3(None)
+            .head_object()
+            .bucket(&bucket)
+            .key("t/data/big.bin")
+            .checksum_mode(aws_sdk_s3::types::ChecksumMode::Enabled)
+            .send()
+            .await
+            .unwrap();
+        assert!(
+            head.checksum_crc32().is_some(),
+            "the object keeps the CRC32 its upload named: {head:?}"
+        );
 
         io.delete_prefix(&format!("s3://{bucket}/t")).await.unwrap();
         assert!(!io.exists(&big).await.unwrap());

@@ -120,6 +120,7 @@ class Terraform:
         self.data: dict[str, dict[str, Any]] = {}
         self.locals: dict[str, Any] = {}
         self.vars: dict[str, Any] = {}
+        self.validations: dict[str, str] = {}
         for doc in files.values():
             doc = strip_meta(doc)
             for block in doc.get("resource", []):
@@ -133,6 +134,7 @@ class Terraform:
             for block in doc.get("variable", []):
                 for name, body in block.items():
                     self.vars[name] = unquote(body["default"]) if "default" in body else "{param.%s}" % name
+                    self.validations[name] = json.dumps(body.get("validation", []))
         module = strip_meta(example)["module"][0]["skipprd"]
         for key, value in module.items():
             if key in ("source",):
@@ -258,6 +260,31 @@ def bucket_policy_doc(tf: Terraform) -> str:
     """The policy document aws_s3_bucket_policy.this uses, per bucket."""
     policy = tf.resources["aws_s3_bucket_policy"]["this"]["policy"]
     return re.fullmatch(r"\$\{data\.aws_iam_policy_document\.(\w+)\[each\.key\]\.json\}", policy).group(1)
+
+
+# AWS name limits (S3 bucket names: 3-63 characters; EventBridge rule names: 1-64) and the
+# longest parts a derived name takes besides the stack's variables.
+BUCKET_NAME_MAX = 63
+RULE_NAME_MAX = 64
+ACCOUNT_ID_LEN = 12
+REGION_MAX_LEN = 14  # ap-southeast-7, us-isob-east-1, eusc-de-east-1
+
+
+def pattern_max(pattern: str) -> int | None:
+    """The longest text `^[x][y]{1,N}$` or `^[y]{1,N}$` admits (None: unbounded or unknown)."""
+    m = re.search(r"\^(\[[^\]]+\])?\[[^\]]+\]\{\d+,(\d+)\}\$", pattern)
+    if not m:
+        return None
+    return int(m.group(2)) + (1 if m.group(1) else 0)
+
+
+def name_limits(name_max: int | None, pipeline_max: int | None, suffixes: list[str]) -> dict[str, Any]:
+    """The longest bucket and schedule rule names the inputs allow."""
+    if name_max is None or pipeline_max is None:
+        return {"name": name_max, "pipeline": pipeline_max, "bucket": None, "rule": None}
+    bucket = name_max + 1 + ACCOUNT_ID_LEN + 1 + REGION_MAX_LEN + 1 + max(map(len, suffixes))
+    return {"name": name_max, "pipeline": pipeline_max, "bucket": bucket,
+            "rule": name_max + len("-sync-") + pipeline_max}
 
 
 def tf_model(tf: Terraform) -> dict[str, Any]:
@@ -410,6 +437,14 @@ def tf_model(tf: Terraform) -> dict[str, Any]:
         model["policies"]["managed " + p["name"]] = {"description": p["description"], "document": tf.policy_doc(doc.group(1))}
 
     model["kinds"] = tf_kinds(tf)
+    suffixes = [b["suffix"] for b in tf.ev(tf.locals["buckets"]).values()]
+    name_pattern = re.search(r'regex\(\\"(.*?)\\",', tf.validations.get("name", ""))
+    pipe_pattern = re.search(r'regex\(\\"(.*?)\\",', tf.validations.get("pipelines", ""))
+    model["name_limits"] = name_limits(
+        pattern_max(name_pattern.group(1).replace("\\\\", "\\")) if name_pattern else None,
+        pattern_max(pipe_pattern.group(1).replace("\\\\", "\\")) if pipe_pattern else None,
+        suffixes,
+    )
     return model
 
 
@@ -708,6 +743,17 @@ def sam_model(sam: Sam) -> dict[str, Any]:
         }
 
     model["kinds"] = sam_kinds(sam, by_type)
+    params = sam.t.get("Parameters", {})
+    sam_suffixes = []
+    for logical in by_type.get("AWS::S3::Bucket", []):
+        raw = res[logical]["Properties"]["BucketName"]
+        text = raw.get("Fn::Sub", "") if isinstance(raw, dict) else str(raw)
+        sam_suffixes.append(text.rsplit("${AWS::Region}-", 1)[-1])
+    model["name_limits"] = name_limits(
+        pattern_max(params.get("Name", {}).get("AllowedPattern", "")),
+        pattern_max(params.get("PipelineName", {}).get("AllowedPattern", "")),
+        sam_suffixes,
+    )
     return model
 
 
@@ -837,6 +883,11 @@ def expectations(tf: dict[str, Any], sam: dict[str, Any]) -> list[str]:
                 out.append(f"{side} bucket {name}: no default encryption")
         if len(m["buckets"]) != 4:
             out.append(f"{side}: {len(m['buckets'])} buckets, expected skippr, wal, warehouse, athena-results")
+        limits = m["name_limits"]
+        if limits["bucket"] is None or limits["bucket"] > BUCKET_NAME_MAX:
+            out.append(f"{side}: the longest name allows a bucket name of {limits['bucket']} characters, more than {BUCKET_NAME_MAX} ({limits})")
+        if limits["rule"] is None or limits["rule"] > RULE_NAME_MAX:
+            out.append(f"{side}: the longest name and pipeline allow a rule name of {limits['rule']} characters, more than {RULE_NAME_MAX} ({limits})")
         out.extend(star_findings(m, side))
     return out
 
@@ -975,7 +1026,20 @@ def mutations():
         tf_statement(tf, "sync", "Wal")["actions"].append('"s3:*"')
         sam_statement(sam, "SyncRole", "Wal")["Action"].append("s3:*")
 
+    def b5(tf, ex, sam):
+        sam["Parameters"]["PipelineName"]["AllowedPattern"] = "^[A-Za-z0-9_-]{1,40}$"
+        for doc in tf.values():
+            for block in doc.get("variable", []):
+                if "pipelines" in block:
+                    v = block["pipelines"]["validation"][0]
+                    v["condition"] = v["condition"].replace("{1,38}", "{1,40}")
+
+    def m13(tf, ex, sam):
+        sam["Parameters"]["Name"]["AllowedPattern"] = "^[a-z][a-z0-9-]{1,24}$"
+
     return [
+        ("both sides: pipeline names of 40 characters (rule names of 66)", b5, "rule name of"),
+        ("SAM stack names of 25 characters (bucket names of 68)", m13),
         ("both sides: sync Logs statement grants Resource '*'", b1, "resource * for"),
         ("both sides: table sort key becomes a number", b2, "`skipprd store create` makes"),
         ("both sides: functions lose SKIPPR_STATE_TABLE", b3, "refers to unset ['SKIPPR_STATE_TABLE']"),

@@ -15,7 +15,6 @@
 //! parses and validates its keys today; one that this build cannot run yet fails validation
 //! with "connector `X` (section.name) is not supported yet", never a silent no-op.
 
-use std::collections::BTreeMap;
 use std::fmt;
 use std::marker::PhantomData;
 
@@ -23,6 +22,7 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, Visitor};
 
+use super::credentials::{HttpHeaders, HttpUrl};
 use super::secret::Secret;
 
 /// A family of connector types that can appear under one section.
@@ -257,6 +257,14 @@ pub struct FileSourceConfig {
     /// `BUFFER_THRESHOLD_BYTES` (default 10 MB) of input were read.
     #[serde(default)]
     pub batch_size: Option<usize>,
+    /// Seconds a file read to its end must stay unchanged to count as finished. Default 3600.
+    /// The checkpoint keeps an entry per file only up to about 32 KiB (some 250 files); past
+    /// that, entries of files read to their end leave it below a watermark, finished files
+    /// first, oldest path first. A file that changes after its entry left is read again from
+    /// the start, with a warning (nothing is lost, its old records come twice): set this above
+    /// the longest pause of files that are still appended to. A new file at any path is read.
+    #[serde(default)]
+    pub settle_secs: Option<u64>,
 }
 
 /// `S3` source: reads objects under a prefix, in key order, in the File source's formats
@@ -360,11 +368,15 @@ pub struct HttpClientSourceConfig {
     /// Connector version pin. Accepted for compatibility.
     #[serde(default)]
     pub version: Option<String>,
-    /// URL of the first page.
-    pub url: String,
-    /// Extra request headers (not secrets: use `bearer_token` for credentials).
+    /// URL of the first page. One that carries a credential (a query parameter named as one,
+    /// such as `api_key`, `token` or `sig`, or a `user:password@`) must be a whole `${NAME}`
+    /// reference; such values are shown as `***` wherever the URL is printed.
+    pub url: HttpUrl,
+    /// Extra request headers. One named as a credential (`Authorization`, `Cookie`,
+    /// `X-API-Key`, a name holding `token`, `secret`, `password`, `auth`, `key`...) is a
+    /// secret: its value must be a `${NAME}` reference and is never printed.
     #[serde(default)]
-    pub headers: BTreeMap<String, String>,
+    pub headers: HttpHeaders,
     /// Bearer token sent as `Authorization: Bearer ...`: a `${NAME}` reference.
     #[serde(default)]
     pub bearer_token: Option<Secret>,

@@ -15,6 +15,7 @@
 //! generated from them ([`reference::markdown`]) and a test fails when it is stale.
 
 pub mod connectors;
+pub mod credentials;
 pub mod env;
 pub mod error;
 pub mod load;

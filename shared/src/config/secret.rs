@@ -28,6 +28,11 @@ pub(crate) fn require_references() -> impl Drop {
     Guard(REQUIRE_REFERENCE.with(|c| c.replace(true)))
 }
 
+/// Whether secrets must be `${NAME}` references right now (see [`require_references`]).
+pub(crate) fn references_required() -> bool {
+    REQUIRE_REFERENCE.with(Cell::get)
+}
+
 /// The message of the error raised for a plaintext secret; the loader recognises it.
 pub(crate) const PLAINTEXT_SECRET: &str = "plaintext secret";
 
@@ -62,7 +67,7 @@ impl std::fmt::Display for Secret {
 impl<'de> Deserialize<'de> for Secret {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         let text = String::deserialize(deserializer)?;
-        if REQUIRE_REFERENCE.with(Cell::get) && super::env::reference_name(&text).is_none() {
+        if references_required() && super::env::reference_name(&text).is_none() {
             return Err(serde::de::Error::custom(PLAINTEXT_SECRET));
         }
         Ok(Secret(text))

@@ -96,6 +96,10 @@ fn open(
                 // Never read the pipeline's own state (schema, WAL) as input.
                 exclude: vec![pipeline.data_dir.clone()],
                 unparsed_json_lines,
+                settle: c.settle_secs.map_or(
+                    FileSourceOptions::DEFAULT_SETTLE,
+                    std::time::Duration::from_secs,
+                ),
                 ..FileSourceOptions::default()
             };
             let source = FileSource::open_at(options, checkpoint).map_err(source_error)?;

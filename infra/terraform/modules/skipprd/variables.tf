@@ -6,8 +6,8 @@ variable "name" {
   type        = string
   default     = "skipprd"
   validation {
-    condition     = can(regex("^[a-z][a-z0-9-]{1,20}$", var.name))
-    error_message = "name: 2-21 characters, lowercase letters, digits and '-', starting with a letter (bucket names are built from it)."
+    condition     = can(regex("^[a-z][a-z0-9-]{1,19}$", var.name))
+    error_message = "name: 2-20 characters, lowercase letters, digits and '-', starting with a letter (bucket names `<name>-<account>-<region>-athena-results` must fit S3's 63)."
   }
 }
 
@@ -35,8 +35,8 @@ variable "pipelines" {
   description = "Pipelines of skippr.yml to run on a schedule: name => EventBridge schedule expression, e.g. { bikehire = \"rate(5 minutes)\" }. One rule per entry invokes the sync function with {\"pipeline\": \"<name>\"}."
   type        = map(string)
   validation {
-    condition     = alltrue([for k, v in var.pipelines : can(regex("^[A-Za-z0-9_-]{1,40}$", k)) && can(regex("^(rate|cron)\\(.+\\)$", v))])
-    error_message = "pipelines: names of letters, digits, '_' and '-' (at most 40), values rate(...) or cron(...)."
+    condition     = alltrue([for k, v in var.pipelines : can(regex("^[A-Za-z0-9_-]{1,38}$", k)) && can(regex("^(rate|cron)\\(.+\\)$", v))])
+    error_message = "pipelines: names of letters, digits, '_' and '-' (at most 38, so `<name>-sync-<pipeline>` fits EventBridge's 64), values rate(...) or cron(...)."
   }
 }
 
@@ -86,15 +86,15 @@ variable "discover_timeout_seconds" {
 }
 
 variable "sync_reserved_concurrency" {
-  description = "Reserved concurrency of the sync function: a cap on simultaneous passes. null: one per pipeline; 0: no reservation (for accounts whose concurrency limit leaves no room). The DynamoDB writer lease is what keeps two passes of one pipeline apart."
+  description = "Reserved concurrency of the sync function: a cap on simultaneous passes. 0 (the default): no reservation, since an account with Lambda's starting quota of 10 concurrent executions cannot reserve any (Lambda keeps 100 unreserved); null: one per pipeline. The DynamoDB writer lease is what keeps two passes of one pipeline apart either way."
   type        = number
-  default     = null
+  default     = 0
 }
 
 variable "discover_reserved_concurrency" {
-  description = "Reserved concurrency of the discover function; 0: no reservation."
+  description = "Reserved concurrency of the discover function; 0 (the default): no reservation."
   type        = number
-  default     = 1
+  default     = 0
 }
 
 variable "log_retention_days" {

@@ -375,6 +375,76 @@ fn plaintext_secrets_are_rejected_without_showing_them() {
     assert!(!msg.contains("hunter2") && !format!("{e:?}").contains("hunter2"));
 }
 
+const HTTP: &str = "\
+data_sources:
+  api:
+    HttpClient:
+      url: URL_VALUE
+      headers:
+        Accept: application/json
+        X-API-Key: KEY_VALUE
+";
+
+#[test]
+fn credentials_in_http_headers_and_urls_must_be_references_and_never_show() {
+    let text = HTTP
+        .replace("URL_VALUE", "https://api.example.com/v1")
+        .replace("KEY_VALUE", "hunter2");
+    let e = load_text(&text, &[]).unwrap_err();
+    let msg = e.to_string();
+    assert!(matches!(e, ConfigError::PlaintextSecret { .. }), "{msg}");
+    assert!(
+        msg.contains("data_sources.api.HttpClient.headers.X-API-Key"),
+        "{msg}"
+    );
+    assert!(!msg.contains("hunter2") && !format!("{e:?}").contains("hunter2"));
+
+    let text = HTTP
+        .replace("URL_VALUE", "https://api.example.com/v1?api_key=hunter2")
+        .replace("KEY_VALUE", "${API_KEY}");
+    let e = load_text(&text, &[("API_KEY", "x")]).unwrap_err();
+    let msg = e.to_string();
+    assert!(matches!(e, ConfigError::PlaintextSecret { .. }), "{msg}");
+    assert!(msg.contains("data_sources.api.HttpClient.url"), "{msg}");
+    assert!(!msg.contains("hunter2"), "{msg}");
+
+    let text = HTTP
+        .replace("URL_VALUE", "${API_URL}")
+        .replace("KEY_VALUE", "${API_KEY}");
+    let loaded = load_text(
+        &text,
+        &[
+            (
+                "API_URL",
+                "https://api.example.com/v1?token=t0ps3cret&page=1",
+            ),
+            ("API_KEY", "k3y-s3cret"),
+        ],
+    )
+    .unwrap();
+    let SourceConnector::HttpClient(http) = &loaded.config.data_sources["api"].connector else {
+        unreachable!()
+    };
+    assert_eq!(
+        http.url.expose(),
+        "https://api.example.com/v1?token=t0ps3cret&page=1"
+    );
+    assert_eq!(
+        http.url.to_string(),
+        "https://api.example.com/v1?token=***&page=1"
+    );
+    assert_eq!(
+        http.headers.get("x-api-key").map(|v| v.expose()),
+        Some("k3y-s3cret")
+    );
+    let shown = format!("{loaded:?}");
+    assert!(
+        !shown.contains("t0ps3cret") && !shown.contains("k3y-s3cret"),
+        "{shown}"
+    );
+    assert!(shown.contains("application/json"), "{shown}");
+}
+
 #[test]
 fn referenced_secrets_resolve_and_never_show_in_debug_output() {
     let text = PG.replace("PASSWORD_VALUE", "${PG_PASSWORD}");

@@ -34,6 +34,10 @@ use crate::aws::{Aws, AwsError, SdkFailure, is_retryable_code};
 /// first part is sent (S3's minimum part size is 5 MiB).
 pub const PART_SIZE: usize = 8 << 20;
 
+/// The checksum every multipart upload names, sends with each part and lists on completion.
+const PART_CHECKSUM: aws_sdk_s3::types::ChecksumAlgorithm =
+    aws_sdk_s3::types::ChecksumAlgorithm::Crc32;
+
 /// Keys per `DeleteObjects` request (S3's maximum).
 const DELETE_BATCH: usize = 1000;
 
@@ -512,6 +516,12 @@ impl S3FileWrite {
     }
 
     /// Send the buffer as the next part, starting the upload if needed.
+    ///
+    /// The three calls agree on the checksum (see [`PART_CHECKSUM`]): the upload is created
+    /// naming CRC32, each part is sent with its CRC32 (which the SDK computes) and the
+    /// completion lists every part's CRC32 beside its ETag. Left to itself the SDK adds a
+    /// CRC32 to each part while the creation names no algorithm and the completion sends no
+    /// part checksums, a mix real S3 may refuse with `InvalidPart`.
     async fn send_part(&mut self) -> S3Result<()> {
         if self.upload.is_none() {
             let (bucket, key, err) = (
@@ -526,6 +536,7 @@ impl S3FileWrite {
                         .create_multipart_upload()
                         .bucket(bucket)
                         .key(key)
+                        .checksum_algorithm(PART_CHECKSUM)
                         .send()
                         .await
                         .map_err(|e| err(SdkFailure::from_sdk(&e)))?;
@@ -560,17 +571,23 @@ impl S3FileWrite {
                     .key(key)
                     .upload_id(id)
                     .part_number(number)
+                    .checksum_algorithm(PART_CHECKSUM)
                     .body(body.into())
                     .send()
                     .await
                     .map_err(|e| err(SdkFailure::from_sdk(&e)))?;
-                Ok(out.e_tag().map(str::to_owned))
+                Ok((
+                    out.e_tag().map(str::to_owned),
+                    out.checksum_crc32().map(str::to_owned),
+                ))
             })
             .await?;
+        let (etag, checksum) = etag;
         upload.parts.push(
             aws_sdk_s3::types::CompletedPart::builder()
                 .part_number(number)
                 .set_e_tag(etag)
+                .set_checksum_crc32(checksum)
                 .build(),
         );
         Ok(())

@@ -26,6 +26,10 @@ pub(crate) trait Inputs {
     /// `done` when it was read to its end.
     fn note(&mut self, index: usize, at: Resume, done: bool);
 
+    /// The input, read to its end, ends with a record still being written, left for the
+    /// next pass (see [`RecordReader::held_back`]); said before its last note.
+    fn held_back(&mut self, _index: usize) {}
+
     /// The input could not be opened: `error` is about to be returned.
     fn open_failed(&mut self, index: usize, error: &SourceError);
 }
@@ -130,7 +134,7 @@ impl Batcher {
             Ok(None) => {
                 self.credit(inputs, batch);
                 if let Some(done) = self.current.take() {
-                    inputs.note(done.index, done.reader.resume_point(), true);
+                    Self::note_done(inputs, &done);
                     self.finish_input(inputs, done.index, done.credited, Some(batch));
                 }
             }
@@ -143,6 +147,14 @@ impl Batcher {
                 self.peeked = Some(Err(error));
             }
         }
+    }
+
+    /// Note that the input `done` was read to its end.
+    fn note_done(inputs: &mut dyn Inputs, done: &Current) {
+        if done.reader.held_back() {
+            inputs.held_back(done.index);
+        }
+        inputs.note(done.index, done.reader.resume_point(), true);
     }
 
     /// Count the input bytes the current reader consumed since last counted.
@@ -238,7 +250,7 @@ impl Batcher {
                 Ok(None) => {
                     self.credit(inputs, batch);
                     if let Some(done) = self.current.take() {
-                        inputs.note(done.index, done.reader.resume_point(), true);
+                        Self::note_done(inputs, &done);
                         self.finish_input(inputs, done.index, done.credited, Some(batch));
                     }
                 }

@@ -28,6 +28,8 @@ pub(crate) struct JsonLinesReader {
     /// The stream is complete as it is (an S3 object): a last line cut off mid-value is
     /// malformed, never a record still being written.
     complete: bool,
+    /// A last line still being written was left for the next pass.
+    held_back: bool,
 }
 
 impl JsonLinesReader {
@@ -43,6 +45,7 @@ impl JsonLinesReader {
             done: false,
             unparsed: false,
             complete: false,
+            held_back: false,
         }
     }
 
@@ -141,11 +144,12 @@ impl RecordReader for JsonLinesReader {
             // unfinished at the offset before it) instead of rejecting half a record.
             if !newline
                 && !self.complete
-                && serde_json::from_slice::<serde_json::Value>(text).is_err_and(|e| e.is_eof())
+                && serde_json::from_slice::<serde::de::IgnoredAny>(text).is_err_and(|e| e.is_eof())
             {
                 self.offset = start;
                 self.line_no -= 1;
                 self.done = true;
+                self.held_back = true;
                 break;
             }
             let (line, end) = (self.line_no, self.offset);
@@ -170,6 +174,10 @@ impl RecordReader for JsonLinesReader {
             offset: self.offset,
             records: self.line_no,
         }
+    }
+
+    fn held_back(&self) -> bool {
+        self.held_back
     }
 }
 

@@ -113,8 +113,10 @@
 //! - [`FailureCode::Malformed`]: bad JSON, a CSV row with the wrong number of fields or invalid
 //!   UTF-8, an element or document cut off by the end of the file;
 //! - [`FailureCode::NotAnObject`]: valid JSON that is not an object (`42`, `[1]`);
-//! - [`FailureCode::TooLarge`]: a record longer than [`FileSourceOptions::max_record_bytes`];
-//!   only a prefix is ever held. In CSV an over-long record (usually an unclosed quote) also
+//! - [`FailureCode::TooLarge`]: a record longer than [`FileSourceOptions::max_record_bytes`]
+//!   (only a prefix is ever held), or a JSON record whose values would take more than
+//!   [`FileSourceOptions::max_record_memory`] once parsed, estimated from its text before
+//!   parsing (its number of values, each taken at 128 bytes, plus its length). In CSV an over-long record (usually an unclosed quote) also
 //!   ends reading of that file.
 //!
 //! # Errors
@@ -137,15 +139,18 @@
 //! # Resuming
 //!
 //! [`Source::checkpoint`] returns, after each batch, a [`FileCheckpoint`] as JSON
-//! (`{"v":1,"files":{...}}`): per file, keyed by its uri as in positions, the `offset` just
+//! (`{"v":1,"files":{...}}`, version 2 with a [watermark](self#the-watermark)): per file, keyed
+//! by its uri as in positions, the `offset` just
 //! after the last record or deadletter returned (decompressed bytes; rows for Parquet), the
 //! `records` consumed (lines for JSON lines and CSV, blank lines and the CSV header included,
 //! so numbering goes on), the file's `size` when listed, its identity (`head`, the FNV-1a
 //! 64-bit hash of its first `head_len = min(size, 1024)` bytes on disk) and whether it was
-//! read to its end (`done`). [`FileSource::open_at`] reads only what comes after such a
-//! checkpoint, file by file:
+//! read to its end (`done`; `pending` when a last JSON line still being written was left for
+//! the next pass). [`FileSource::open_at`] reads only what comes after such a checkpoint,
+//! file by file:
 //!
-//! - a file not in the checkpoint is read from the start;
+//! - a file not in the checkpoint is read from the start (below the watermark, see
+//!   [there](self#the-watermark));
 //! - the same file (the same first `head_len` bytes), the same size, read to its end: skipped
 //!   without being opened beyond those bytes;
 //! - the same file, grown, in JSON lines or CSV (gzipped or not): read on from `offset`, lines
@@ -172,17 +177,78 @@
 //! `\n` whose JSON stops mid-value is a record still being written: it is left for the next
 //! pass (the file stays unfinished before it), which reads it whole once the writer is done.
 //! A last line without `\n` that is complete, or malformed in any other way, is read (or
-//! rejected) as it is. A file whose reading failed (an I/O error, a corrupt gzip stream) is left not
-//! done at the last item returned, so the next pass tries it again; a file that vanished
-//! before it could be read is dropped.
+//! rejected) as it is. A file whose reading failed (an I/O error, a corrupt gzip stream) is left
+//! not done at the last item returned (one that could not be opened at all, at its start), so
+//! the next pass tries it again; a file that vanished before it could be read is dropped.
 //!
 //! A pass with nothing new is cheap: files are listed and stat-ed, and only their first 8 KiB
 //! (the format sniffing buffer, of which 1 KiB is hashed) are read, with no format detection
-//! for unchanged ones (5,000 unchanged files: about 40 ms, warm cache). The checkpoint holds
-//! an entry of about 110 bytes (plus the path) per file read that is still listed, so it grows
-//! with the number of files (5,000 files: 550 KB), and each call serializes all of them. Progress counts only what is left: `bytes_total` leaves out unchanged files and the
-//! part of resumed plain files already read (resumed gzip and Parquet files are corrected once
-//! their reader is open).
+//! for unchanged ones (5,000 unchanged files: about 40 ms, warm cache); files below the
+//! watermark are only stat-ed. Progress counts only what is left: `bytes_total` leaves out
+//! unchanged files and the part of resumed plain files already read (resumed gzip and Parquet
+//! files are corrected once their reader is open).
+//!
+//! # The watermark
+//!
+//! An entry takes about 110 bytes plus its path, so a checkpoint with one per file grows with
+//! the input: 100,000 files of 20-character paths make 11 MB, past DynamoDB's 400 KB item and
+//! the WAL's 1 MiB position (and each batch writes it whole). So the entries are kept under
+//! [`FileSourceOptions::checkpoint_bytes`] (32 KiB, some 250 files); past that, files read to
+//! their end leave the checkpoint below a **watermark** (a [`Watermark`]; the same 100,000
+//! files: 32 KB, and a pass with nothing new stats them, 0.5 s against 3.3 s). In a
+//! directory whose entries fit, nothing leaves and every rule above holds for every file.
+//!
+//! - **Which entries leave**: only those of files read to their end with nothing pending,
+//!   whose last change (status-change or modification time, whichever is later; for a
+//!   symbolic link the link's too) is at least 2 seconds before the pass started, still as
+//!   listed when they leave, and only once the pass has handled every file sorting before
+//!   them. Files not read to their end, that failed, or whose last line is still being written
+//!   keep their entries. Files unchanged for [`FileSourceOptions::settle`] (`settle_secs`,
+//!   default one hour) leave first, oldest path first; files changed more recently only when
+//!   that is not enough, oldest path first again. So the newest files, and files still being
+//!   appended to, keep their entries.
+//! - **The watermark** is the newest path that left, with a time: the start of the pass that
+//!   let it leave, less 2 seconds. A listed file with no entry, at or below that path
+//!   (compared component by component, as files are listed) and last changed before that
+//!   time, was read to its end and has not changed since: it is not opened.
+//! - **A late file**, new at a path at or below the watermark (a day's log delivered late, a
+//!   file moved in), was created or renamed into place after that time: it is read from the
+//!   start, with a warning naming it (`` `p` sorts at or below the checkpoint's watermark `w`
+//!   but appeared or changed after the files there were read ``; the first 10 of a pass by
+//!   name, the rest counted). Files may arrive in any order: nothing is lost.
+//! - **A file that changed after its entry left** (appended to, rewritten, `touch`ed,
+//!   `chmod`ed) is the same to the watermark: where it was left is gone with its entry, so it
+//!   is read again from the start with the same warning. Nothing is lost; its old records
+//!   come twice. That is why files leave only once read to their end, unchanged ones first:
+//!   set `settle_secs` above the longest pause of files still appended to. More files still
+//!   growing than fit the budget (one file per device, each appended to now and then) is
+//!   more than a bounded checkpoint can follow: those that leave are read again when they
+//!   grow, with the warning.
+//! - **A file renamed** while it has an entry (the log being written, rotated) keeps its
+//!   progress as above, whatever its new path. One whose entry had left is read again: with
+//!   the warning when its new path is at or below the watermark, as a new file above it.
+//! - **Settings**: a pass whose `path` is not the one the watermark was set with reads the
+//!   files at or below it that the old one did not surely list (a glob matching them, the
+//!   file or a directory above it), with a warning; when `format` changed, the files the old
+//!   setting skipped for their format are read. In a pass whose glob could not read a
+//!   directory (a warning) no entry leaves and the watermark stays as it was: files it did
+//!   not see might sort below it.
+//! - **A pass stopped** before it got through the files at or below the old watermark (a
+//!   deadline) puts a step in front of it: files up to the newest that left in this pass are
+//!   judged by its time, the others by the old time, so late files it did not reach are
+//!   still late. At most 8 steps are kept; past that the first two merge under the earlier
+//!   time (files of the first may then count as late and be read again, never as read).
+//! - **Files just written** (within 2 seconds of the pass) cannot leave in that pass: a
+//!   listing that finds more of them than fit the budget (a directory copied just before)
+//!   waits until they are older, at most a little over 2 seconds, and lists again.
+//! - **Clocks**: a status-change time is stamped by the file system's clock, the watermark's
+//!   time by the host's. They must agree within 2 seconds (mind network file systems), and
+//!   the host's clock must not step back by more: a late file stamped before the watermark's
+//!   time would be taken as read. Creating, writing and renaming a file set its status-change
+//!   time on the file systems of Linux and macOS.
+//!
+//! A checkpoint with neither a watermark nor a pending file is written as version 1, which an
+//! older skipprd reads; version 2 only by this one. Both are read.
 //!
 //! [`Deadletter`]: crate::deadletter::Deadletter
 //! [`FailureCode::Malformed`]: crate::deadletter::FailureCode::Malformed
@@ -203,15 +269,21 @@ mod paths;
 mod reader;
 #[cfg(test)]
 mod resume_tests;
+mod watermark;
+#[cfg(test)]
+mod watermark_tests;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
 pub(crate) use self::batch::{Batcher, Inputs};
-use self::checkpoint::Identity;
-pub use self::checkpoint::{CHECKPOINT_VERSION, FileCheckpoint, FileProgress, IDENTITY_BYTES};
+pub use self::checkpoint::{
+    CHECKPOINT_VERSION, FileCheckpoint, FileProgress, IDENTITY_BYTES, Watermark, WatermarkStep,
+};
+use self::checkpoint::{HeadIndex, Identity};
 pub use self::compression::Compression;
 pub(crate) use self::compression::InputStream;
 pub use self::csv::type_cell;
@@ -221,6 +293,7 @@ pub(crate) use self::parquet::ParquetReader;
 use self::paths::ListedFile;
 pub(crate) use self::reader::{FileContext, Item, RecordReader, Resume};
 pub(crate) use self::reader::{parse_json_object, raw_text};
+use self::watermark::{Clock, Entries, Tracker};
 use super::{Progress, Source, SourceBatch, SourceError};
 
 /// A file format the File source reads.
@@ -290,11 +363,23 @@ pub struct FileSourceOptions {
     /// A longer record becomes a [`FailureCode::TooLarge`](crate::deadletter::FailureCode)
     /// deadletter.
     pub max_record_bytes: usize,
+    /// A JSON record whose parsed values would take more memory than this, as estimated
+    /// from its text (see [`FileSourceOptions::DEFAULT_MAX_RECORD_MEMORY`]), becomes a
+    /// [`FailureCode::TooLarge`](crate::deadletter::FailureCode) deadletter before it is
+    /// parsed.
+    pub max_record_memory: u64,
     /// Hand JSON-lines records out unparsed, in
     /// [`SourceRecord::unparsed`](crate::sources::SourceRecord::unparsed), for a caller that
     /// types them from their text itself (and calls [`SourceBatch::parse_unparsed`] for the
     /// ones it does not). Other formats are parsed as always. Off by default.
     pub unparsed_json_lines: bool,
+    /// Once the checkpoint's entries take more than [`FileSourceOptions::checkpoint_bytes`],
+    /// files read to their end and unchanged for this long leave it first (below the
+    /// watermark), before files changed more recently: see [the watermark](self#the-watermark).
+    pub settle: Duration,
+    /// The bytes the checkpoint's per-file entries are kept under, as far as files read to
+    /// their end can leave it (see [the watermark](self#the-watermark)).
+    pub checkpoint_bytes: usize,
 }
 
 impl FileSourceOptions {
@@ -303,8 +388,18 @@ impl FileSourceOptions {
     /// The default number of input bytes in a batch: 10 MB (decimal, like the product's
     /// buffer threshold default).
     pub const DEFAULT_BATCH_BYTES: u64 = 10_000_000;
-    /// The default maximum record size.
-    pub const DEFAULT_MAX_RECORD_BYTES: usize = 64 * 1024 * 1024;
+    /// The default maximum record size: 16 MiB.
+    pub const DEFAULT_MAX_RECORD_BYTES: usize = 16 * 1024 * 1024;
+    /// The default memory a record may take parsed: 128 MiB. JSON text expands when parsed,
+    /// by up to some 60 times for small values (`[0,0,0,...]`: 2 bytes of text, about 115
+    /// bytes as a value, measured), so the byte limit alone does not bound memory; a 16 MiB
+    /// record of long strings stays well under this, one of a million tiny values does not.
+    pub const DEFAULT_MAX_RECORD_MEMORY: u64 = 128 * 1024 * 1024;
+    /// The default settle time: one hour.
+    pub const DEFAULT_SETTLE: Duration = Duration::from_secs(3600);
+    /// The default budget of the checkpoint's entries: 32 KiB (about 250 files with paths of
+    /// 20 characters).
+    pub const DEFAULT_CHECKPOINT_BYTES: usize = 32 * 1024;
 }
 
 impl Default for FileSourceOptions {
@@ -317,7 +412,10 @@ impl Default for FileSourceOptions {
             batch_rows: Self::DEFAULT_BATCH_ROWS,
             batch_bytes: Self::DEFAULT_BATCH_BYTES,
             max_record_bytes: Self::DEFAULT_MAX_RECORD_BYTES,
+            max_record_memory: Self::DEFAULT_MAX_RECORD_MEMORY,
             unparsed_json_lines: false,
+            settle: Self::DEFAULT_SETTLE,
+            checkpoint_bytes: Self::DEFAULT_CHECKPOINT_BYTES,
         }
     }
 }
@@ -356,8 +454,10 @@ struct FileInputs {
     /// Input bytes of each file taken as read already when counting the total: an estimate
     /// of where its reader starts, corrected once it is open.
     skipped: Vec<u64>,
-    /// What has been read of each file, for [`Source::checkpoint`].
-    read: BTreeMap<String, FileProgress>,
+    /// What has been read of each file, and the watermark, for [`Source::checkpoint`].
+    read: Tracker,
+    /// Per file, whether it ended with a record still being written, left for the next pass.
+    held_back: Vec<bool>,
     paths: Vec<PathBuf>,
 }
 
@@ -387,58 +487,96 @@ impl FileSource {
         options: FileSourceOptions,
         checkpoint: Option<&[u8]>,
     ) -> Result<FileSource, SourceError> {
+        Self::open_with_clock(options, checkpoint, Clock::system())
+    }
+
+    /// [`FileSource::open_at`] with the pass's clock given.
+    pub(crate) fn open_with_clock(
+        options: FileSourceOptions,
+        checkpoint: Option<&[u8]>,
+        clock: Clock,
+    ) -> Result<FileSource, SourceError> {
         let mut old = match checkpoint {
             Some(bytes) => FileCheckpoint::from_bytes(bytes, &options.path)?,
             None => FileCheckpoint::new(),
         };
+        let mark = old.watermark.take();
+        if let Some(mark) = &mark {
+            watermark::warn_if_listing_changed(mark, &options);
+        }
         // A file is known by its path, or, when its path is new, by its content: a file of
         // the checkpoint that is no longer at its path (gone, or replaced by another file)
         // and whose first bytes match was renamed (log rotation by rename); it carries its
         // progress to the new name instead of being read again.
         let renamed: std::cell::RefCell<BTreeMap<String, String>> = Default::default();
-        let listing = paths::list_files_since(&options, &|shown, size, head| {
+        let heads = HeadIndex::new(&old.files);
+        let below = |shown: &str, changed_ms: i64| {
+            watermark::below(&old.files, mark.as_ref(), &options, shown, changed_ms)
+        };
+        // Files just written cannot leave the checkpoint in this pass; when many are, the
+        // listing waits for them to settle first.
+        let clock = std::cell::Cell::new(clock);
+        let settle =
+            |found: &[PathBuf]| watermark::wait_for_fresh(found, &clock, options.checkpoint_bytes);
+        let compare = |shown: &str, size: u64, head: &[u8]| {
             if let Some(progress) = old.files.get(shown) {
                 return progress.compare(size, head);
             }
             let mut renamed = renamed.borrow_mut();
-            let moved = old.files.iter().find(|(was, progress)| {
-                !renamed.values().any(|taken| taken == *was)
-                    && !still_there(&options.base_dir.join(was.as_str()), progress)
-                    && matches!(
-                        progress.compare(size, head),
-                        Identity::Unchanged | Identity::Grown | Identity::Unfinished
-                    )
+            let moved = heads.matching(head).into_iter().find_map(|was| {
+                let progress = old.files.get(was)?;
+                let found = matches!(
+                    progress.compare(size, head),
+                    Identity::Unchanged | Identity::Grown | Identity::Unfinished
+                ) && !renamed.values().any(|taken| taken == was)
+                    && !still_there(&options.base_dir.join(was), progress);
+                found.then_some((was, progress))
             });
             match moved {
                 Some((was, progress)) => {
                     tracing::info!(
                         file = shown,
-                        was = was.as_str(),
+                        was,
                         "`{shown}` is `{was}` renamed: reading on where it was left"
                     );
                     let identity = progress.compare(size, head);
-                    renamed.insert(shown.to_owned(), was.clone());
+                    renamed.insert(shown.to_owned(), was.to_owned());
                     identity
                 }
                 None => Identity::New,
             }
-        })?;
+        };
+        let hooks = paths::Hooks {
+            settle: &settle,
+            below: &below,
+            compare: &compare,
+        };
+        let listing = paths::list_files_since(&options, &hooks)?;
+        let clock = clock.get();
+        drop(heads);
         for (now, was) in renamed.into_inner() {
             if let Some(progress) = old.files.remove(&was) {
                 old.files.insert(now, progress);
             }
         }
-        let mut read = BTreeMap::new();
+        let mut read = Entries::default();
         for shown in listing.unchanged {
             if let Some(progress) = old.files.remove(&shown) {
                 read.insert(shown, progress);
             }
         }
+        let mut late = watermark::LateFiles::default();
         let mut files = Vec::with_capacity(listing.files.len());
         let mut starts = Vec::with_capacity(listing.files.len());
+        // Per file listed to be read, its index among the files read.
+        let mut kept = Vec::with_capacity(listing.files.len());
         for file in listing.files {
             let shown = file.display.as_str();
             let Some(progress) = old.files.remove(shown) else {
+                if file.identity == Identity::Late {
+                    late.warn(shown, mark.as_ref());
+                }
+                kept.push(Some(files.len()));
                 starts.push(Resume::default());
                 files.push(file);
                 continue;
@@ -448,7 +586,7 @@ impl FileSource {
                 records: progress.records,
             };
             let start = match file.identity {
-                Identity::New => Some(Resume::default()),
+                Identity::New | Identity::Late => Some(Resume::default()),
                 Identity::Shrunk => {
                     tracing::warn!(
                         file = shown,
@@ -485,13 +623,17 @@ impl FileSource {
                 }
             };
             if let Some(start) = start {
-                if start != Resume::default() {
-                    read.insert(file.display.clone(), progress.clone());
-                }
+                // Kept until the file is read: were it dropped, a file below the watermark
+                // would count as read.
+                read.insert(file.display.clone(), progress.clone());
+                kept.push(Some(files.len()));
                 starts.push(start);
                 files.push(file);
+            } else {
+                kept.push(None);
             }
         }
+        late.summarize(mark.as_ref());
         for gone in old.files.keys() {
             tracing::debug!(
                 file = gone.as_str(),
@@ -504,8 +646,22 @@ impl FileSource {
             .map(|(file, start)| estimate_skipped(file, *start))
             .collect();
         let paths = files.iter().map(|file| file.path.clone()).collect();
+        let mut slots = listing.slots;
+        for slot in &mut slots {
+            slot.read = slot
+                .read
+                .and_then(|listed| kept.get(listed).copied().flatten());
+        }
+        let settings = watermark::Settings {
+            clock,
+            settle: options.settle,
+            budget: options.checkpoint_bytes,
+            complete: listing.complete,
+        };
+        let read = Tracker::new(read, slots, &options, mark, settings);
         let inputs = FileInputs {
             options,
+            held_back: vec![false; files.len()],
             files,
             starts,
             skipped,
@@ -610,10 +766,13 @@ impl Inputs for FileInputs {
 
     /// Open the reader for file `index`, where it starts.
     fn open(&mut self, index: usize) -> Result<Box<dyn RecordReader>, SourceError> {
+        // The files before it are finished.
+        self.read.finished(index, false);
         let file = &self.files[index];
         let ctx = FileContext {
             uri: file.display.clone(),
             max_record_bytes: self.options.max_record_bytes.max(1),
+            max_record_memory: self.options.max_record_memory,
         };
         let mut start = self.starts[index];
         if file.format == FileFormat::Parquet {
@@ -662,7 +821,7 @@ impl Inputs for FileInputs {
     /// Note in the checkpoint how far file `index` was read.
     fn note(&mut self, index: usize, at: Resume, done: bool) {
         let file = &self.files[index];
-        self.read.insert(
+        self.read.entries_mut().insert(
             file.display.clone(),
             FileProgress {
                 offset: at.offset,
@@ -671,14 +830,41 @@ impl Inputs for FileInputs {
                 head_len: file.head.len,
                 head: file.head.hash.clone(),
                 done,
+                pending: done && self.held_back[index],
             },
         );
+        if done {
+            self.read.finished(index, true);
+        } else {
+            self.read.advance();
+        }
+    }
+
+    fn held_back(&mut self, index: usize) {
+        self.held_back[index] = true;
     }
 
     fn open_failed(&mut self, index: usize, error: &SourceError) {
+        let file = &self.files[index];
         if matches!(error, SourceError::Vanished { .. }) {
-            self.read.remove(&self.files[index].display);
+            self.read.entries_mut().remove(&file.display);
+        } else if self.read.entries().get(&file.display).is_none() {
+            // Not read: tried again from the start by the next pass, even below the
+            // watermark.
+            let progress = FileProgress {
+                offset: 0,
+                records: 0,
+                size: file.size,
+                head_len: file.head.len,
+                head: file.head.hash.clone(),
+                done: false,
+                pending: false,
+            };
+            self.read
+                .entries_mut()
+                .insert(file.display.clone(), progress);
         }
+        self.read.finished(index, true);
     }
 }
 
@@ -702,10 +888,14 @@ impl Source for FileSource {
         struct Borrowed<'a> {
             v: u32,
             files: &'a BTreeMap<String, FileProgress>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            watermark: Option<&'a Watermark>,
         }
+        let watermark = self.inputs.read.watermark();
         serde_json::to_vec(&Borrowed {
-            v: CHECKPOINT_VERSION,
-            files: &self.inputs.read,
+            v: FileCheckpoint::version_for(self.inputs.read.entries().map(), watermark),
+            files: self.inputs.read.entries().map(),
+            watermark,
         })
         .map_err(|error| SourceError::BadCheckpoint {
             path: self.inputs.options.path.clone(),

@@ -10,6 +10,7 @@ use super::checkpoint::{Head, Identity};
 use super::compression::{Compression, gzip_head_problem, open_stream};
 use super::detect::{Detected, HEAD_BYTES, detect, detect_compression};
 use super::json_documents::FirstLine;
+use super::watermark::{self, Below, Slot};
 use crate::sources::SourceError;
 
 /// One file to read, as found when the source was opened.
@@ -37,8 +38,14 @@ pub(crate) struct ListedFile {
 pub(crate) struct Listing {
     /// The files to read, sorted by path.
     pub(crate) files: Vec<ListedFile>,
-    /// The shown paths of files found unchanged since they were read to their end.
+    /// The shown paths of files found unchanged since they were read to their end (with an
+    /// entry in the checkpoint, or below its watermark).
     pub(crate) unchanged: Vec<String>,
+    /// Every file found but those skipped, sorted by path.
+    pub(crate) slots: Vec<Slot>,
+    /// Whether every file the path names was seen: false when a glob met a directory it
+    /// could not read.
+    pub(crate) complete: bool,
 }
 
 /// How the configured path was given, which decides what to do with unknown formats.
@@ -53,17 +60,92 @@ enum Origin {
 /// List the files `options.path` names, sorted by path, with their formats.
 #[cfg(test)]
 pub(crate) fn list_files(options: &FileSourceOptions) -> Result<Vec<ListedFile>, SourceError> {
-    Ok(list_files_since(options, &|_, _, _| Identity::New)?.files)
+    let hooks = Hooks {
+        settle: &|_| false,
+        below: &|_, _| Below::No,
+        compare: &|_, _, _| Identity::New,
+    };
+    Ok(list_files_since(options, &hooks)?.files)
 }
 
-/// List the files `options.path` names, sorted by path, with their formats. `compare` tells
-/// from a file's shown path, size and first bytes (at least its first
-/// [`IDENTITY_BYTES`](super::checkpoint::IDENTITY_BYTES), or all of it) how it compares with
-/// a checkpoint; a file [`Identity::Unchanged`] is not looked at further.
+/// What a listing asks of the checkpoint it lists against.
+pub(crate) struct Hooks<'a> {
+    /// Given the paths found, before any is looked at: whether to find them again (having
+    /// waited for files just written to settle). Asked once.
+    pub(crate) settle: &'a dyn Fn(&[PathBuf]) -> bool,
+    /// What the watermark says of a file, from its shown path and when it last changed (a file
+    /// [`Below::Read`] is not opened).
+    pub(crate) below: &'a dyn Fn(&str, i64) -> Below,
+    /// How a file compares with the checkpoint's entries, from its shown path, size and first
+    /// bytes (at least its first [`IDENTITY_BYTES`](super::checkpoint::IDENTITY_BYTES), or all
+    /// of it); a file [`Identity::Unchanged`] is not looked at further.
+    pub(crate) compare: &'a dyn Fn(&str, u64, &[u8]) -> Identity,
+}
+
+/// List the files `options.path` names, sorted by path, with their formats, as `hooks` say.
 pub(crate) fn list_files_since(
     options: &FileSourceOptions,
-    compare: &dyn Fn(&str, u64, &[u8]) -> Identity,
+    hooks: &Hooks<'_>,
 ) -> Result<Listing, SourceError> {
+    let (mut candidates, mut origin, mut complete) = find(options)?;
+    if (hooks.settle)(&candidates) {
+        (candidates, origin, complete) = find(options)?;
+    }
+    let display = shown_by(options);
+    let mut listing = Listing {
+        files: Vec::with_capacity(candidates.len()),
+        unchanged: Vec::new(),
+        slots: Vec::with_capacity(candidates.len()),
+        complete,
+    };
+    for path in candidates {
+        let shown = display(&path);
+        let how = How {
+            format: options.format,
+            origin,
+            max_record_bytes: options.max_record_bytes,
+        };
+        match describe(&path, shown, how, hooks.below, hooks.compare)? {
+            Described::Read(file, changed_ms) => {
+                listing.slots.push(Slot {
+                    display: file.display.clone(),
+                    size: file.size,
+                    changed_ms,
+                    read: Some(listing.files.len()),
+                });
+                listing.files.push(file);
+            }
+            Described::Unchanged(slot) => {
+                listing.unchanged.push(slot.display.clone());
+                listing.slots.push(slot);
+            }
+            Described::Skipped => {}
+        }
+    }
+    if listing.files.is_empty() && listing.unchanged.is_empty() {
+        return Err(SourceError::NoFiles {
+            pattern: options.path.clone(),
+        });
+    }
+    Ok(listing)
+}
+
+/// How a found path is shown: relative to the base directory when the configured path is.
+fn shown_by(options: &FileSourceOptions) -> impl Fn(&Path) -> String + '_ {
+    let relative = Path::new(&options.path).is_relative();
+    move |found: &Path| -> String {
+        let shown = if relative {
+            found.strip_prefix(&options.base_dir).unwrap_or(found)
+        } else {
+            found
+        };
+        shown.display().to_string()
+    }
+}
+
+/// The paths `options.path` names, sorted, how they were found, and whether every directory
+/// a glob met could be read.
+fn find(options: &FileSourceOptions) -> Result<(Vec<PathBuf>, Origin, bool), SourceError> {
     let configured = options.path.as_str();
     if configured.is_empty() {
         return Err(SourceError::EmptyPath);
@@ -74,16 +156,9 @@ pub(crate) fn list_files_since(
     } else {
         PathBuf::from(configured)
     };
-    let display = |found: &Path| -> String {
-        let shown = if relative {
-            found.strip_prefix(&options.base_dir).unwrap_or(found)
-        } else {
-            found
-        };
-        shown.display().to_string()
-    };
-
+    let display = shown_by(options);
     let excluded = Excluded::new(options);
+    let mut complete = true;
     let (mut candidates, origin) = match fs::metadata(&resolved) {
         Ok(meta) if meta.is_dir() => {
             let mut found = Vec::new();
@@ -108,7 +183,8 @@ pub(crate) fn list_files_since(
                     path: configured.to_owned(),
                 });
             }
-            let mut found = expand_glob(options, relative)?;
+            let (mut found, saw_all) = expand_glob(options, relative)?;
+            complete = saw_all;
             found.retain(|path| !excluded.covers(excluded.real(path).as_deref()));
             (found, Origin::Found)
         }
@@ -121,40 +197,21 @@ pub(crate) fn list_files_since(
     };
     candidates.sort();
     candidates.dedup();
-
-    let mut listing = Listing {
-        files: Vec::with_capacity(candidates.len()),
-        unchanged: Vec::new(),
-    };
-    for path in candidates {
-        let shown = display(&path);
-        let max = options.max_record_bytes;
-        match describe(&path, shown, options.format, origin, max, compare)? {
-            Described::Read(file) => listing.files.push(file),
-            Described::Unchanged(shown) => listing.unchanged.push(shown),
-            Described::Skipped => {}
-        }
-    }
-    if listing.files.is_empty() && listing.unchanged.is_empty() {
-        return Err(SourceError::NoFiles {
-            pattern: configured.to_owned(),
-        });
-    }
-    Ok(listing)
+    Ok((candidates, origin, complete))
 }
 
 /// What listing made of one file.
 enum Described {
-    /// A file to read.
-    Read(ListedFile),
-    /// A file read to its end and unchanged since, by its shown path.
-    Unchanged(String),
+    /// A file to read, and when it last changed.
+    Read(ListedFile, i64),
+    /// A file read to its end and unchanged since.
+    Unchanged(Slot),
     /// A file of unknown format, skipped.
     Skipped,
 }
 
 /// Whether `path` contains glob metacharacters.
-fn has_glob_chars(path: &str) -> bool {
+pub(crate) fn has_glob_chars(path: &str) -> bool {
     path.contains(['*', '?', '['])
 }
 
@@ -263,8 +320,12 @@ fn walk_dir(
     Ok(())
 }
 
-/// The regular files a glob matches. `*`, `?` and `**` do not match hidden names.
-fn expand_glob(options: &FileSourceOptions, relative: bool) -> Result<Vec<PathBuf>, SourceError> {
+/// The regular files a glob matches, and whether it could read every directory it met. `*`,
+/// `?` and `**` do not match hidden names.
+fn expand_glob(
+    options: &FileSourceOptions,
+    relative: bool,
+) -> Result<(Vec<PathBuf>, bool), SourceError> {
     let configured = options.path.as_str();
     let bad_pattern = |message: String| SourceError::BadPattern {
         pattern: configured.to_owned(),
@@ -288,6 +349,7 @@ fn expand_glob(options: &FileSourceOptions, relative: bool) -> Result<Vec<PathBu
     let paths = glob::glob_with(&pattern, match_options)
         .map_err(|error| bad_pattern(error.msg.to_owned()))?;
     let mut found = Vec::new();
+    let mut complete = true;
     for entry in paths {
         match entry {
             Ok(path) => {
@@ -296,6 +358,7 @@ fn expand_glob(options: &FileSourceOptions, relative: bool) -> Result<Vec<PathBu
                 }
             }
             Err(error) => {
+                complete = false;
                 tracing::warn!(
                     path = %error.path().display(),
                     error = %crate::sources::error::describe_io(error.error()),
@@ -304,23 +367,48 @@ fn expand_glob(options: &FileSourceOptions, relative: bool) -> Result<Vec<PathBu
             }
         }
     }
-    Ok(found)
+    Ok((found, complete))
 }
 
-/// Size, format, compression and identity of `path`; nothing more for a file `compare`
-/// finds unchanged, or a found file of unknown format.
-fn describe(
-    path: &Path,
-    display: String,
+/// How the files of a listing are described.
+#[derive(Debug, Clone, Copy)]
+struct How {
     format: Option<FileFormat>,
     origin: Origin,
     max_record_bytes: usize,
+}
+
+/// Size, format, compression and identity of `path`; nothing more for a file `below` or
+/// `compare` finds unchanged, or a found file of unknown format.
+fn describe(
+    path: &Path,
+    display: String,
+    how: How,
+    below: &dyn Fn(&str, i64) -> Below,
     compare: &dyn Fn(&str, u64, &[u8]) -> Identity,
 ) -> Result<Described, SourceError> {
+    let How {
+        format,
+        origin,
+        max_record_bytes,
+    } = how;
     let io_error = |source: io::Error, display: &str| SourceError::Io {
         path: display.to_owned(),
         source,
     };
+    let (listed_size, changed_ms) = watermark::stat(path).map_err(|e| io_error(e, &display))?;
+    let unchanged = |display: String, size: u64| {
+        Described::Unchanged(Slot {
+            display,
+            size,
+            changed_ms,
+            read: None,
+        })
+    };
+    let below = below(&display, changed_ms);
+    if below == Below::Read {
+        return Ok(unchanged(display, listed_size));
+    }
     let mut file = File::open(path).map_err(|e| io_error(e, &display))?;
     let size = file.metadata().map_err(|e| io_error(e, &display))?.len();
     let mut head = Vec::with_capacity(HEAD_BYTES);
@@ -328,9 +416,22 @@ fn describe(
         .take(HEAD_BYTES as u64)
         .read_to_end(&mut head)
         .map_err(|e| io_error(e, &display))?;
-    let identity = compare(&display, size, &head);
+    let late = match below {
+        Below::ReadUnlessSkippedBy(then) => {
+            if detect(path, &head, then).is_some() {
+                return Ok(unchanged(display, size));
+            }
+            true
+        }
+        Below::Late => true,
+        Below::No | Below::Read => false,
+    };
+    let identity = match compare(&display, size, &head) {
+        Identity::New if late => Identity::Late,
+        identity => identity,
+    };
     if identity == Identity::Unchanged {
-        return Ok(Described::Unchanged(display));
+        return Ok(unchanged(display, size));
     }
 
     let detected = detect(path, &head, format);
@@ -382,15 +483,18 @@ fn describe(
             format: "Parquet",
         });
     }
-    Ok(Described::Read(ListedFile {
-        path: path.to_path_buf(),
-        display,
-        size,
-        format,
-        compression,
-        head: Head::of(size, &head),
-        identity,
-    }))
+    Ok(Described::Read(
+        ListedFile {
+            path: path.to_path_buf(),
+            display,
+            size,
+            format,
+            compression,
+            head: Head::of(size, &head),
+            identity,
+        },
+        changed_ms,
+    ))
 }
 
 /// JSON lines or JSON documents for the stream of JSON objects in `path`, told by its first

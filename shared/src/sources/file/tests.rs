@@ -10,7 +10,9 @@ fn defaults_are_the_documented_ones() {
     assert_eq!(options.batch_rows, 10_000);
     // 10 MB, the product's buffer threshold default, not 10 MiB.
     assert_eq!(options.batch_bytes, 10_000_000);
-    assert_eq!(options.max_record_bytes, 64 * 1024 * 1024);
+    // 16 MiB of text, and 128 MiB once parsed (issue 13: a record must fit a small Lambda).
+    assert_eq!(options.max_record_bytes, 16 * 1024 * 1024);
+    assert_eq!(options.max_record_memory, 128 * 1024 * 1024);
     assert_eq!(options.base_dir, PathBuf::from("."));
     assert_eq!(options.path, "");
     assert!(options.exclude.is_empty());

@@ -127,6 +127,9 @@ pub struct S3SourceOptions {
     pub batch_bytes: u64,
     /// A longer record becomes a `too_large` deadletter.
     pub max_record_bytes: usize,
+    /// A JSON record that would take more memory parsed becomes a `too_large` deadletter
+    /// (see [`FileSourceOptions::max_record_memory`]).
+    pub max_record_memory: u64,
     /// Hand JSON-lines records out unparsed (see
     /// [`FileSourceOptions::unparsed_json_lines`]).
     pub unparsed_json_lines: bool,
@@ -145,6 +148,7 @@ impl S3SourceOptions {
             batch_rows: FileSourceOptions::DEFAULT_BATCH_ROWS,
             batch_bytes: FileSourceOptions::DEFAULT_BATCH_BYTES,
             max_record_bytes: FileSourceOptions::DEFAULT_MAX_RECORD_BYTES,
+            max_record_memory: FileSourceOptions::DEFAULT_MAX_RECORD_MEMORY,
             unparsed_json_lines: false,
         }
     }
@@ -495,6 +499,7 @@ impl Inputs for Objects {
         let ctx = FileContext {
             uri: uri.clone(),
             max_record_bytes: self.options.max_record_bytes.max(1),
+            max_record_memory: self.options.max_record_memory,
         };
         if format == FileFormat::Parquet {
             // Ranged reads from here: the first bytes were only for telling the format.
