@@ -113,6 +113,9 @@ pub struct S3WalConfig<'a> {
     /// The newest batch id whose source position the state store recorded (0 if none):
     /// batches at or below it were certainly committed.
     pub recorded_through: u64,
+    /// The state store's id floor (`wal#floor`, written by `skipprd reset`; 0 if none): ids at
+    /// or below it belong to an earlier life of the pipeline, so numbering goes on above it.
+    pub floor: u64,
 }
 
 /// The WAL on S3 (see the module docs).
@@ -502,6 +505,13 @@ impl<'a> S3Wal<'a> {
         {
             Some(item) => decode_watermark(&watermark_key, &item.value)?,
             None => (0, None),
+        };
+        // Ids at or below the floor were used before a reset: never again, and the position
+        // a watermark at or below it carries belongs to that earlier life too.
+        let (reclaimed, watermark_position) = if config.floor > 0 && reclaimed <= config.floor {
+            (config.floor, None)
+        } else {
+            (reclaimed, watermark_position)
         };
 
         let mut found: std::collections::BTreeMap<u64, Found> = Default::default();

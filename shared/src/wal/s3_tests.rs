@@ -81,6 +81,7 @@ impl Fixture {
             partition: PARTITION.into(),
             fence: Some(self.fence),
             recorded_through,
+            floor: 0,
         })
     }
 
