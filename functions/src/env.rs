@@ -1,6 +1,7 @@
 //! What a function reads from its environment: where the config is (`SKIPPR_CONFIG_S3_URI`,
-//! else the package in `LAMBDA_TASK_ROOT`), `DATA_DIR`'s default, the deadline margin, and
-//! the refusal of a WAL or a state store on the function's disk.
+//! else the package in `LAMBDA_TASK_ROOT`), `DATA_DIR`'s default (every pipeline's local
+//! state goes there, whatever its `data_dir` says), the deadline margin, and the refusal of a
+//! WAL or a state store on the function's disk.
 
 use std::path::PathBuf;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -95,7 +96,7 @@ pub fn load_config<E: Environment + Clone + Send + Sync + 'static>(
     let env = FunctionEnv::new(env);
     let loaded = match location {
         ConfigLocation::Packaged { task_root } => {
-            let loaded = load(None, task_root, env)?;
+            let loaded = load(None, task_root, env.clone())?;
             if loaded.source == ConfigSource::NotFound {
                 return Err(ConfigError::NoPipelines {
                     file: loaded.display_name(),
@@ -106,10 +107,37 @@ pub fn load_config<E: Environment + Clone + Send + Sync + 'static>(
         }
         ConfigLocation::S3 { bucket, key } => {
             let base_dir = task_root(&env);
-            load_s3(&format!("s3://{bucket}/{key}"), aws, &base_dir, env)?
+            load_s3(&format!("s3://{bucket}/{key}"), aws, &base_dir, env.clone())?
         }
     };
-    Ok(skipprd::config::validate(&loaded, None)?)
+    let mut config = skipprd::config::validate(&loaded, None)?;
+    keep_state_in_scratch(&mut config, &env);
+    Ok(config)
+}
+
+/// Point every pipeline's `data_dir` at the function's scratch space (`DATA_DIR`, else
+/// [`DEFAULT_DATA_DIR`]), whatever the config says: a function creates nothing outside it
+/// (the task root is read-only on AWS). A pipeline's own `data_dir` (`./data`, the usual local
+/// setting) is resolved against the task root, so it is overridden, with a log line. The WAL
+/// and the store are remote ([`check_remote_state`]); what a pass still keeps locally (the
+/// state directory, a `local` schema) goes to the scratch space.
+pub fn keep_state_in_scratch(config: &mut ValidatedConfig, env: &dyn Environment) {
+    let scratch = PathBuf::from(
+        env.var("DATA_DIR")
+            .filter(|v| !v.is_empty())
+            .unwrap_or_else(|| DEFAULT_DATA_DIR.to_owned()),
+    );
+    for pipeline in config.pipelines.values_mut() {
+        if pipeline.data_dir != scratch {
+            tracing::info!(
+                pipeline = %pipeline.name,
+                configured = %pipeline.data_dir.display(),
+                used = %scratch.display(),
+                "A function keeps local state in its scratch space (DATA_DIR), not in the configured data_dir."
+            );
+            pipeline.data_dir = scratch.clone();
+        }
+    }
 }
 
 /// [`load_config`] from the process environment: what a function's init does.
@@ -243,6 +271,30 @@ mod tests {
     }
 
     const PIPELINE: &str = "pipelines:\n  p:\n    data_source: data_sources.s\ndata_sources:\n  s:\n    File:\n      path: input\n";
+
+    #[test]
+    fn a_pipelines_own_data_dir_is_replaced_by_the_scratch_space() {
+        let yaml = PIPELINE.replace(
+            "    data_source: data_sources.s\n",
+            "    data_source: data_sources.s\n    data_dir: ./data\n",
+        );
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("skippr.yml"), yaml).unwrap();
+        let vars = env(&[("DATA_DIR", "/mnt/scratch")]);
+        let loaded = load(None, dir.path(), FunctionEnv::new(vars.clone())).unwrap();
+        let mut config = skipprd::config::validate(&loaded, None).unwrap();
+        assert_eq!(config.pipelines["p"].data_dir, dir.path().join("./data"));
+        keep_state_in_scratch(&mut config, &FunctionEnv::new(vars));
+        assert_eq!(
+            config.pipelines["p"].data_dir,
+            PathBuf::from("/mnt/scratch")
+        );
+        keep_state_in_scratch(&mut config, &FunctionEnv::new(env(&[])));
+        assert_eq!(
+            config.pipelines["p"].data_dir,
+            PathBuf::from(DEFAULT_DATA_DIR)
+        );
+    }
 
     #[test]
     fn a_wal_or_store_on_the_functions_disk_is_refused() {

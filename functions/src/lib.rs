@@ -20,7 +20,9 @@
 //! before the config object is uploaded, an IAM policy may still be propagating, S3 may answer
 //! 5xx), so the environment recovers once the cause is gone instead of returning the old error
 //! for its lifetime. `DATA_DIR` defaults to
-//! [`env::DEFAULT_DATA_DIR`] (`/tmp` is the only writable place of a function).
+//! [`env::DEFAULT_DATA_DIR`] (`/tmp` is the only writable place of a function), and every
+//! pipeline's local state goes there whatever its `data_dir` says
+//! ([`env::keep_state_in_scratch`]): a function creates nothing in the read-only task root.
 //!
 //! The WAL and the state store must outlive the execution environment: a config whose WAL is on
 //! disk (`WAL_STORAGE` other than `s3`) or whose store is the embedded one is refused,

@@ -853,6 +853,88 @@ fn the_deployment_example_config_runs_as_the_stacks_configure_it() {
     assert_eq!(rejected.key_count(), Some(1), "one deadletter object");
 }
 
+/// Every path under `dir`, sorted.
+fn tree(dir: &Path) -> Vec<PathBuf> {
+    let mut paths = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for entry in std::fs::read_dir(&d).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                todo.push(path.clone());
+            }
+            paths.push(path);
+        }
+    }
+    paths.sort();
+    paths
+}
+
+/// With `data_dir: ./data` on the pipeline (the usual local setting, resolved against the
+/// task root), both functions keep their local state in the scratch `DATA_DIR`: the task root
+/// (read-only on AWS; here mode 0555 and compared file by file) gains nothing.
+#[test]
+fn the_functions_create_nothing_in_the_task_root_whatever_data_dir_says() {
+    use std::os::unix::fs::PermissionsExt;
+    endpoint();
+    let project = Project::new();
+    project.write("a.jsonl", 0..40);
+    let config = project.task_root.path().join("skippr.yml");
+    let text = std::fs::read_to_string(&config).unwrap().replace(
+        "  events:\n    data_source:",
+        "  events:\n    data_dir: ./data\n    data_source:",
+    );
+    assert!(text.contains("data_dir: ./data"), "{text}");
+    std::fs::write(&config, text).unwrap();
+    let before = tree(project.task_root.path());
+    let read_only = std::fs::Permissions::from_mode(0o555);
+    for path in before.iter().filter(|p| p.is_dir()) {
+        std::fs::set_permissions(path, read_only.clone()).unwrap();
+    }
+    std::fs::set_permissions(project.task_root.path(), read_only).unwrap();
+
+    let logs = tempfile::tempdir().unwrap();
+    let api = RuntimeApi::start();
+    let sync = Function::start(
+        env!("CARGO_BIN_EXE_skipprd-sync"),
+        &api,
+        &project.env(),
+        logs.path().join("sync.log"),
+    );
+    let summary = api.invoke_ok(&fixture("scheduled.json"), now_ms() + 60_000);
+    println!("sync: {summary}");
+    assert_eq!(summary["rows"], 40, "{summary}\n{}", sync.log());
+    assert_eq!(summary["pending"], 0);
+    drop(sync);
+
+    let api = RuntimeApi::start();
+    let discover = Function::start(
+        env!("CARGO_BIN_EXE_skipprd-discover"),
+        &api,
+        &project.env(),
+        logs.path().join("discover.log"),
+    );
+    let summary = api.invoke_ok(&fixture("direct.json"), now_ms() + 60_000);
+    println!("discover: {summary}");
+    assert_eq!(summary["records"], 40, "{summary}\n{}", discover.log());
+    drop(discover);
+
+    let writable = std::fs::Permissions::from_mode(0o755);
+    std::fs::set_permissions(project.task_root.path(), writable.clone()).unwrap();
+    for path in before.iter().filter(|p| p.is_dir()) {
+        std::fs::set_permissions(path, writable.clone()).unwrap();
+    }
+    assert_eq!(
+        tree(project.task_root.path()),
+        before,
+        "the task root changed"
+    );
+    assert!(
+        project.scratch.path().join("default_events").is_dir(),
+        "the state directory is in the scratch DATA_DIR"
+    );
+}
+
 /// Issue 21 item 1: the schedule fired before the config object was uploaded. The init fails
 /// (the object is missing) and the invocation returns that error; once the object is there, the
 /// next invocation of the same warm process runs the pass instead of returning the old error.

@@ -74,6 +74,13 @@ pub enum Command {
     /// fix for the last two (`--output json`: one `doctor_complete` event). Exits 1 when a
     /// check fails, 2 when the config does not load.
     Doctor,
+    /// Start a pipeline over on purpose, after its WAL was lost (a deleted state directory):
+    /// delete its source position and acknowledgements, empty its WAL, and record an id floor
+    /// above every batch id its state or tables hold, so the next `sync` reads the source
+    /// from its start and numbers its batches above the floor (nothing skipped as delivered,
+    /// no id used twice). Rows that had landed are written again by that `sync`. Without
+    /// `--yes` it only prints what it would clear and exits 2. Takes the writer lease.
+    Reset(ResetArgs),
     /// Work with rejected records (the files of the pipeline's `File` deadletter sink).
     #[command(subcommand)]
     Deadletters(DeadlettersCommand),
@@ -109,6 +116,18 @@ pub struct MaintainArgs {
     #[command(flatten)]
     #[allow(missing_docs)]
     pub pipeline: PipelineArg,
+}
+
+/// `reset` flags.
+#[derive(Debug, Args)]
+pub struct ResetArgs {
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub pipeline: PipelineArg,
+
+    /// Clear the state. Without it, nothing changes: `reset` prints what it would clear.
+    #[arg(long)]
+    pub yes: bool,
 }
 
 /// `query` flags.
@@ -273,6 +292,21 @@ mod tests {
         let cli = Cli::try_parse_from(["skipprd", "store", "create", "--output", "json"]).unwrap();
         assert!(matches!(cli.command, Command::Store(StoreCommand::Create)));
         assert!(Cli::try_parse_from(["skipprd", "store"]).is_err());
+    }
+
+    #[test]
+    fn reset_parses_with_and_without_its_confirmation() {
+        let cli = Cli::try_parse_from(["skipprd", "reset", "-p", "events"]).unwrap();
+        let Command::Reset(args) = cli.command else {
+            panic!("not reset")
+        };
+        assert_eq!(args.pipeline.pipeline.as_deref(), Some("events"));
+        assert!(!args.yes);
+        let cli = Cli::try_parse_from(["skipprd", "reset", "--yes"]).unwrap();
+        let Command::Reset(args) = cli.command else {
+            panic!("not reset")
+        };
+        assert!(args.yes);
     }
 
     #[test]

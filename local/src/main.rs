@@ -72,6 +72,11 @@ fn main() -> ExitCode {
                         message,
                         retryable,
                     },
+                    Command::Reset(args) => Event::ResetError {
+                        pipeline: named(&args.pipeline.pipeline),
+                        message,
+                        retryable,
+                    },
                 };
                 output::observer(mode).event(&event);
             }
@@ -195,6 +200,16 @@ fn run(cli: &Cli, mode: OutputMode) -> Result<(), PipelineError> {
                 &pipeline::MaintainOptions::default(),
                 observer.as_mut(),
             )?;
+            Ok(())
+        }
+        Command::Reset(args) => {
+            let pipeline = config.pipeline(args.pipeline.pipeline.as_deref())?;
+            let mut observer = output::observer(mode);
+            let options = pipeline::ResetOptions {
+                confirm: args.yes,
+                ..pipeline::ResetOptions::default()
+            };
+            pipeline::reset(&config, pipeline, &options, observer.as_mut())?;
             Ok(())
         }
         Command::Store(StoreCommand::Create) => {

@@ -41,6 +41,13 @@ pub struct Text;
 
 impl Observer for Text {
     fn event(&mut self, event: &Event) {
+        if let Event::LeaseWaiting { .. } = event {
+            // A notice while the command waits, not a result: standard error.
+            if let Some(line) = describe(event) {
+                eprintln!("{line}");
+            }
+            return;
+        }
         if let Some(line) = describe(event) {
             emit(&line);
         }
@@ -272,6 +279,49 @@ fn describe(event: &Event) -> Option<String> {
         } => format!("Created DynamoDB table '{table}' (region {region}); it is active."),
         Event::StoreReady { table, region, .. } => {
             format!("DynamoDB table '{table}' (region {region}) already exists; left as it is.")
+        }
+        Event::LeaseWaiting {
+            pipeline,
+            holder,
+            expires_in_ms,
+            wait_ms,
+        } => {
+            let until = match expires_in_ms {
+                Some(ms) if *ms >= 0 => {
+                    format!("its lease expires in {:.1} s", *ms as f64 / 1000.0)
+                }
+                Some(ms) => format!(
+                    "its lease expired {:.1} s ago by its clock",
+                    -(*ms as f64) / 1000.0
+                ),
+                None => "held until that process ends".to_owned(),
+            };
+            format!(
+                "Waiting for the writer lease of pipeline '{pipeline}', held by {holder} ({until}); giving up after {:.1} s.",
+                *wait_ms as f64 / 1000.0
+            )
+        }
+        Event::Reset { pipeline, report } => {
+            let id = |v: Option<u64>| v.map_or("none".to_owned(), |v| format!("batch {v}"));
+            let lead = if report.applied {
+                format!("Reset pipeline '{pipeline}'. Cleared:")
+            } else {
+                format!(
+                    "Would reset pipeline '{pipeline}' (nothing changed; add --yes to do it). It would clear:"
+                )
+            };
+            format!(
+                "{lead}\n  source position: {} (the next sync reads the source from its start; rows that landed are written again)\n  destination acknowledgement: {}\n  deadletter acknowledgement: {}\n  WAL: {} batch{} (next id was {})\n  landed in the tables: through batch {}\n  new id floor: {} (the next batch gets id {})",
+                id(report.position_batch),
+                id(report.acked),
+                id(report.deadletters_acked),
+                report.wal_batches,
+                if report.wal_batches == 1 { "" } else { "es" },
+                report.wal_next,
+                report.landed,
+                report.floor,
+                report.floor + 1
+            )
         }
         _ => return None,
     })

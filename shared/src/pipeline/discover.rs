@@ -5,6 +5,10 @@
 //! inference is order-independent; see [`crate::schema`]); `limit` stops after that many
 //! records, for a quick look at a large source (the result then depends on what came first).
 //!
+//! The inference is merged into the saved schema, never replacing it: a column and its widest
+//! type, once saved, stay (committed batches and the tables use them), and the save is fenced
+//! by the writer lease (see `schema_save.rs`).
+//!
 //! Memory stays bounded whatever the input size: records are read in batches and folded into
 //! per-field accumulators, never kept.
 
@@ -20,6 +24,7 @@ use crate::schema::{
 
 use super::events::{Event, Observer};
 use super::held::Held;
+use super::schema_save::{Fenced, save_schema};
 use super::source::{open_source, read_ahead};
 use super::{DeadletterLog, PipelineError};
 
@@ -118,18 +123,36 @@ pub fn discover(
     let store = schema_store(&config.settings, pipeline, options.aws.as_ref())?;
     // The schema file is the pipeline's state too: take the writer lease, so that discover
     // never overwrites it under a running `sync`.
-    let held = Held::take(&config.settings, pipeline, options.lease_wait)?;
-    let report = discover_into(config, pipeline, options, &store, observer);
+    let held = Held::take(&config.settings, pipeline, options.lease_wait, observer)?;
+    let lease = Fenced {
+        store: &*held.store,
+        partition: &held.partition,
+        fence: Some(held.fence()),
+    };
+    let report = discover_with(config, pipeline, options, &store, Some(lease), observer);
     drop(held);
     report
 }
 
-/// [`discover`] with the schema store given.
+/// [`discover`] with the schema store given, without a writer lease (the caller serialises
+/// writers): the inference is merged into the saved schema all the same.
 pub fn discover_into(
     config: &ValidatedConfig,
     pipeline: &ValidatedPipeline,
     options: &DiscoverOptions,
     store: &dyn SchemaStore,
+    observer: &mut dyn Observer,
+) -> Result<DiscoverReport, PipelineError> {
+    discover_with(config, pipeline, options, store, None, observer)
+}
+
+/// [`discover_into`], the save fenced by `lease` when given.
+fn discover_with(
+    config: &ValidatedConfig,
+    pipeline: &ValidatedPipeline,
+    options: &DiscoverOptions,
+    store: &dyn SchemaStore,
+    lease: Option<Fenced<'_>>,
     observer: &mut dyn Observer,
 ) -> Result<DiscoverReport, PipelineError> {
     let started = Instant::now();
@@ -207,8 +230,14 @@ pub fn discover_into(
             deadletters,
         });
     }
-    let schema = inferrer.finish(&name, &config.settings.workspace);
-    store.save(&schema).map_err(schema_err)?;
+    // Merged into the saved schema (a column and its widest type, once saved, stay), and
+    // fenced by the lease.
+    let inferred = inferrer.finish(&name, &config.settings.workspace);
+    let saved = save_schema(store, &inferred, lease, &name)?;
+    if !saved.changed {
+        tracing::info!(pipeline = %name, "The saved schema already holds everything discover found.");
+    }
+    let schema = saved.schema;
     for (namespace, ns) in &schema.namespaces {
         observer.event(&Event::NamespaceDiscovered {
             pipeline: name.clone(),
@@ -342,6 +371,47 @@ mod tests {
             .filter(|e| matches!(e, Event::NamespaceDiscovered { .. }))
             .count();
         assert_eq!(discovered, 2);
+    }
+
+    /// Regression: discover saved a fresh inference, so a second run over files that no longer
+    /// held a column (or only small values of a widened one) narrowed the saved schema.
+    #[test]
+    fn a_second_discover_merges_into_the_saved_schema_and_never_narrows_it() {
+        let (dir, config) =
+            project("{\"kind\":\"a\",\"n\":5000000000,\"gone\":\"x\"}\n{\"kind\":\"b\",\"m\":1}\n");
+        let pipeline = config.pipeline(None).unwrap();
+        let store = MemorySchemaStore::default();
+        let options = DiscoverOptions::default();
+        discover_into(
+            &config,
+            pipeline,
+            &options,
+            &store,
+            &mut Recorder::default(),
+        )
+        .unwrap();
+        std::fs::write(
+            dir.path().join("events.jsonl"),
+            "{\"kind\":\"a\",\"n\":1,\"new\":true}\n",
+        )
+        .unwrap();
+        let report = discover_into(
+            &config,
+            pipeline,
+            &options,
+            &store,
+            &mut Recorder::default(),
+        )
+        .unwrap();
+        let saved = store.load().unwrap();
+        assert_eq!(saved, report.schema);
+        let a: Vec<String> = field_paths(&saved.namespaces["a"].fields);
+        assert_eq!(
+            a,
+            ["gone: string", "kind: string", "n: long", "new: boolean"]
+        );
+        assert!(saved.namespaces.contains_key("b"), "a namespace stays too");
+        assert_eq!(saved.namespaces["a"].records, 1, "counts are this run's");
     }
 
     #[test]

@@ -96,6 +96,30 @@ pub enum PipelineError {
         /// The OS error.
         message: String,
     },
+    /// The WAL numbers its batches below an id the state store or the destination's tables
+    /// already hold: it was lost or replaced (a deleted state directory), and going on would
+    /// skip new batches as delivered. Nothing was read or written.
+    #[error(
+        "pipeline '{pipeline}': the WAL's next batch id is {wal_next}, but {holder} {id}: the WAL was lost or replaced (a deleted or new state directory?), and going on would skip new batches as already delivered. Nothing was read or written. To start the pipeline over on purpose, run `skipprd reset -p {pipeline}` (it shows what it would clear; add `--yes` to clear it); see docs/wal.md, \"A WAL that restarts\""
+    )]
+    WalRestarted {
+        /// The pipeline.
+        pipeline: String,
+        /// The id the WAL would give its next batch.
+        wal_next: u64,
+        /// What holds the higher id (the state store's `position`, `ack`, ..., or a table).
+        holder: String,
+        /// The higher id.
+        id: u64,
+    },
+    /// `reset` was run without its confirmation flag: it only reported what it would clear.
+    #[error(
+        "pipeline '{pipeline}': nothing was reset; run `skipprd reset -p {pipeline} --yes` to clear what is listed above"
+    )]
+    ResetNotConfirmed {
+        /// The pipeline.
+        pipeline: String,
+    },
     /// The source gave no record at all, so there is nothing to infer a schema from.
     #[error(
         "pipeline '{pipeline}': read 0 records from source '{source_name}' ({deadletters} rejected); the saved schema was left unchanged"
@@ -121,6 +145,8 @@ impl PipelineError {
             PipelineError::Source { pipeline, .. }
             | PipelineError::Schema { pipeline, .. }
             | PipelineError::NothingRead { pipeline, .. }
+            | PipelineError::WalRestarted { pipeline, .. }
+            | PipelineError::ResetNotConfirmed { pipeline, .. }
             | PipelineError::State { pipeline, .. }
             | PipelineError::Io { pipeline, .. }
             | PipelineError::Aws { pipeline, .. }
@@ -137,7 +163,10 @@ impl PipelineError {
             PipelineError::Config(e) => e.is_retryable(),
             PipelineError::Source { source, .. } => source.is_retryable(),
             PipelineError::Schema { source, .. } => source.is_retryable(),
-            PipelineError::NothingRead { .. } | PipelineError::Io { .. } => false,
+            PipelineError::NothingRead { .. }
+            | PipelineError::Io { .. }
+            | PipelineError::WalRestarted { .. }
+            | PipelineError::ResetNotConfirmed { .. } => false,
             PipelineError::Aws { source, .. } => source.is_retryable(),
             PipelineError::State { source, .. } | PipelineError::Store(source) => {
                 source.is_retryable()
@@ -155,7 +184,7 @@ impl PipelineError {
     /// Whether the input (config or command line) must change: exit code 2.
     pub fn is_config(&self) -> bool {
         match self {
-            PipelineError::Config(_) => true,
+            PipelineError::Config(_) | PipelineError::ResetNotConfirmed { .. } => true,
             PipelineError::Sink { source, .. } | PipelineError::Maintain { source, .. } => {
                 matches!(**source, crate::sinks::SinkError::Config { .. })
             }

@@ -3,8 +3,8 @@
 //! With `--output json` each event is printed as one JSON object per line, tagged by `event`
 //! (`discover_start`, `discover_progress`, `namespace_discovered`, `discover_complete`,
 //! `discover_error`; `sync_start`, `sync_status`, `schema_evolved`, `sync_complete`,
-//! `sync_error`; `maintain_complete`, `maintain_error`; `schema_error`; `store_ready`,
-//! `store_error`). Field names are stable: scripts depend on them.
+//! `sync_error`; `lease_waiting`; `maintain_complete`, `maintain_error`; `reset`,
+//! `reset_error`; `schema_error`; `store_ready`, `store_error`). Field names are stable: scripts depend on them.
 
 use std::path::PathBuf;
 
@@ -177,6 +177,36 @@ pub enum Event {
     },
     /// `store create` failed.
     StoreError {
+        /// The error, one line.
+        message: String,
+        /// Whether running again unchanged might succeed.
+        retryable: bool,
+    },
+    /// A command is waiting for the pipeline's writer lease, held by another writer (said
+    /// once, when the wait starts).
+    LeaseWaiting {
+        /// The pipeline.
+        pipeline: String,
+        /// Who holds the lease: `host/pid/random` (DynamoDB) or the holder's pid (local lock).
+        holder: String,
+        /// Milliseconds until the holder's lease expires (DynamoDB; negative: already past),
+        /// `None` for a local lock, which is held until its process ends.
+        expires_in_ms: Option<i64>,
+        /// The longest this command waits before giving up, in milliseconds.
+        wait_ms: u64,
+    },
+    /// `reset` looked at (and, when `applied`, cleared) the pipeline's state.
+    Reset {
+        /// The pipeline.
+        pipeline: String,
+        /// What was found and cleared.
+        #[serde(flatten)]
+        report: crate::pipeline::reset::ResetReport,
+    },
+    /// `reset` failed.
+    ResetError {
+        /// The pipeline, when known.
+        pipeline: Option<String>,
         /// The error, one line.
         message: String,
         /// Whether running again unchanged might succeed.

@@ -55,7 +55,7 @@ pub fn maintain(
     if pipeline.destination.is_none() {
         return Err(no_destination());
     }
-    let held = Held::take(&config.settings, pipeline, options.lease_wait)?;
+    let held = Held::take(&config.settings, pipeline, options.lease_wait, observer)?;
     let sink = crate::sinks::open(pipeline)
         .map_err(sink_err)?
         .ok_or_else(no_destination)?;

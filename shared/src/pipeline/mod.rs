@@ -11,6 +11,8 @@ pub mod events;
 mod held;
 pub mod maintain;
 mod replay;
+pub mod reset;
+mod schema_save;
 pub mod source;
 pub mod store;
 pub mod sync;
@@ -20,6 +22,7 @@ pub use discover::{DiscoverOptions, DiscoverReport, discover};
 pub use error::PipelineError;
 pub use events::{Event, Observer};
 pub use maintain::{MaintainOptions, maintain};
+pub use reset::{ResetOptions, ResetReport, reset};
 pub use store::create_store;
 
 /// Logs rejected records: every one with its source, line and error (never silently

@@ -42,6 +42,8 @@ use super::discover::{schema_store, transform_options};
 use super::events::{Event, Observer};
 use super::held::Held;
 use super::replay::{REPLAYED_NAMESPACE, ReplayPlan, replay_unsupported, replayed_batch};
+use super::reset::{Known, check_continues, check_tables};
+use super::schema_save::{Fenced, save_schema};
 use super::source::{open_source_unparsed_at, read_ahead_with};
 use super::typing::{Typing, infer_and_type};
 use super::{DeadletterLog, PipelineError};
@@ -170,18 +172,19 @@ pub fn sync_pass(
     let requests_before = aws.as_ref().map(crate::aws::Aws::requests);
 
     // 1. Lease (the store is opened under it).
-    let held = Held::take_with(settings, pipeline, options.lease_wait, aws.as_ref())?;
+    let held = Held::take_with(
+        settings,
+        pipeline,
+        options.lease_wait,
+        aws.as_ref(),
+        observer,
+    )?;
     let (store, partition, state_dir) = (&held.store, &held.partition, &held.state_dir);
     let fence = Some(held.fence());
 
     // 2. Recover.
     let position_key = StateKey::new(partition.as_str(), keys::POSITION);
-    let recorded = store
-        .get(&position_key)
-        .map_err(state_err)?
-        .map(|item| decode_position(&position_key, &item.value))
-        .transpose()
-        .map_err(state_err)?;
+    let known = Known::read(&**store, partition, &name)?;
     let (mut wal, recovery) = open_wal(
         WalPlace {
             pipeline: &name,
@@ -189,14 +192,19 @@ pub fn sync_pass(
             store,
             partition,
             fence,
-            recorded_through: recorded.as_ref().map_or(0, |(batch, _)| *batch),
+            recorded_through: known.position.as_ref().map_or(0, |(batch, _)| *batch),
+            floor: known.floor(),
             aws: aws.as_ref(),
         },
-        options,
+        &options.wal,
     )?;
     for warning in &recovery.warnings {
         tracing::warn!(pipeline = %name, "{warning}");
     }
+    // A WAL numbering below ids the state store holds was lost or replaced: refuse before
+    // anything is read, delivered or reclaimed (see `reset`).
+    check_continues(&known, wal.next_id().0, &name)?;
+    let recorded = known.position.clone();
     // The recorded position names the newest WAL batch it follows. When that is the WAL's
     // newest committed batch, the record is current (it may even be newer than the WAL's
     // position: a batch whose every record was rejected moves the position without a WAL
@@ -246,6 +254,12 @@ pub fn sync_pass(
             source: Box::new(source),
         }
     })?;
+    if known.is_empty()
+        && let Some(sink) = &sink
+    {
+        // The state store knows no batch: the tables must not know one above the WAL either.
+        check_tables(sink, wal.next_id().0, &name)?;
+    }
     let deadletter_sink = match &pipeline.deadletter_sink {
         Some(dl) => crate::sinks::deadletter::DeadletterSink::open(
             dl,
@@ -377,17 +391,21 @@ pub fn sync_pass(
                         .map_err(schema_err)?;
                         typing.publish(&schema);
                         if !inferred.changes.is_empty() {
-                            schemas.save(&schema).map_err(schema_err)?;
+                            // Fenced, and merged into what is saved: never narrowing it.
+                            let lease = Fenced {
+                                store: &**store,
+                                partition,
+                                fence,
+                            };
+                            let saved = save_schema(&schemas, &schema, Some(lease), &name)?;
+                            if saved.schema != schema {
+                                schema = saved.schema;
+                                typing.publish(&schema);
+                            }
+                            if let Some(version) = saved.version {
+                                schema_version = version;
+                            }
                             failpoint(failpoint::AFTER_SCHEMA_SAVE).map_err(wal_err)?;
-                            schema_version += 1;
-                            store
-                                .put(
-                                    &version_key,
-                                    schema_version.to_string().as_bytes(),
-                                    Condition::Any,
-                                    fence,
-                                )
-                                .map_err(state_err)?;
                             observer.event(&Event::SchemaEvolved {
                                 pipeline: name.clone(),
                                 version: schema_version,
@@ -542,24 +560,26 @@ fn requests_since(aws: &crate::aws::Aws, before: &BTreeMap<String, u64>) -> BTre
 }
 
 /// What [`open_wal`] needs to know.
-struct WalPlace<'a> {
-    pipeline: &'a str,
+pub(super) struct WalPlace<'a> {
+    pub(super) pipeline: &'a str,
     /// Where the WAL lives.
-    location: &'a WalLocation,
-    store: &'a dyn StateStore,
-    partition: &'a str,
-    fence: Option<crate::state::Fence>,
+    pub(super) location: &'a WalLocation,
+    pub(super) store: &'a dyn StateStore,
+    pub(super) partition: &'a str,
+    pub(super) fence: Option<crate::state::Fence>,
     /// The newest batch id whose position the state store recorded.
-    recorded_through: u64,
+    pub(super) recorded_through: u64,
+    /// The id floor of the last reset (`wal#floor`, 0 if none): a fresh WAL numbers above it.
+    pub(super) floor: u64,
     /// The pass's AWS handle, when a backend needs one.
-    aws: Option<&'a crate::aws::Aws>,
+    pub(super) aws: Option<&'a crate::aws::Aws>,
 }
 
 /// Open the pipeline's WAL where validation put it: segment files under the state directory,
 /// or objects under `wal/{tenant}/{workspace}/{pipeline}/` in the WAL bucket.
-fn open_wal<'a>(
+pub(super) fn open_wal<'a>(
     place: WalPlace<'a>,
-    options: &SyncOptions,
+    options: &WalOptions,
 ) -> Result<(Box<dyn Wal + 'a>, crate::wal::Recovery), PipelineError> {
     let wal_err = |source| PipelineError::Wal {
         pipeline: place.pipeline.to_owned(),
@@ -567,7 +587,8 @@ fn open_wal<'a>(
     };
     match place.location {
         WalLocation::Disk { dir } => {
-            let (wal, recovery) = DiskWal::open(dir, options.wal.clone()).map_err(wal_err)?;
+            let (wal, recovery) =
+                DiskWal::open_above(dir, options.clone(), place.floor).map_err(wal_err)?;
             Ok((Box::new(wal), recovery))
         }
         WalLocation::S3 { bucket, prefix } => {
@@ -585,6 +606,7 @@ fn open_wal<'a>(
                 partition: place.partition.to_owned(),
                 fence: place.fence,
                 recorded_through: place.recorded_through,
+                floor: place.floor,
             })
             .map_err(wal_err)?;
             Ok((Box::new(wal), recovery))
@@ -618,7 +640,7 @@ fn put_position(
 }
 
 /// The position item: the newest WAL batch id it follows (u64 LE), then the source checkpoint.
-fn decode_position(
+pub(super) fn decode_position(
     key: &StateKey,
     value: &[u8],
 ) -> Result<(u64, Vec<u8>), crate::state::StateError> {

@@ -98,6 +98,10 @@ impl Sink for MemorySink {
         Ok(self.lock().get(namespace).map_or(0, |t| t.landed))
     }
 
+    fn landed_any(&self) -> Result<u64, SinkError> {
+        Ok(self.lock().values().map(|t| t.landed).max().unwrap_or(0))
+    }
+
     fn write(
         &self,
         batches: &[BatchMeta],

@@ -69,6 +69,16 @@ pub trait Sink: Send + Sync + std::fmt::Debug {
     /// [`SinkError`] when the table cannot be read.
     fn landed(&self, namespace: &str) -> Result<u64, SinkError>;
 
+    /// The highest WAL batch id of this pipeline that has landed in any table of the
+    /// destination (0 when none has). The pipeline compares it with its WAL's ids when its
+    /// state store knows nothing, to notice a WAL that restarted its numbering (see
+    /// `docs/wal.md`, "A WAL that restarts").
+    ///
+    /// # Errors
+    ///
+    /// [`SinkError`] when the tables cannot be listed or read.
+    fn landed_any(&self) -> Result<u64, SinkError>;
+
     /// Write the committed `batches` (ascending ids) to their tables, exactly once: parts of a
     /// batch at or below a table's [`Sink::landed`] id are skipped. `read` reads a batch's
     /// parts from the WAL; `before_commit` runs right before each table commit. Returns once

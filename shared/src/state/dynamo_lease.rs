@@ -161,6 +161,20 @@ impl DynamoLease {
         wait: Duration,
         ttl: Duration,
     ) -> Result<DynamoLease, StateError> {
+        DynamoLease::acquire_observed(table, pipeline, partition, wait, ttl, &mut |_| {})
+    }
+
+    /// [`DynamoLease::acquire`], telling `on_wait` once, when the lease is held by another
+    /// writer and the wait starts, who holds it and until when.
+    pub fn acquire_observed(
+        table: Arc<dyn LeaseTable>,
+        pipeline: &str,
+        partition: &str,
+        wait: Duration,
+        ttl: Duration,
+        on_wait: &mut dyn FnMut(&crate::state::LeaseWait),
+    ) -> Result<DynamoLease, StateError> {
+        let mut told = false;
         let ttl = ttl.max(Duration::from_millis(30));
         let ttl_ms = ms(ttl);
         let holder = new_holder_id();
@@ -221,6 +235,27 @@ impl DynamoLease {
                 continue;
             }
             let waited = started.elapsed();
+            if !told && waited < wait {
+                told = true;
+                let (holder, expires_at_ms) = current
+                    .as_ref()
+                    .map(|r| {
+                        (
+                            r.holder.clone().unwrap_or_default(),
+                            r.expires_at_ms.unwrap_or(0),
+                        )
+                    })
+                    .unwrap_or_default();
+                on_wait(&crate::state::LeaseWait {
+                    holder,
+                    expires_in_ms: Some(
+                        i64::try_from(expires_at_ms)
+                            .unwrap_or(i64::MAX)
+                            .saturating_sub(i64::try_from(now_ms).unwrap_or(i64::MAX)),
+                    ),
+                    wait,
+                });
+            }
             if waited >= wait {
                 let (holder, expires_at_ms) = current
                     .map(|r| (r.holder.unwrap_or_default(), r.expires_at_ms.unwrap_or(0)))

@@ -23,6 +23,9 @@ pub const REPLAYED_PREFIX: &str = "replayed#";
 pub const WAL_WATERMARK: &str = "wal#reclaimed";
 /// Written (fenced) by the S3 WAL before it replaces an orphaned body.
 pub const WAL_CLAIM: &str = "wal#claim";
+/// The id floor `skipprd reset` records (u64 LE): every batch id up to it was used by an
+/// earlier life of the pipeline, so a fresh WAL numbers its batches above it.
+pub const WAL_FLOOR: &str = "wal#floor";
 
 /// Every sort key (prefixes end with `#`).
 pub const ALL: &[&str] = &[
@@ -35,6 +38,7 @@ pub const ALL: &[&str] = &[
     REPLAYED_PREFIX,
     WAL_WATERMARK,
     WAL_CLAIM,
+    WAL_FLOOR,
 ];
 
 #[cfg(test)]

@@ -11,6 +11,7 @@
 //! (which has no OS lock, only an expiry) relies on.
 
 use std::fs::{File, OpenOptions};
+use std::io::{Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -25,11 +26,113 @@ pub const DEFAULT_LEASE_WAIT: Duration = Duration::from_secs(5);
 /// How often a waiting writer retries the lock.
 const POLL: Duration = Duration::from_millis(50);
 
+/// A writer about to wait for a lease another writer holds: said once, before the wait.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseWait {
+    /// Who holds it: `host/pid/random` for the DynamoDB lease, `pid N on HOST` for the local
+    /// lock (`unknown` when the lock file names nobody).
+    pub holder: String,
+    /// Milliseconds until the holder's lease expires, by its clock as read (negative: already
+    /// past); `None` for the local lock, held until its process ends.
+    pub expires_in_ms: Option<i64>,
+    /// The longest the writer waits before giving up.
+    pub wait: Duration,
+}
+
+/// An exclusive OS lock on `<state_dir>/writer.lock`: one process per state directory (and
+/// so per disk WAL). Dropping it releases the lock.
+#[derive(Debug)]
+pub struct LocalLock {
+    _file: File,
+    path: PathBuf,
+}
+
+impl LocalLock {
+    /// Take the lock of `pipeline`'s state directory, waiting up to `wait`; when it is held,
+    /// `on_wait` hears once who holds it before the wait starts. The holder's pid and host are
+    /// written into the file, for the next waiter to name.
+    pub fn acquire(
+        state_dir: &Path,
+        pipeline: &str,
+        wait: Duration,
+        on_wait: &mut dyn FnMut(&LeaseWait),
+    ) -> Result<LocalLock, StateError> {
+        let path = state_dir.join("writer.lock");
+        let io = |e: std::io::Error| StateError::Storage {
+            path: path.clone(),
+            message: e.to_string(),
+            retryable: false,
+        };
+        let mut file = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .read(true)
+            .write(true)
+            .open(&path)
+            .map_err(io)?;
+        let started = Instant::now();
+        let mut told = false;
+        loop {
+            match file.try_lock() {
+                Ok(()) => break,
+                Err(std::fs::TryLockError::WouldBlock) if started.elapsed() < wait => {
+                    if !told {
+                        told = true;
+                        let holder = std::fs::read_to_string(&path)
+                            .ok()
+                            .map(|h| h.trim().to_owned())
+                            .filter(|h| !h.is_empty())
+                            .unwrap_or_else(|| "unknown".to_owned());
+                        on_wait(&LeaseWait {
+                            holder,
+                            expires_in_ms: None,
+                            wait,
+                        });
+                    }
+                    std::thread::sleep(POLL)
+                }
+                Err(std::fs::TryLockError::WouldBlock) => {
+                    return Err(StateError::LeaseUnavailable {
+                        pipeline: pipeline.to_owned(),
+                        path,
+                        waited_ms: started.elapsed().as_millis() as u64,
+                    });
+                }
+                Err(std::fs::TryLockError::Error(e)) => return Err(io(e)),
+            }
+        }
+        // Best effort: the name is only for a waiter's message.
+        let holder = format!("pid {} on {}", std::process::id(), host_name());
+        let named = file
+            .set_len(0)
+            .and_then(|()| file.seek(SeekFrom::Start(0)))
+            .and_then(|_| file.write_all(holder.as_bytes()));
+        if let Err(e) = named {
+            tracing::debug!(path = %path.display(), error = %e, "Could not name the lock holder.");
+        }
+        Ok(LocalLock { _file: file, path })
+    }
+
+    /// The lock file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+/// This machine's name, for messages.
+fn host_name() -> String {
+    std::fs::read_to_string("/etc/hostname")
+        .ok()
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+        .or_else(|| std::env::var("HOSTNAME").ok().filter(|h| !h.is_empty()))
+        .unwrap_or_else(|| "unknown-host".to_owned())
+}
+
 /// A held lease. Dropping it releases the lock.
 #[derive(Debug)]
 pub struct LocalLease {
-    _lock: File,
-    path: PathBuf,
+    lock: LocalLock,
     fence: Fence,
 }
 
@@ -44,35 +147,27 @@ impl LocalLease {
         wait: Duration,
         open_store: impl FnOnce() -> Result<S, StateError>,
     ) -> Result<(LocalLease, S), StateError> {
-        let path = state_dir.join("writer.lock");
-        let io = |e: std::io::Error| StateError::Storage {
-            path: path.clone(),
-            message: e.to_string(),
-            retryable: false,
-        };
-        let file = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&path)
-            .map_err(io)?;
-        let started = Instant::now();
-        loop {
-            match file.try_lock() {
-                Ok(()) => break,
-                Err(std::fs::TryLockError::WouldBlock) if started.elapsed() < wait => {
-                    std::thread::sleep(POLL)
-                }
-                Err(std::fs::TryLockError::WouldBlock) => {
-                    return Err(StateError::LeaseUnavailable {
-                        pipeline: pipeline.to_owned(),
-                        path,
-                        waited_ms: started.elapsed().as_millis() as u64,
-                    });
-                }
-                Err(std::fs::TryLockError::Error(e)) => return Err(io(e)),
-            }
-        }
+        LocalLease::acquire_observed(
+            state_dir,
+            pipeline,
+            partition,
+            wait,
+            &mut |_| {},
+            open_store,
+        )
+    }
+
+    /// [`LocalLease::acquire`], telling `on_wait` once when the lock is held by another
+    /// process and the wait starts.
+    pub fn acquire_observed<S: StateStore>(
+        state_dir: &Path,
+        pipeline: &str,
+        partition: &str,
+        wait: Duration,
+        on_wait: &mut dyn FnMut(&LeaseWait),
+        open_store: impl FnOnce() -> Result<S, StateError>,
+    ) -> Result<(LocalLease, S), StateError> {
+        let lock = LocalLock::acquire(state_dir, pipeline, wait, on_wait)?;
         let store = open_store()?;
         let key = StateKey::new(partition, LEASE_SORT_KEY);
         let holder = format!("{{\"pid\":{},\"kind\":\"local\"}}", std::process::id());
@@ -86,8 +181,7 @@ impl LocalLease {
         let token = store.put(&key, holder.as_bytes(), condition, None)?;
         Ok((
             LocalLease {
-                _lock: file,
-                path,
+                lock,
                 fence: Fence { token },
             },
             store,
@@ -101,7 +195,7 @@ impl LocalLease {
 
     /// The lock file.
     pub fn path(&self) -> &Path {
-        &self.path
+        self.lock.path()
     }
 }
 

@@ -33,7 +33,7 @@ pub use dynamo_lease::{DEFAULT_LEASE_TTL, DynamoLease, LeaseRecord, LeaseTable};
 pub use dynamodb::DynamoStore;
 pub use embedded::EmbeddedStore;
 pub use error::StateError;
-pub use lease::{DEFAULT_LEASE_WAIT, LEASE_SORT_KEY, LocalLease};
+pub use lease::{DEFAULT_LEASE_WAIT, LEASE_SORT_KEY, LeaseWait, LocalLease, LocalLock};
 pub use memory::MemoryStore;
 
 /// The address of an item.

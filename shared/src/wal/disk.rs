@@ -56,6 +56,22 @@ impl DiskWal {
     /// [`WalError::UnsupportedVersion`] for foreign files, [`WalError::Io`] and
     /// [`WalError::InvalidOptions`].
     pub fn open(dir: &Path, options: WalOptions) -> Result<(DiskWal, Recovery), WalError> {
+        DiskWal::open_above(dir, options, 0)
+    }
+
+    /// [`DiskWal::open`], numbering a fresh WAL (an empty or missing directory) from
+    /// `floor + 1` instead of 1: the ids up to `floor` were used by an earlier life of the
+    /// pipeline (the state store's `wal#floor`, written by `skipprd reset`). A WAL that holds
+    /// segments keeps its own numbering.
+    ///
+    /// # Errors
+    ///
+    /// As [`DiskWal::open`].
+    pub fn open_above(
+        dir: &Path,
+        options: WalOptions,
+        floor: u64,
+    ) -> Result<(DiskWal, Recovery), WalError> {
         if options.segment_target_bytes < WalOptions::MIN_SEGMENT_TARGET_BYTES {
             return Err(WalError::InvalidOptions {
                 reason: format!(
@@ -172,7 +188,8 @@ impl DiskWal {
         let active = match segments.last() {
             Some(segment) => open_for_append(&segment.path)?,
             None => {
-                let (segment, file) = create_segment(dir, 1, None, &options)?;
+                reclaimed_through = floor;
+                let (segment, file) = create_segment(dir, floor + 1, None, &options)?;
                 segments.push(segment);
                 file
             }

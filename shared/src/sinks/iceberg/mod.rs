@@ -644,6 +644,29 @@ impl Sink for IcebergSink {
         })
     }
 
+    fn landed_any(&self) -> Result<u64, SinkError> {
+        self.runtime.block_on(async {
+            let catalog = self.catalog.as_ref();
+            let whole = |e| self.iceberg_err("*", e);
+            if !catalog
+                .namespace_exists(&self.namespace)
+                .await
+                .map_err(whole)?
+            {
+                return Ok(0);
+            }
+            let mut highest = 0;
+            for ident in catalog.list_tables(&self.namespace).await.map_err(whole)? {
+                let table = catalog
+                    .load_table(&ident)
+                    .await
+                    .map_err(|e| self.iceberg_err(ident.name(), e))?;
+                highest = highest.max(self.landed_through(&table));
+            }
+            Ok(highest)
+        })
+    }
+
     fn write(
         &self,
         batches: &[BatchMeta],
