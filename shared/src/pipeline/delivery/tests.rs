@@ -291,6 +291,10 @@ impl Sink for DroppingSink {
         self.0.landed(namespace)
     }
 
+    fn landed_any(&self) -> Result<u64, SinkError> {
+        self.0.landed_any()
+    }
+
     fn write(
         &self,
         batches: &[crate::wal::BatchMeta],
