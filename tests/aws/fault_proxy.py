@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A fault-injecting HTTP proxy in front of the local AWS server (moto), for the tests.
 
-    fault_proxy.py UPSTREAM_URL PORT_FILE [--every N] [--always] [--apply-then-fail OPS [--then 500|drop]]
+    fault_proxy.py UPSTREAM_URL PORT_FILE [--every N] [--always] [--apply-then-fail OPS [--then 500|drop|409]]
 
 Listens on a free 127.0.0.1 port (written to PORT_FILE once listening) and forwards every
 request to UPSTREAM_URL unchanged (headers too, so SigV4 signatures stay valid), except:
@@ -20,6 +20,9 @@ request to UPSTREAM_URL unchanged (headers too, so SigV4 signatures stay valid),
   the connection is closed without an answer instead of the `500` (a transport failure after
   the request applied, which the SDK retries for every service; it does not retry a `500`
   that DynamoDB or Glue send as their modeled `InternalServerError`/`InternalServiceException`).
+  With `--then 409` the request is NOT forwarded: it is answered `409 ConditionalRequestConflict`
+  (S3's answer to a conditional write that raced another operation on the key: nothing was
+  written, the client should send the PUT again).
 
 `GET /_faults` answers with the number of requests seen and faults injected so far (with
 `--apply-then-fail`, also per op under `"applied_then_failed"`). Standard library only.
@@ -157,6 +160,15 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 COUNT["faults"] += 1
         if fault:
             self._fault(n)
+            return
+        if apply_then_fail and THEN == "409":
+            with LOCK:
+                per_op = COUNT["applied_then_failed"]
+                per_op[op] = per_op.get(op, 0) + 1
+            body = (f"<?xml version=\"1.0\" encoding=\"UTF-8\"?><Error><Code>ConditionalRequestConflict"
+                    f"</Code><Message>A conflicting operation is in progress (injected)</Message>"
+                    f"<RequestId>conflict{n}</RequestId></Error>").encode()
+            self._send(409, [("Content-Type", "application/xml")], body)
             return
         conn = http.client.HTTPConnection(UPSTREAM.hostname, UPSTREAM.port, timeout=60)
         headers = {k: v for k, v in self.headers.items() if k.lower() not in HOP_BY_HOP}

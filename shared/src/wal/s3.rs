@@ -163,11 +163,20 @@ fn parse_name(name: &str) -> Option<(u64, bool)> {
 
 /// Whether an S3 failure is a failed `If-None-Match` / `If-Match` precondition.
 fn precondition_failed(failure: &SdkFailure) -> bool {
-    failure.status == Some(412)
-        || failure.status == Some(409)
-        || failure.code == "PreconditionFailed"
-        || failure.code == "ConditionalRequestConflict"
+    failure.status == Some(412) || failure.code == "PreconditionFailed"
 }
+
+/// Whether an S3 failure is `409 ConditionalRequestConflict`: a conditional write raced
+/// another operation on the key and was not applied. S3's documentation says to retry the
+/// request; it says nothing about whether the object exists.
+fn conditional_conflict(failure: &SdkFailure) -> bool {
+    failure.status == Some(409) || failure.code == "ConditionalRequestConflict"
+}
+
+/// How many times a conditional PUT answered `409` is sent again, and the first pause (it
+/// doubles each time: 50, 100, 200, 400, 800 ms).
+const CONFLICT_RETRIES: u32 = 5;
+const CONFLICT_PAUSE: std::time::Duration = std::time::Duration::from_millis(50);
 
 /// The S3 operations of the WAL, shared by the writer and its readers.
 #[derive(Clone)]
@@ -205,24 +214,49 @@ impl Objects {
     /// a 5xx, a dropped connection) is retried by the SDK, and the retry is refused with `412`;
     /// or the failure reaches us. Either way the object is examined (`HEAD`): the same token
     /// and length means this call created it, which is success, not a conflict.
+    ///
+    /// A `409 ConditionalRequestConflict` (the PUT raced another operation on the key and was
+    /// not applied) is neither: the same PUT is sent again, up to [`CONFLICT_RETRIES`] times
+    /// with a growing pause, then the failure is returned as retryable.
     fn put_new(&self, name: &str, bytes: Vec<u8>) -> Result<bool, WalError> {
         let key = format!("{}{}", self.prefix, name);
         let token = uuid::Uuid::new_v4().simple().to_string();
         let length = bytes.len() as u64;
-        let result = self.aws.block_on(async {
-            self.client
-                .put_object()
-                .bucket(&self.bucket)
-                .key(&key)
-                .if_none_match("*")
-                .metadata(WRITER_METADATA, &token)
-                .body(ByteStream::from(bytes))
-                .send()
-                .await
-        });
-        let failure = match result {
-            Ok(_) => return Ok(true),
-            Err(e) => SdkFailure::from_sdk(&e),
+        let bytes = bytes::Bytes::from(bytes);
+        let mut conflicts = 0;
+        let failure = loop {
+            let body = ByteStream::from(bytes.clone());
+            let result = self.aws.block_on(async {
+                self.client
+                    .put_object()
+                    .bucket(&self.bucket)
+                    .key(&key)
+                    .if_none_match("*")
+                    .metadata(WRITER_METADATA, &token)
+                    .body(body)
+                    .send()
+                    .await
+            });
+            let failure = match result {
+                Ok(_) => return Ok(true),
+                Err(e) => SdkFailure::from_sdk(&e),
+            };
+            if !conditional_conflict(&failure) {
+                break failure;
+            }
+            if conflicts == CONFLICT_RETRIES {
+                return Err(self.err(
+                    "write",
+                    name,
+                    SdkFailure {
+                        retryable: true,
+                        ..failure
+                    },
+                ));
+            }
+            tracing::debug!(uri = %self.uri(name), attempt = conflicts + 1, "A conditional PUT met a conflicting operation (409); sending it again.");
+            std::thread::sleep(CONFLICT_PAUSE * 2u32.pow(conflicts));
+            conflicts += 1;
         };
         let refused = precondition_failed(&failure);
         if !refused && !failure.retryable {
