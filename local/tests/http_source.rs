@@ -283,3 +283,78 @@ fn walk(dir: &Path) -> Vec<PathBuf> {
     }
     out
 }
+
+fn grow(port: u16, total: u64) {
+    let status = std::process::Command::new("python3")
+        .args([
+            "-c",
+            &format!(
+                "import urllib.request; urllib.request.urlopen(urllib.request.Request('http://127.0.0.1:{port}/_total?n={total}', method='POST'))"
+            ),
+        ])
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+/// `kill -9` at random moments during a 200-page incremental pagination (50 pages of new
+/// records arrive between rounds), then a final pass: every record exactly once.
+#[test]
+fn sync_killed_at_random_moments_mid_pagination_lands_every_record_once() {
+    let kills: u64 = std::env::var("SKIPPR_KILL_LOOPS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(30);
+    let server = api(&["--style", "next_url", "--pages", "200", "--per-page", "100"]);
+    let dir = tempfile::tempdir().unwrap();
+    write_config(
+        dir.path(),
+        &format!(
+            "url: http://127.0.0.1:{}/items\nrecords_path: data\nbatch_size: 500\nmax_requests_per_second: 40\n{}\nincremental:\n  cursor_path: seq\n  param: since",
+            server.port,
+            paginator("next_url")
+        ),
+    );
+    let mut total = 20_000u64;
+    let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = || {
+        rng ^= rng >> 12;
+        rng ^= rng << 25;
+        rng ^= rng >> 27;
+        rng.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    };
+    let (mut killed, mut finished, mut round) = (0u64, 0u64, 0u64);
+    while killed < kills && round < kills * 4 {
+        round += 1;
+        let mut child = skipprd_command(dir.path())
+            .args(["sync", "--once"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(50 + next() % 1200));
+        match child.try_wait().unwrap() {
+            Some(status) => {
+                let out = child.wait_with_output().unwrap();
+                assert!(
+                    status.success(),
+                    "round {round}: sync failed on its own: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+                finished += 1;
+            }
+            None => {
+                child.kill().unwrap(); // SIGKILL
+                child.wait().unwrap();
+                killed += 1;
+            }
+        }
+        // New records for every round: some 50 pages, over a second at 40 requests/s.
+        total += 5_000;
+        grow(server.port, total);
+    }
+    assert!(killed >= kills, "only {killed} kills in {round} rounds");
+    sync_ok(dir.path(), &[], "final pass");
+    check(dir.path(), total, "kill loop");
+    println!("kill loop: {killed} kills, {finished} passes finished on their own, {total} records landed once");
+}

@@ -126,7 +126,13 @@ class Handler(http.server.BaseHTTPRequestHandler):
         return self._send(200, body, headers)
 
 
-server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+class Server(http.server.ThreadingHTTPServer):
+    def handle_error(self, request, client_address):
+        # A client killed mid-request (the kill loop) is expected: stay quiet.
+        pass
+
+
+server = Server(("127.0.0.1", 0), Handler)
 with open(ARGS.port_file + ".tmp", "w") as f:
     f.write(str(server.server_address[1]))
 import os
