@@ -89,7 +89,11 @@ fn table(dir: &Path) -> PathBuf {
 fn check(dir: &Path, expected: u64, ctx: &str) {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/readers/read_table.py");
     let t = table(dir);
-    assert!(t.join("metadata/version-hint.text").is_file(), "{ctx}: no table at {}", t.display());
+    assert!(
+        t.join("metadata/version-hint.text").is_file(),
+        "{ctx}: no table at {}",
+        t.display()
+    );
     let out = std::process::Command::new(reader_python())
         .arg(&script)
         .args(["--key", "id"])
@@ -106,8 +110,16 @@ fn check(dir: &Path, expected: u64, ctx: &str) {
     let read = tables.values().next().unwrap();
     for reader in ["duckdb", "pyiceberg"] {
         let got = &read[reader];
-        assert_eq!(got["rows"].as_u64(), Some(expected), "{ctx}: {reader}: rows");
-        assert_eq!(got["duplicate_keys"].as_u64(), Some(0), "{ctx}: {reader}: duplicates");
+        assert_eq!(
+            got["rows"].as_u64(),
+            Some(expected),
+            "{ctx}: {reader}: rows"
+        );
+        assert_eq!(
+            got["duplicate_keys"].as_u64(),
+            Some(0),
+            "{ctx}: {reader}: duplicates"
+        );
         let keys: Vec<u64> = got["keys"]
             .as_array()
             .unwrap()
@@ -117,7 +129,11 @@ fn check(dir: &Path, expected: u64, ctx: &str) {
         let mut sorted = keys.clone();
         sorted.sort_unstable();
         sorted.dedup();
-        assert_eq!(sorted, (0..expected).collect::<Vec<_>>(), "{ctx}: {reader}: ids");
+        assert_eq!(
+            sorted,
+            (0..expected).collect::<Vec<_>>(),
+            "{ctx}: {reader}: ids"
+        );
     }
 }
 
@@ -126,7 +142,9 @@ fn paginator(style: &str) -> &'static str {
         "next_url" => "paginator:\n  next_url:\n    path: links.next",
         "link_header" => "paginator:\n  link_header: {}",
         "cursor" => "paginator:\n  cursor:\n    path: meta.next_cursor\n    param: after",
-        "offset" => "paginator:\n  offset:\n    param: offset\n    limit_param: limit\n    page_size: 1000",
+        "offset" => {
+            "paginator:\n  offset:\n    param: offset\n    limit_param: limit\n    page_size: 1000"
+        }
         _ => "paginator:\n  page_number:\n    param: page\n    page_size: 1000",
     }
 }
@@ -235,7 +253,14 @@ fn rate_limits_and_random_500s_are_retried_and_every_record_lands_once() {
 #[test]
 fn a_401_exits_1_and_the_token_is_in_no_log() {
     let token = "t0k3n-s3cr3t-value";
-    let server = api(&["--token", "the-right-one", "--pages", "2", "--per-page", "10"]);
+    let server = api(&[
+        "--token",
+        "the-right-one",
+        "--pages",
+        "2",
+        "--per-page",
+        "10",
+    ]);
     let dir = tempfile::tempdir().unwrap();
     write_config(
         dir.path(),
@@ -251,7 +276,10 @@ fn a_401_exits_1_and_the_token_is_in_no_log() {
         let stdout = String::from_utf8_lossy(&out.stdout);
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(1), "{extra:?}: {stderr}\n{stdout}");
-        assert!(stderr.contains("401") || stdout.contains("401"), "{extra:?}: {stderr}");
+        assert!(
+            stderr.contains("401") || stdout.contains("401"),
+            "{extra:?}: {stderr}"
+        );
         assert!(
             stderr.contains("bad credentials") || stdout.contains("bad credentials"),
             "{extra:?}: the body's head: {stderr}"
@@ -266,7 +294,11 @@ fn a_401_exits_1_and_the_token_is_in_no_log() {
         for entry in walk(dir.path()) {
             let bytes = std::fs::read(&entry).unwrap_or_default();
             let text = String::from_utf8_lossy(&bytes);
-            assert!(!text.contains(token) || entry.ends_with("skippr.yml"), "{}", entry.display());
+            assert!(
+                !text.contains(token) || entry.ends_with("skippr.yml"),
+                "{}",
+                entry.display()
+            );
         }
     }
 }
@@ -356,5 +388,7 @@ fn sync_killed_at_random_moments_mid_pagination_lands_every_record_once() {
     assert!(killed >= kills, "only {killed} kills in {round} rounds");
     sync_ok(dir.path(), &[], "final pass");
     check(dir.path(), total, "kill loop");
-    println!("kill loop: {killed} kills, {finished} passes finished on their own, {total} records landed once");
+    println!(
+        "kill loop: {killed} kills, {finished} passes finished on their own, {total} records landed once"
+    );
 }

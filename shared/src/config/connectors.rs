@@ -236,7 +236,7 @@ connector_set! {
         /// PostgreSQL tables, incremental by cursor column and primary key.
         Postgres(PostgresSourceConfig) = false,
         /// A paginated JSON REST API.
-        HttpClient(HttpClientSourceConfig) = true,
+        HttpClient(Box<HttpClientSourceConfig>) = true,
         /// JSON lines on standard input (a push source: lost on a crash before commit).
         Stdin(StdinSourceConfig) = false,
     }

@@ -345,7 +345,8 @@ impl HttpClientSourceConfig {
     pub fn paginator(&self) -> Option<HttpPaginator> {
         match &self.paginator {
             Some(p) => p.paginator(),
-            None => self.next_url_path
+            None => self
+                .next_url_path
                 .as_ref()
                 .map(|path| HttpPaginator::NextUrl { path: path.clone() }),
         }

@@ -28,7 +28,7 @@ fn http(source: &str, pairs: &[(&str, &str)]) -> Result<HttpClientSourceConfig, 
     let loaded = load(&text, pairs)?;
     validate(&loaded, None)?;
     match &loaded.config.data_sources["api"].connector {
-        SourceConnector::HttpClient(c) => Ok(c.clone()),
+        SourceConnector::HttpClient(c) => Ok((**c).clone()),
         _ => unreachable!(),
     }
 }
@@ -73,7 +73,10 @@ batch_size: 500",
         })
     );
     assert!(matches!(c.resolved_auth(), Ok(ResolvedAuth::Bearer(t)) if t.expose() == "t0k3n"));
-    assert_eq!(c.incremental.as_ref().map(|i| i.param.as_str()), Some("since"));
+    assert_eq!(
+        c.incremental.as_ref().map(|i| i.param.as_str()),
+        Some("since")
+    );
     assert!(!format!("{c:?}").contains("t0k3n"));
 }
 
@@ -93,8 +96,17 @@ fn flat_auth_spellings_and_the_earlier_keys_are_accepted() {
     )
     .unwrap();
     assert!(matches!(c.resolved_auth(), Ok(ResolvedAuth::Bearer(_))));
-    assert_eq!(c.paginator(), Some(HttpPaginator::NextUrl { path: "next".into() }));
-    let c = http("url: https://api.example.com/\nauth_token: ${TOKEN}", &[("TOKEN", "t")]).unwrap();
+    assert_eq!(
+        c.paginator(),
+        Some(HttpPaginator::NextUrl {
+            path: "next".into()
+        })
+    );
+    let c = http(
+        "url: https://api.example.com/\nauth_token: ${TOKEN}",
+        &[("TOKEN", "t")],
+    )
+    .unwrap();
     assert!(matches!(c.resolved_auth(), Ok(ResolvedAuth::Bearer(_))));
     // Every paginator style parses.
     for p in [
@@ -127,28 +139,90 @@ fn each_mistake_names_its_key() {
     for (source, key, says) in [
         ("url: ftp://a.example/x", "HttpClient.url", "http://"),
         ("url: not a url", "HttpClient.url", "not a valid URL"),
-        ("url: https://a.example/\nbody: x", "HttpClient.body", "POST"),
-        ("url: https://a.example/\nscrape_timeout_seconds: 0", "scrape_timeout_seconds", "at least 1"),
-        ("url: https://a.example/\nscrape_interval_seconds: 0", "scrape_interval_seconds", "at least 1"),
-        ("url: https://a.example/\nbatch_size: 0", "batch_size", "at least 1"),
-        ("url: https://a.example/\nmax_requests_per_second: 0", "max_requests_per_second", "above 0"),
-        ("url: https://a.example/\nformat: csv\nrecords_path: data", "records_path", "json"),
-        ("url: https://a.example/\nrecords_path: data..x", "records_path", "dot path"),
-        ("url: https://a.example/\nformat: jsonl\npaginator: {next_url: {path: n}}", "paginator.next_url", "json"),
-        ("url: https://a.example/\nnext_url_path: n\npaginator: {link_header: {}}", "next_url_path", "one of them"),
-        ("url: https://a.example/\npaginator: {offset: {param: o, page_size: 0}}", "paginator.offset.page_size", "at least 1"),
-        ("url: https://a.example/\nauth: {token: '${TOKEN}'}\nauth_user: u", "HttpClient.auth", "twice"),
-        ("url: https://a.example/\nauth: {strategy: bearer, user: u}", "auth.token", "required"),
-        ("url: https://a.example/\nauth_strategy: basic", "auth_user", "required"),
-        ("url: https://a.example/\nincremental: {cursor_path: '', param: since}", "incremental.cursor_path", "dot path"),
+        (
+            "url: https://a.example/\nbody: x",
+            "HttpClient.body",
+            "POST",
+        ),
+        (
+            "url: https://a.example/\nscrape_timeout_seconds: 0",
+            "scrape_timeout_seconds",
+            "at least 1",
+        ),
+        (
+            "url: https://a.example/\nscrape_interval_seconds: 0",
+            "scrape_interval_seconds",
+            "at least 1",
+        ),
+        (
+            "url: https://a.example/\nbatch_size: 0",
+            "batch_size",
+            "at least 1",
+        ),
+        (
+            "url: https://a.example/\nmax_requests_per_second: 0",
+            "max_requests_per_second",
+            "above 0",
+        ),
+        (
+            "url: https://a.example/\nformat: csv\nrecords_path: data",
+            "records_path",
+            "json",
+        ),
+        (
+            "url: https://a.example/\nrecords_path: data..x",
+            "records_path",
+            "dot path",
+        ),
+        (
+            "url: https://a.example/\nformat: jsonl\npaginator: {next_url: {path: n}}",
+            "paginator.next_url",
+            "json",
+        ),
+        (
+            "url: https://a.example/\nnext_url_path: n\npaginator: {link_header: {}}",
+            "next_url_path",
+            "one of them",
+        ),
+        (
+            "url: https://a.example/\npaginator: {offset: {param: o, page_size: 0}}",
+            "paginator.offset.page_size",
+            "at least 1",
+        ),
+        (
+            "url: https://a.example/\nauth: {token: '${TOKEN}'}\nauth_user: u",
+            "HttpClient.auth",
+            "twice",
+        ),
+        (
+            "url: https://a.example/\nauth: {strategy: bearer, user: u}",
+            "auth.token",
+            "required",
+        ),
+        (
+            "url: https://a.example/\nauth_strategy: basic",
+            "auth_user",
+            "required",
+        ),
+        (
+            "url: https://a.example/\nincremental: {cursor_path: '', param: since}",
+            "incremental.cursor_path",
+            "dot path",
+        ),
     ] {
         let msg = err(source);
         assert!(msg.contains(key) && msg.contains(says), "{source}: {msg}");
     }
     let msg = err("url: https://a.example/\npaginator: {}");
-    assert!(msg.contains("paginator") && msg.contains("exactly one"), "{msg}");
+    assert!(
+        msg.contains("paginator") && msg.contains("exactly one"),
+        "{msg}"
+    );
     let msg = err("url: https://a.example/\npaginator: {link_header: {}, next_url: {path: n}}");
-    assert!(msg.contains("paginator") && msg.contains("exactly one"), "{msg}");
+    assert!(
+        msg.contains("paginator") && msg.contains("exactly one"),
+        "{msg}"
+    );
     let msg = err("url: https://a.example/\npaginator: {next_url: {path: n, extra: 1}}");
     assert!(msg.contains("extra"), "{msg}");
     let msg = err("url: https://a.example/\nmethod: DELETE");

@@ -17,8 +17,8 @@
 pub mod connectors;
 pub mod credentials;
 pub mod env;
-pub mod http;
 pub mod error;
+pub mod http;
 pub mod load;
 pub mod reference;
 pub mod secret;

@@ -110,7 +110,9 @@ impl Validator<'_> {
 /// A dot path: non-empty segments separated by `.`.
 fn check_path(path: &str) -> Result<(), String> {
     if path.split('.').any(|s| s.trim().is_empty()) {
-        return Err(format!("'{path}' is not a valid dot path (like `data.items`)"));
+        return Err(format!(
+            "'{path}' is not a valid dot path (like `data.items`)"
+        ));
     }
     Ok(())
 }

@@ -204,7 +204,10 @@ impl Client {
                     .and_then(|v| v.to_str().ok())
                     .and_then(|v| v.trim().parse::<u64>().ok())
                     .map(|s| Duration::from_secs(s.min(300)));
-                return Err(Attempt::Retry(error(Some(code), message, true), retry_after));
+                return Err(Attempt::Retry(
+                    error(Some(code), message, true),
+                    retry_after,
+                ));
             }
             return Err(Attempt::Fatal(error(Some(code), message, false)));
         }
@@ -227,10 +230,9 @@ impl Client {
         let body = if gzip {
             let mut out = Vec::new();
             let reader = flate2::read::MultiGzDecoder::new(&body[..]);
-            reader
-                .take(limit + 1)
-                .read_to_end(&mut out)
-                .map_err(|e| Attempt::Fatal(error(Some(code), format!("bad gzip body: {e}"), false)))?;
+            reader.take(limit + 1).read_to_end(&mut out).map_err(|e| {
+                Attempt::Fatal(error(Some(code), format!("bad gzip body: {e}"), false))
+            })?;
             if out.len() as u64 > limit {
                 return Err(Attempt::Fatal(error(
                     Some(code),
@@ -268,10 +270,12 @@ impl Client {
         };
         if tokio::runtime::Handle::try_current().is_ok() {
             // Inside another runtime: a runtime cannot be entered from its threads.
-            std::thread::scope(|scope| match scope.spawn(move || runtime.block_on(future)).join() {
-                Ok(output) => output,
-                Err(panic) => std::panic::resume_unwind(panic),
-            })
+            std::thread::scope(
+                |scope| match scope.spawn(move || runtime.block_on(future)).join() {
+                    Ok(output) => output,
+                    Err(panic) => std::panic::resume_unwind(panic),
+                },
+            )
         } else {
             runtime.block_on(future)
         }
@@ -377,7 +381,10 @@ mod tests {
         for attempt in 1..10 {
             let wait = jittered(base, attempt);
             let ceiling = (base * (1 << (attempt - 1))).min(Duration::from_secs(30));
-            assert!(wait <= ceiling && wait >= ceiling / 2, "{attempt}: {wait:?}");
+            assert!(
+                wait <= ceiling && wait >= ceiling / 2,
+                "{attempt}: {wait:?}"
+            );
         }
     }
 }

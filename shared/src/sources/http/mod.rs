@@ -110,12 +110,14 @@ impl HttpSourceOptions {
         batch_rows: usize,
         batch_bytes: u64,
     ) -> Result<HttpSourceOptions, SourceError> {
-        let auth = c.resolved_auth().map_err(|(key, message)| SourceError::Http {
-            url: c.url.redacted(),
-            status: None,
-            message: format!("`{key}` {message}"),
-            retryable: false,
-        })?;
+        let auth = c
+            .resolved_auth()
+            .map_err(|(key, message)| SourceError::Http {
+                url: c.url.redacted(),
+                status: None,
+                message: format!("`{key}` {message}"),
+                retryable: false,
+            })?;
         Ok(HttpSourceOptions {
             url: c.url.clone(),
             method: c.method.unwrap_or(HttpMethod::Get),
@@ -219,12 +221,13 @@ impl HttpSource {
             path: shown.clone(),
             message,
         };
-        let configured = reqwest::Url::parse(options.url.expose()).map_err(|e| SourceError::Http {
-            url: shown.clone(),
-            status: None,
-            message: format!("not a valid URL: {e}"),
-            retryable: false,
-        })?;
+        let configured =
+            reqwest::Url::parse(options.url.expose()).map_err(|e| SourceError::Http {
+                url: shown.clone(),
+                status: None,
+                message: format!("not a valid URL: {e}"),
+                retryable: false,
+            })?;
         let old = match checkpoint {
             None => None,
             Some(bytes) => {
@@ -350,13 +353,14 @@ impl HttpSource {
         let shown = redacted(url.as_str());
         let fetched = self.client.fetch(&self.options, &url)?;
         self.bytes_done += fetched.wire_bytes;
-        let parsed = page::parse(&fetched.body, self.options.format, &self.records_path)
-            .map_err(|message| SourceError::Http {
+        let parsed = page::parse(&fetched.body, self.options.format, &self.records_path).map_err(
+            |message| SourceError::Http {
                 url: shown.clone(),
                 status: None,
                 message,
                 retryable: false,
-            })?;
+            },
+        )?;
         drop(fetched.body);
         let count = parsed.items.len() as u64;
         let next = self.next_url(&url, &parsed.document, fetched.link.as_deref(), count);
@@ -392,7 +396,8 @@ impl HttpSource {
                 if count == 0 {
                     return None;
                 }
-                let cursor = page::lookup(document, &page::segments(path)).and_then(page::as_text)?;
+                let cursor =
+                    page::lookup(document, &page::segments(path)).and_then(page::as_text)?;
                 let mut next = self.base_url();
                 set_param(&mut next, param, &cursor);
                 Some(next)
@@ -577,14 +582,12 @@ impl Source for HttpSource {
             count += 1;
         }
         // A page handed out to its end is closed now, so the checkpoint names the next one.
-        if let Some(current) = &self.current
-            && current.items.is_empty()
+        if self.current.as_ref().is_some_and(|c| c.items.is_empty())
+            && let Some(done) = self.current.take()
         {
-            if let Some(done) = self.current.take() {
-                self.pages += 1;
-                self.offset += done.taken;
-                self.pending = done.next;
-            }
+            self.pages += 1;
+            self.offset += done.taken;
+            self.pending = done.next;
         }
         batch.bytes_read = self.bytes_done - start_bytes;
         if count == 0 {

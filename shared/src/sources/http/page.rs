@@ -151,9 +151,7 @@ pub(super) fn link_next(header: &str) -> Option<String> {
         let after = &rest[open + 1..];
         let close = after.find('>')?;
         let target = &after[..close];
-        let params_end = after[close..]
-            .find('<')
-            .map_or(after.len(), |n| close + n);
+        let params_end = after[close..].find('<').map_or(after.len(), |n| close + n);
         // The parameters up to the next link, without the `,` that separates links.
         let params = after[close + 1..params_end]
             .trim_end()
@@ -203,7 +201,12 @@ mod tests {
             lookup(&page.document, &segments("next")),
             Some(&Value::String("n".into()))
         );
-        let page = parse(br#"{"next":null}"#, HttpFormat::Json, &segments("data.items")).unwrap();
+        let page = parse(
+            br#"{"next":null}"#,
+            HttpFormat::Json,
+            &segments("data.items"),
+        )
+        .unwrap();
         assert!(page.items.is_empty());
         let page = parse(br#"[{"a":1},{"a":2}]"#, HttpFormat::Json, &[]).unwrap();
         assert_eq!(page.items.len(), 2);

@@ -116,7 +116,12 @@ fn read_all(source: &mut HttpSource) -> (Vec<u64>, Vec<Vec<u8>>) {
     let mut ids = Vec::new();
     let mut checkpoints = Vec::new();
     while let Some(batch) = source.next_batch().unwrap() {
-        ids.extend(batch.records.iter().map(|r| r.value["id"].as_u64().unwrap()));
+        ids.extend(
+            batch
+                .records
+                .iter()
+                .map(|r| r.value["id"].as_u64().unwrap()),
+        );
         checkpoints.push(source.checkpoint().unwrap());
     }
     (ids, checkpoints)
@@ -134,14 +139,26 @@ fn paginated(style: &'static str) -> Server {
             "cursor" => param(target, "after").map_or(0, |p| p.parse().unwrap()),
             _ => param(target, "p").map_or(0, |p| p.parse().unwrap()),
         };
-        let data = if page < PAGES { records(page, PER_PAGE) } else { vec![] };
+        let data = if page < PAGES {
+            records(page, PER_PAGE)
+        } else {
+            vec![]
+        };
         let more = page + 1 < PAGES;
         let mut headers = vec![];
         let body = match style {
-            "next_url" => json!({"data": data, "links": {"next": more.then(|| format!("/items?p={}", page + 1))}}),
+            "next_url" => {
+                json!({"data": data, "links": {"next": more.then(|| format!("/items?p={}", page + 1))}})
+            }
             "link_header" => {
                 if more {
-                    headers.push(("Link".to_owned(), format!("</items?p={}>; rel=\"next\", </items?p=0>; rel=\"first\"", page + 1)));
+                    headers.push((
+                        "Link".to_owned(),
+                        format!(
+                            "</items?p={}>; rel=\"next\", </items?p=0>; rel=\"first\"",
+                            page + 1
+                        ),
+                    ));
                 }
                 json!({"data": data})
             }
@@ -209,14 +226,19 @@ fn every_paginator_reads_every_record_once_and_resumes_from_every_checkpoint() {
 fn retries_429_and_500_then_lands_everything() {
     let server = Server::start(|target, n| {
         if n % 3 == 0 {
-            return (429, vec![("Retry-After".into(), "0".into())], b"slow down".to_vec());
+            return (
+                429,
+                vec![("Retry-After".into(), "0".into())],
+                b"slow down".to_vec(),
+            );
         }
         if n % 3 == 1 {
             return (500, vec![], b"oops".to_vec());
         }
         let page: u64 = param(target, "p").map_or(0, |p| p.parse().unwrap());
         let more = page + 1 < 3;
-        let body = json!({"data": records(page, 4), "next": more.then(|| format!("/x?p={}", page + 1))});
+        let body =
+            json!({"data": records(page, 4), "next": more.then(|| format!("/x?p={}", page + 1))});
         (200, vec![], serde_json::to_vec(&body).unwrap())
     });
     let opts = HttpSourceOptions {
@@ -244,7 +266,13 @@ fn attempts_are_bounded_and_the_error_is_retryable() {
 
 #[test]
 fn a_401_names_the_redacted_url_the_status_and_the_body_head_but_never_the_token() {
-    let server = Server::start(|_, _| (401, vec![], format!("{}{}", "denied:", "x".repeat(500)).into_bytes()));
+    let server = Server::start(|_, _| {
+        (
+            401,
+            vec![],
+            format!("{}{}", "denied:", "x".repeat(500)).into_bytes(),
+        )
+    });
     let opts = HttpSourceOptions {
         auth: ResolvedAuth::Bearer(Secret::new("t0k3n-s3cret")),
         ..options(&server.url("/x?api_key=k3y-s3cret&q=1"))
@@ -253,12 +281,31 @@ fn a_401_names_the_redacted_url_the_status_and_the_body_head_but_never_the_token
     let e = source.next_batch().unwrap_err();
     let msg = e.to_string();
     assert!(!e.is_retryable());
-    assert!(matches!(e, SourceError::Http { status: Some(401), .. }), "{msg}");
+    assert!(
+        matches!(
+            e,
+            SourceError::Http {
+                status: Some(401),
+                ..
+            }
+        ),
+        "{msg}"
+    );
     assert!(msg.contains("api_key=***") && msg.contains("q=1"), "{msg}");
     assert!(msg.contains("denied:xxx"), "{msg}");
-    assert!(!msg.contains(&"x".repeat(200)), "only the first 200 bytes: {msg}");
-    assert!(!msg.contains("s3cret") && !format!("{e:?}").contains("s3cret"), "{msg}");
-    assert_eq!(server.hits.load(Ordering::SeqCst), 1, "a 401 is not retried");
+    assert!(
+        !msg.contains(&"x".repeat(200)),
+        "only the first 200 bytes: {msg}"
+    );
+    assert!(
+        !msg.contains("s3cret") && !format!("{e:?}").contains("s3cret"),
+        "{msg}"
+    );
+    assert_eq!(
+        server.hits.load(Ordering::SeqCst),
+        1,
+        "a 401 is not retried"
+    );
     // The token was sent.
     let seen = server.seen_headers.lock().unwrap().join("\n");
     assert!(seen.contains("Bearer t0k3n-s3cret"), "{seen}");
@@ -277,7 +324,11 @@ fn incremental_asks_a_later_pass_only_for_records_after_the_committed_cursor() {
             .filter(|id| *id > since)
             .map(|id| json!({"id": id, "meta": {"seq": id}}))
             .collect();
-        (200, vec![], serde_json::to_vec(&json!({"data": data})).unwrap())
+        (
+            200,
+            vec![],
+            serde_json::to_vec(&json!({"data": data})).unwrap(),
+        )
     });
     let opts = HttpSourceOptions {
         incremental: Some(HttpIncremental {
@@ -291,7 +342,8 @@ fn incremental_asks_a_later_pass_only_for_records_after_the_committed_cursor() {
     let (ids, checkpoints) = read_all(&mut first);
     assert_eq!(ids, (0..10).collect::<Vec<_>>());
     total.store(15, Ordering::SeqCst);
-    let mut second = HttpSource::open_at(opts.clone(), checkpoints.last().map(Vec::as_slice)).unwrap();
+    let mut second =
+        HttpSource::open_at(opts.clone(), checkpoints.last().map(Vec::as_slice)).unwrap();
     let (ids, checkpoints) = read_all(&mut second);
     assert_eq!(ids, (10..15).collect::<Vec<_>>());
     let mut third = HttpSource::open_at(opts, checkpoints.last().map(Vec::as_slice)).unwrap();
@@ -303,7 +355,11 @@ fn gzip_bodies_and_basic_auth() {
     let server = Server::start(|_, _| {
         let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
         gz.write_all(br#"{"data":[{"id":1},{"id":2}]}"#).unwrap();
-        (200, vec![("Content-Encoding".into(), "gzip".into())], gz.finish().unwrap())
+        (
+            200,
+            vec![("Content-Encoding".into(), "gzip".into())],
+            gz.finish().unwrap(),
+        )
     });
     let opts = HttpSourceOptions {
         auth: ResolvedAuth::Basic {
