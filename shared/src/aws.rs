@@ -11,6 +11,16 @@
 //!   `AWS_ENDPOINT_URL_S3`), or a connector's `endpoint`. S3 uses path-style addressing
 //!   whenever an endpoint other than AWS's own is set (local servers such as moto or MinIO
 //!   serve buckets by path);
+//! - **timeouts**: every request is bounded, so that none outlives the writer's lease: the
+//!   whole operation (every attempt and the backoff between them) by half the lease TTL, each
+//!   attempt by a quarter of it (at least 5 s and 2 s), connecting by 3.1 s (or the attempt
+//!   timeout when shorter). The TTL is `SKIPPR_LEASE_TTL_SECONDS` (default 30 s: 15 s per
+//!   operation, 7.5 s per attempt); [`timeouts_for_lease`] is the rule. The lease is renewed
+//!   every TTL/3, so a request that starts under a renewed lease ends (or is abandoned) before
+//!   that lease can expire. TTLs under 10 s (tests) get the floors, and their requests may
+//!   outlive the lease. A slow link that needs longer for a big WAL body needs a longer TTL.
+//!   Response bodies streamed after the operation returned are guarded by the SDK's
+//!   stalled-stream protection instead;
 //! - **retries**: the SDK's standard mode (exponential backoff with jitter on throttling,
 //!   5xx and transport errors): `AWS_MAX_ATTEMPTS` (default 3) and `AWS_RETRY_MODE` tune it.
 //!   An error that survives the retries is reported with [`SdkFailure::retryable`] set when a
@@ -32,6 +42,43 @@ use aws_config::BehaviorVersion;
 use aws_sdk_s3::config::interceptors::BeforeTransmitInterceptorContextRef;
 use aws_sdk_s3::config::{ConfigBag, Intercept, RuntimeComponents};
 use aws_smithy_types::error::metadata::ProvideErrorMetadata;
+
+/// The connect timeout when the attempt timeout is longer (the SDK's default).
+const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_millis(3100);
+
+/// The shortest operation timeout, whatever the TTL: a loaded machine or the SDK's retry
+/// backoff (about 1 s before the first retry) must not fail requests of a test-sized lease.
+pub const MIN_OPERATION_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// The shortest attempt timeout, whatever the TTL.
+pub const MIN_ATTEMPT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// The timeouts of every AWS request for a writer lease of `ttl` (see the module docs): the
+/// operation within `ttl / 2`, each attempt within `ttl / 4` (at least
+/// [`MIN_OPERATION_TIMEOUT`] and [`MIN_ATTEMPT_TIMEOUT`]), connecting within 3.1 s or the
+/// attempt timeout, whichever is shorter.
+pub fn timeouts_for_lease(ttl: std::time::Duration) -> aws_config::timeout::TimeoutConfig {
+    let attempt = (ttl / 4).max(MIN_ATTEMPT_TIMEOUT);
+    aws_config::timeout::TimeoutConfig::builder()
+        .operation_timeout((ttl / 2).max(MIN_OPERATION_TIMEOUT))
+        .operation_attempt_timeout(attempt)
+        .connect_timeout(attempt.min(CONNECT_TIMEOUT))
+        .build()
+}
+
+/// The lease TTL the timeouts follow: `SKIPPR_LEASE_TTL_SECONDS` when it is a positive whole
+/// number (config validation refuses anything else), else
+/// [`crate::state::DEFAULT_LEASE_TTL`].
+pub fn lease_ttl_from_env() -> std::time::Duration {
+    std::env::var("SKIPPR_LEASE_TTL_SECONDS")
+        .ok()
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .filter(|n| *n > 0)
+        .map_or(
+            crate::state::DEFAULT_LEASE_TTL,
+            std::time::Duration::from_secs,
+        )
+}
 
 /// An AWS call that failed after the SDK's retries: what it was, and whether trying again later
 /// may succeed.
@@ -249,13 +296,23 @@ impl Aws {
     /// Load the configuration from the environment (see the module docs); `region` overrides
     /// the environment's.
     pub fn load(region: Option<&str>) -> Result<Aws, AwsError> {
+        Aws::load_for_lease(region, lease_ttl_from_env())
+    }
+
+    /// [`Aws::load`] with the timeouts of a writer lease of `lease_ttl`
+    /// ([`timeouts_for_lease`]) instead of the environment's TTL.
+    pub fn load_for_lease(
+        region: Option<&str>,
+        lease_ttl: std::time::Duration,
+    ) -> Result<Aws, AwsError> {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .thread_name("skipprd-aws")
             .enable_all()
             .build()
             .map_err(AwsError::Runtime)?;
-        let mut loader = aws_config::defaults(BehaviorVersion::latest());
+        let mut loader = aws_config::defaults(BehaviorVersion::latest())
+            .timeout_config(timeouts_for_lease(lease_ttl));
         if let Some(region) = region {
             loader = loader.region(aws_config::Region::new(region.to_owned()));
         }
@@ -645,6 +702,56 @@ pub(crate) mod testing {
 mod tests {
     use super::testing::sdk_failure;
     use super::*;
+
+    #[test]
+    fn the_timeouts_follow_the_lease_ttl() {
+        let t = timeouts_for_lease(std::time::Duration::from_secs(30));
+        assert_eq!(
+            t.operation_timeout(),
+            Some(std::time::Duration::from_secs(15))
+        );
+        assert_eq!(
+            t.operation_attempt_timeout(),
+            Some(std::time::Duration::from_millis(7500))
+        );
+        assert_eq!(t.connect_timeout(), Some(CONNECT_TIMEOUT));
+        let short = timeouts_for_lease(std::time::Duration::from_secs(2));
+        assert_eq!(short.operation_timeout(), Some(MIN_OPERATION_TIMEOUT));
+        assert_eq!(short.operation_attempt_timeout(), Some(MIN_ATTEMPT_TIMEOUT));
+        assert_eq!(short.connect_timeout(), Some(MIN_ATTEMPT_TIMEOUT));
+    }
+
+    /// A server that accepts the connection and never answers: the request gives up with a
+    /// retryable timeout (within the operation timeout, 5 s for the 2 s lease TTL here)
+    /// instead of waiting for ever. The 60 s bound only keeps a regression from hanging the suite.
+    #[test]
+    fn a_request_to_a_hung_server_times_out_as_retryable() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let endpoint = format!("http://{}", listener.local_addr().unwrap());
+        let held = std::thread::spawn(move || {
+            let mut open = Vec::new();
+            for stream in listener.incoming().take(8) {
+                open.push(stream);
+            }
+            open
+        });
+        let aws =
+            Aws::load_for_lease(Some("us-east-1"), std::time::Duration::from_secs(2)).unwrap();
+        let client = aws.s3(Some(&endpoint));
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let result =
+                aws.block_on(async { client.get_object().bucket("b").key("k").send().await });
+            let _ = tx.send(result.map(|_| ()).map_err(|e| SdkFailure::from_sdk(&e)));
+        });
+        let failure = rx
+            .recv_timeout(std::time::Duration::from_secs(60))
+            .expect("the request to a hung server never returned")
+            .expect_err("a hung server cannot answer");
+        assert!(failure.retryable, "{failure}");
+        assert_eq!(failure.code, "timeout", "{failure}");
+        drop(held);
+    }
 
     #[test]
     fn refusals_are_not_retryable_and_throttling_faults_and_timeouts_are() {

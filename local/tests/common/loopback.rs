@@ -78,7 +78,7 @@ pub struct Proxy {
 
 impl Proxy {
     /// Start the proxy in front of `upstream` with `fault_proxy.py`'s flags (`--every N`,
-    /// `--always`); it listens on a free loopback port.
+    /// `--always`, `--apply-then-fail OPS`); it listens on a free loopback port.
     pub fn start(upstream: &str, args: &[&str]) -> Proxy {
         let server = ScriptServer::start("tests/aws/fault_proxy.py", &[upstream], args);
         let url = format!("http://127.0.0.1:{}", server.port);
@@ -90,6 +90,16 @@ impl Proxy {
 
     /// (requests seen, faults injected).
     pub fn counts(&self) -> (u64, u64) {
+        let v = self.report();
+        (
+            v["requests"].as_u64().unwrap(),
+            v["faults"].as_u64().unwrap(),
+        )
+    }
+
+    /// The proxy's whole `GET /_faults` report (with `--apply-then-fail`, the faults per op
+    /// under `applied_then_failed`).
+    pub fn report(&self) -> Value {
         let out = Command::new("python3")
             .args([
                 "-c",
@@ -100,10 +110,6 @@ impl Proxy {
             ])
             .output()
             .unwrap();
-        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
-        (
-            v["requests"].as_u64().unwrap(),
-            v["faults"].as_u64().unwrap(),
-        )
+        serde_json::from_slice(&out.stdout).unwrap()
     }
 }

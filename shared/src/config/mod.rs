@@ -125,7 +125,9 @@ pub enum StorageMode {
 pub struct StoreConfig {
     /// `sled`: the embedded local store (default; the name is kept for compatibility);
     /// `dynamodb`: one DynamoDB table, with an expiring writer lease (TTL: env
-    /// `SKIPPR_LEASE_TTL_SECONDS`, default 30). `cloud-tables` is recognised and rejected.
+    /// `SKIPPR_LEASE_TTL_SECONDS`, default 30; every AWS request's timeouts follow it: TTL/2
+    /// per operation, TTL/4 per attempt, at least 5 s and 2 s, so raise it for a slow link to
+    /// S3). `cloud-tables` is recognised and rejected.
     #[serde(rename = "type")]
     pub store_type: StoreType,
     /// DynamoDB table name, when `type` is `dynamodb`. Never created implicitly: create it

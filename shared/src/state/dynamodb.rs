@@ -21,6 +21,17 @@
 //! **Reads** are strongly consistent (`GetItem`, and `Query` with `begins_with(sk, :prefix)`,
 //! page after page, for [`StateStore::scan_prefix`]).
 //!
+//! **Ambiguous outcomes.** A write whose request timed out, got a 5xx or lost its connection
+//! may have applied. The SDK may send it again, and that retry fails its condition because the
+//! first attempt applied; or the error reaches the store. Either way the store reads the item
+//! (the one DynamoDB returns with a failed condition, or a fresh strongly consistent read):
+//! an item that is exactly what the write leaves (its value, and its version when the write
+//! sets a known one) means the write applied, and it is a success. A failed request after
+//! which the item does not show the write is sent again with the same condition (at most one
+//! attempt can apply), up to twice; a delete whose outcome is unknown is done when the item
+//! is gone. Lease updates are
+//! resolved the same way, by holder, version and expiry (`dynamodb/lease_items.rs`).
+//!
 //! **Errors.** The SDK retries throttling, 5xx and transport errors with backoff (standard
 //! mode, `AWS_MAX_ATTEMPTS`); what survives is [`StateError::Aws`], retryable when a later
 //! attempt may succeed. Opening a store checks the table: a missing table is
@@ -38,7 +49,6 @@ use aws_sdk_dynamodb::types::{
     TransactWriteItem, Update,
 };
 
-use super::dynamo_lease::{LeaseRecord, LeaseTable};
 use super::{Condition, Fence, Item, LEASE_SORT_KEY, StateError, StateKey, StateStore};
 use crate::aws::{Aws, SdkFailure};
 
@@ -49,6 +59,22 @@ const CREATE_WAIT: Duration = Duration::from_secs(300);
 
 /// How often a fenced `Any` write re-reads the version after losing a race to another writer.
 const FENCED_ANY_ATTEMPTS: usize = 5;
+
+/// How many times a write whose outcome is unknown, and which the item does not show, is sent
+/// again (see [`DynamoStore::after_unknown`]); on top of the SDK's own retries.
+const UNKNOWN_OUTCOME_RETRIES: usize = 2;
+
+/// The pause before sending a write again after an unknown outcome: 100 ms, then 200 ms.
+fn resend_backoff(resent: usize) -> Duration {
+    Duration::from_millis(100 << resent.saturating_sub(1).min(4))
+}
+
+/// Whether `e` leaves the outcome of the write unknown: a request that failed in a way a later
+/// attempt may not (a timeout, a 5xx, a dropped connection, throttling), so it may have
+/// applied. A refused request (validation, access) did not apply.
+fn unknown_outcome(e: &StateError) -> bool {
+    matches!(e, StateError::Aws { failure, .. } if failure.retryable)
+}
 
 /// The state store on one DynamoDB table (see the module docs for the layout).
 #[derive(Debug, Clone)]
@@ -465,6 +491,93 @@ impl DynamoStore {
         }
     }
 
+    /// An unfenced delete, resolved when ambiguous: an unknown outcome after which the item is
+    /// gone is done. `refused` makes the error of a failed condition from the item found.
+    fn delete_resolved(
+        &self,
+        key: &StateKey,
+        condition: Condition,
+        refused: impl Fn(Option<Attrs>) -> StateError,
+    ) -> Result<(), StateError> {
+        let mut resent = 0;
+        loop {
+            match self.delete_item(key, condition) {
+                Ok(()) => return Ok(()),
+                Err(Failed::Condition(old)) => return Err(refused(old)),
+                Err(Failed::Other(e)) => {
+                    if self.delete_after_unknown(key, e, &mut resent)? {
+                        return Ok(());
+                    }
+                }
+            }
+        }
+    }
+
+    /// The version of the item `attrs` when it is exactly what writing `value` leaves (the
+    /// value, and the version when `new_version` is known): the write applied.
+    fn shows_write(
+        &self,
+        key: &StateKey,
+        attrs: Option<&Attrs>,
+        value: &[u8],
+        new_version: Option<u64>,
+    ) -> Option<u64> {
+        let item = self.item_of(key, attrs?).ok()?;
+        (item.value == value && new_version.is_none_or(|v| v == item.version))
+            .then_some(item.version)
+    }
+
+    /// A write of `value` failed with `error`. When its outcome is unknown, read the item: if
+    /// it shows the write, that is its version (`Ok(Some)`); if not and it may be sent again
+    /// (`resent` counts), `Ok(None)` after a pause. Otherwise `error`.
+    fn after_unknown(
+        &self,
+        key: &StateKey,
+        value: &[u8],
+        new_version: Option<u64>,
+        error: StateError,
+        resent: &mut usize,
+    ) -> Result<Option<u64>, StateError> {
+        if !unknown_outcome(&error) {
+            return Err(error);
+        }
+        let Ok(found) = self.get_attrs(key) else {
+            return Err(error);
+        };
+        if let Some(version) = self.shows_write(key, found.as_ref(), value, new_version) {
+            tracing::debug!(key = %key, error = %error, "A write whose outcome was unknown had applied.");
+            return Ok(Some(version));
+        }
+        if *resent >= UNKNOWN_OUTCOME_RETRIES {
+            return Err(error);
+        }
+        *resent += 1;
+        std::thread::sleep(resend_backoff(*resent));
+        Ok(None)
+    }
+
+    /// After a delete failed with `error`: `Ok(true)` when the item is gone (the delete, or
+    /// an attempt of it, applied), `Ok(false)` when it may be sent again, else `error`.
+    fn delete_after_unknown(
+        &self,
+        key: &StateKey,
+        error: StateError,
+        resent: &mut usize,
+    ) -> Result<bool, StateError> {
+        if !unknown_outcome(&error) {
+            return Err(error);
+        }
+        match self.get_attrs(key) {
+            Ok(None) => Ok(true),
+            Ok(Some(_)) if *resent < UNKNOWN_OUTCOME_RETRIES => {
+                *resent += 1;
+                std::thread::sleep(resend_backoff(*resent));
+                Ok(false)
+            }
+            _ => Err(error),
+        }
+    }
+
     /// The lease check of a fenced write.
     fn fence_check(&self, key: &StateKey, fence: Fence) -> Result<TransactWriteItem, StateError> {
         let check = ConditionCheck::builder()
@@ -554,7 +667,10 @@ impl DynamoStore {
         condition: Condition,
         fence: Fence,
     ) -> Result<u64, StateError> {
-        for _ in 0..FENCED_ANY_ATTEMPTS {
+        let mut resent = 0;
+        let mut attempt = 0;
+        while attempt < FENCED_ANY_ATTEMPTS {
+            attempt += 1;
             // A transaction returns no values: write `Any` on condition of the version now.
             let effective = match condition {
                 Condition::Any => match self.get_attrs(key)? {
@@ -586,12 +702,28 @@ impl DynamoStore {
                 Err(TxFailed::Fence(lease)) => {
                     return Err(self.fenced_error(key, fence, lease.as_ref()));
                 }
+                // An earlier attempt of this very write applied (the SDK retried it).
+                Err(TxFailed::Condition(old))
+                    if self
+                        .shows_write(key, old.as_ref(), value, write.new_version)
+                        .is_some() =>
+                {
+                    return write
+                        .new_version
+                        .ok_or_else(|| self.corrupt(key, "version"));
+                }
                 // Another writer wrote between our read and our write: read again.
                 Err(TxFailed::Condition(_)) if condition == Condition::Any => continue,
                 Err(TxFailed::Condition(old)) => {
                     return Err(self.conflict(key, condition, old.as_ref()));
                 }
-                Err(TxFailed::Other(e)) => return Err(e),
+                Err(TxFailed::Other(e)) => {
+                    match self.after_unknown(key, value, write.new_version, e, &mut resent)? {
+                        Some(version) => return Ok(version),
+                        // Not applied: send it again (an `Any` write on the version now).
+                        None => attempt -= 1,
+                    }
+                }
             }
         }
         Err(StateError::Conflict {
@@ -636,52 +768,6 @@ impl DynamoStore {
             }
         }
     }
-
-    fn lease_attrs(&self, key: &StateKey, attrs: &Attrs) -> Result<LeaseRecord, StateError> {
-        let number = |name: &str| match attrs.get(name) {
-            Some(AttributeValue::N(v)) => v
-                .parse::<u64>()
-                .map(Some)
-                .map_err(|_| self.corrupt(key, name)),
-            Some(_) => Err(self.corrupt(key, name)),
-            None => Ok(None),
-        };
-        let holder = match attrs.get("holder") {
-            Some(AttributeValue::S(h)) => Some(h.clone()),
-            Some(_) => return Err(self.corrupt(key, "holder")),
-            None => None,
-        };
-        Ok(LeaseRecord {
-            version: self.version_of(key, attrs)?,
-            holder,
-            expires_at_ms: number("expires_at_ms")?,
-            ttl_ms: number("ttl_ms")?,
-        })
-    }
-
-    /// A conditional lease update: `Ok(false)` when the condition failed.
-    fn lease_update(
-        &self,
-        key: &StateKey,
-        update: &str,
-        condition: &str,
-        expr: &Expr,
-    ) -> Result<bool, StateError> {
-        let write = Write {
-            update: update.to_owned(),
-            condition: Some(condition.to_owned()),
-            expr: Expr {
-                names: expr.names.clone(),
-                values: expr.values.clone(),
-            },
-            new_version: Some(0),
-        };
-        match self.update(key, &write) {
-            Ok(_) => Ok(true),
-            Err(Failed::Condition(_)) => Ok(false),
-            Err(Failed::Other(e)) => Err(e),
-        }
-    }
 }
 
 impl StateStore for DynamoStore {
@@ -705,13 +791,31 @@ impl StateStore for DynamoStore {
             Some(f) => return self.put_fenced(key, value, condition, f),
             None => (condition, None),
         };
-        match self.update(key, &write_of(value, condition)) {
-            Ok(version) => Ok(version),
-            Err(Failed::Condition(old)) => Err(match fenced_by {
-                Some(f) => self.fenced_error(key, f, old.as_ref()),
-                None => self.conflict(key, condition, old.as_ref()),
-            }),
-            Err(Failed::Other(e)) => Err(e),
+        let write = write_of(value, condition);
+        let mut resent = 0;
+        loop {
+            match self.update(key, &write) {
+                Ok(version) => return Ok(version),
+                Err(Failed::Condition(old)) => {
+                    // An earlier attempt of this very write applied (the SDK retried it).
+                    if let Some(version) =
+                        self.shows_write(key, old.as_ref(), value, write.new_version)
+                    {
+                        return Ok(version);
+                    }
+                    return Err(match fenced_by {
+                        Some(f) => self.fenced_error(key, f, old.as_ref()),
+                        None => self.conflict(key, condition, old.as_ref()),
+                    });
+                }
+                Err(Failed::Other(e)) => {
+                    if let Some(version) =
+                        self.after_unknown(key, value, write.new_version, e, &mut resent)?
+                    {
+                        return Ok(version);
+                    }
+                }
+            }
         }
     }
 
@@ -722,18 +826,14 @@ impl StateStore for DynamoStore {
         fence: Option<Fence>,
     ) -> Result<(), StateError> {
         match fence {
-            None => match self.delete_item(key, condition) {
-                Ok(()) => Ok(()),
-                Err(Failed::Condition(old)) => Err(self.conflict(key, condition, old.as_ref())),
-                Err(Failed::Other(e)) => Err(e),
-            },
+            None => self.delete_resolved(key, condition, |old| {
+                self.conflict(key, condition, old.as_ref())
+            }),
             Some(f) if key.sort == LEASE_SORT_KEY => {
                 let effective = self.lease_item_condition(key, condition, f)?;
-                match self.delete_item(key, effective) {
-                    Ok(()) => Ok(()),
-                    Err(Failed::Condition(old)) => Err(self.fenced_error(key, f, old.as_ref())),
-                    Err(Failed::Other(e)) => Err(e),
-                }
+                self.delete_resolved(key, effective, |old| {
+                    self.fenced_error(key, f, old.as_ref())
+                })
             }
             Some(f) => {
                 let (text, expr) = delete_condition(condition);
@@ -749,13 +849,22 @@ impl StateStore for DynamoStore {
                     .build()
                     .map_err(|e| construction(&self.table, &key.to_string(), e))?;
                 let op = TransactWriteItem::builder().delete(delete).build();
-                match self.transact(key, f, op) {
-                    Ok(()) => Ok(()),
-                    Err(TxFailed::Fence(lease)) => Err(self.fenced_error(key, f, lease.as_ref())),
-                    Err(TxFailed::Condition(old)) => {
-                        Err(self.conflict(key, condition, old.as_ref()))
+                let mut resent = 0;
+                loop {
+                    match self.transact(key, f, op.clone()) {
+                        Ok(()) => return Ok(()),
+                        Err(TxFailed::Fence(lease)) => {
+                            return Err(self.fenced_error(key, f, lease.as_ref()));
+                        }
+                        Err(TxFailed::Condition(old)) => {
+                            return Err(self.conflict(key, condition, old.as_ref()));
+                        }
+                        Err(TxFailed::Other(e)) => {
+                            if self.delete_after_unknown(key, e, &mut resent)? {
+                                return Ok(());
+                            }
+                        }
                     }
-                    Err(TxFailed::Other(e)) => Err(e),
                 }
             }
         }
@@ -813,105 +922,7 @@ impl StateStore for DynamoStore {
     }
 }
 
-impl LeaseTable for DynamoStore {
-    fn describe(&self) -> String {
-        format!("DynamoDB table '{}'", self.table)
-    }
-
-    fn read_lease(&self, partition: &str) -> Result<Option<LeaseRecord>, StateError> {
-        let key = StateKey::new(partition, LEASE_SORT_KEY);
-        self.get_attrs(&key)?
-            .map(|a| self.lease_attrs(&key, &a))
-            .transpose()
-    }
-
-    fn take_lease(
-        &self,
-        partition: &str,
-        observed: Option<&LeaseRecord>,
-        holder: &str,
-        expires_at_ms: u64,
-        ttl_ms: u64,
-    ) -> Result<Option<u64>, StateError> {
-        let key = StateKey::new(partition, LEASE_SORT_KEY);
-        let mut expr = Expr::default();
-        expr.name("#val", "value")
-            .name("#ver", "version")
-            .name("#holder", "holder")
-            .name("#exp", "expires_at_ms")
-            .name("#ttl", "ttl_ms")
-            .value(
-                ":val",
-                AttributeValue::B(Blob::new(holder.as_bytes().to_vec())),
-            )
-            .value(":holder", s(holder))
-            .value(":exp", n(expires_at_ms))
-            .value(":ttl", n(ttl_ms));
-        let (condition, version) = match observed {
-            None => ("attribute_not_exists(pk)".to_owned(), 1),
-            Some(record) => {
-                let next = record.version.saturating_add(1);
-                expr.value(":seen", n(record.version));
-                let expiry = match record.expires_at_ms {
-                    Some(e) => {
-                        expr.value(":seen_exp", n(e));
-                        "#exp = :seen_exp"
-                    }
-                    None => "attribute_not_exists(#exp)",
-                };
-                (format!("#ver = :seen AND {expiry}"), next)
-            }
-        };
-        expr.value(":next", n(version));
-        let taken = self.lease_update(
-            &key,
-            "SET #val = :val, #ver = :next, #holder = :holder, #exp = :exp, #ttl = :ttl",
-            &condition,
-            &expr,
-        )?;
-        Ok(taken.then_some(version))
-    }
-
-    fn renew_lease(
-        &self,
-        partition: &str,
-        token: u64,
-        holder: &str,
-        expires_at_ms: u64,
-    ) -> Result<bool, StateError> {
-        let key = StateKey::new(partition, LEASE_SORT_KEY);
-        let mut expr = Expr::default();
-        expr.name("#ver", "version")
-            .name("#holder", "holder")
-            .name("#exp", "expires_at_ms")
-            .value(":token", n(token))
-            .value(":me", s(holder))
-            .value(":exp", n(expires_at_ms));
-        self.lease_update(
-            &key,
-            "SET #exp = :exp",
-            "#ver = :token AND #holder = :me",
-            &expr,
-        )
-    }
-
-    fn release_lease(&self, partition: &str, token: u64, holder: &str) -> Result<bool, StateError> {
-        let key = StateKey::new(partition, LEASE_SORT_KEY);
-        let mut expr = Expr::default();
-        expr.name("#ver", "version")
-            .name("#holder", "holder")
-            .name("#exp", "expires_at_ms")
-            .value(":token", n(token))
-            .value(":me", s(holder))
-            .value(":zero", n(0));
-        self.lease_update(
-            &key,
-            "SET #exp = :zero REMOVE #holder",
-            "#ver = :token AND #holder = :me",
-            &expr,
-        )
-    }
-}
+mod lease_items;
 
 #[cfg(test)]
 mod tests;

@@ -10,7 +10,10 @@
 //!     and CRC32C and the batch's parts (namespace, schema version, rows).
 //!
 //!   Both are written with `If-None-Match: *`, body first: a batch id can be written once, and
-//!   a batch is committed when its marker exists and matches its body.
+//!   a batch is committed when its marker exists and matches its body. Each put carries a
+//!   fresh writer token ([`WRITER_METADATA`]): a `412` (or a failure) after which the object
+//!   has this put's token and length is this put's own first attempt, applied before the
+//!   SDK retried it, and so a success.
 //! - The **watermark**, the id reclaimed through (with the newest position), is the state
 //!   store item `wal#reclaimed`, written fenced by the writer's lease before anything is
 //!   deleted; it keeps ids from being reused once every object is gone.
@@ -21,6 +24,9 @@
 //!   its lease racing the new holder): when it lies above the newest batch whose position the
 //!   state store recorded, the source never moved past it, so it is discarded (marker, then
 //!   body) and its id is used again; at or below that batch it is [`WalError::Corrupt`].
+//!   Recovery deletes nothing before a fenced write proves the writer still holds the lease
+//!   (`wal#claim`); an orphaned body an append replaces is deleted `If-Match` the ETag it
+//!   examined, after the same proof.
 //! - **Reclaim** writes the watermark, then deletes the markers, then the bodies.
 //!
 //! Requests: an append is 2 PUTs; a reclaim is 1 state write and 2 `DeleteObjects` per 1000
@@ -51,11 +57,27 @@ pub const WATERMARK_SORT_KEY: &str = crate::state::keys::WAL_WATERMARK;
 /// writer still holds the lease.
 const CLAIM_SORT_KEY: &str = crate::state::keys::WAL_CLAIM;
 
+/// The user metadata key (`x-amz-meta-skippr-writer`) of the writer token a WAL object is
+/// created with: a fresh random value per create, so a retried create can recognise its own
+/// object.
+pub const WRITER_METADATA: &str = "skippr-writer";
+
 /// How many times an append replaces an orphaned body before giving up.
 const MAX_ORPHAN_RETRIES: usize = 3;
 
 /// Concurrent GETs while opening.
 const OPEN_CONCURRENCY: usize = 16;
+
+/// What `HEAD` says about a WAL object.
+#[derive(Debug)]
+struct Head {
+    /// The writer token ([`WRITER_METADATA`]; empty when absent).
+    token: String,
+    /// The length in bytes.
+    size: u64,
+    /// The ETag.
+    etag: Option<String>,
+}
 
 /// The commit marker's content.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -176,29 +198,108 @@ impl Objects {
         self.aws.block_on(self.get_async(name))
     }
 
-    /// Create the object; `Ok(false)` when it already exists.
+    /// Create the object; `Ok(false)` when it already exists and is not this call's.
+    ///
+    /// The PUT carries `If-None-Match: *` and a fresh writer token in its metadata
+    /// ([`WRITER_METADATA`]). A request whose first attempt applied and then failed (a timeout,
+    /// a 5xx, a dropped connection) is retried by the SDK, and the retry is refused with `412`;
+    /// or the failure reaches us. Either way the object is examined (`HEAD`): the same token
+    /// and length means this call created it, which is success, not a conflict.
     fn put_new(&self, name: &str, bytes: Vec<u8>) -> Result<bool, WalError> {
         let key = format!("{}{}", self.prefix, name);
+        let token = uuid::Uuid::new_v4().simple().to_string();
+        let length = bytes.len() as u64;
         let result = self.aws.block_on(async {
             self.client
                 .put_object()
                 .bucket(&self.bucket)
                 .key(&key)
                 .if_none_match("*")
+                .metadata(WRITER_METADATA, &token)
                 .body(ByteStream::from(bytes))
                 .send()
                 .await
         });
+        let failure = match result {
+            Ok(_) => return Ok(true),
+            Err(e) => SdkFailure::from_sdk(&e),
+        };
+        let refused = precondition_failed(&failure);
+        if !refused && !failure.retryable {
+            return Err(self.err("write", name, failure));
+        }
+        match self.head(name) {
+            Ok(Some(head)) if head.token == token && head.size == length => {
+                tracing::debug!(uri = %self.uri(name), "A conditional PUT whose outcome was unknown had applied.");
+                Ok(true)
+            }
+            _ if refused => Ok(false),
+            _ => Err(self.err("write", name, failure)),
+        }
+    }
+
+    /// An object's writer token, length and ETag (`None` when it does not exist).
+    fn head(&self, name: &str) -> Result<Option<Head>, WalError> {
+        let key = format!("{}{}", self.prefix, name);
+        let result = self.aws.block_on(async {
+            self.client
+                .head_object()
+                .bucket(&self.bucket)
+                .key(&key)
+                .send()
+                .await
+        });
         match result {
-            Ok(_) => Ok(true),
+            Ok(out) => Ok(Some(Head {
+                token: out
+                    .metadata()
+                    .and_then(|m| m.get(WRITER_METADATA))
+                    .cloned()
+                    .unwrap_or_default(),
+                size: out
+                    .content_length()
+                    .and_then(|n| u64::try_from(n).ok())
+                    .unwrap_or(0),
+                etag: out.e_tag().map(str::to_owned),
+            })),
             Err(e) => {
                 let failure = SdkFailure::from_sdk(&e);
-                if precondition_failed(&failure) {
-                    Ok(false)
+                if failure.status == Some(404) {
+                    Ok(None)
                 } else {
-                    Err(self.err("write", name, failure))
+                    Err(self.err("read", name, failure))
                 }
             }
+        }
+    }
+
+    /// Delete the object if it is still the one whose ETag is `etag` (`If-Match`), so that a
+    /// writer deletes only what it examined, never an object another writer put since.
+    /// `Ok(false)` when the object changed; a missing object is deleted already. An endpoint
+    /// that does not implement conditional deletes (`501`) gets a plain delete.
+    fn delete_if_match(&self, name: &str, etag: &str) -> Result<bool, WalError> {
+        let key = format!("{}{}", self.prefix, name);
+        let result = self.aws.block_on(async {
+            self.client
+                .delete_object()
+                .bucket(&self.bucket)
+                .key(&key)
+                .if_match(etag)
+                .send()
+                .await
+        });
+        let failure = match result {
+            Ok(_) => return Ok(true),
+            Err(e) => SdkFailure::from_sdk(&e),
+        };
+        match failure.status {
+            Some(404) => Ok(true),
+            Some(412) => Ok(false),
+            Some(501) => {
+                self.delete(&[name.to_owned()])?;
+                Ok(true)
+            }
+            _ => Err(self.err("delete", name, failure)),
         }
     }
 
@@ -430,6 +531,7 @@ impl<'a> S3Wal<'a> {
         // Leftovers of an interrupted reclaim.
         let leftovers: Vec<u64> = found.range(..=reclaimed).map(|(id, _)| *id).collect();
         if !leftovers.is_empty() {
+            prove_lease(&config, reclaimed)?;
             delete_batches(&objects, &leftovers, &found)?;
             let warning = format!(
                 "deleted {} batch(es) at or below the reclaimed batch b{reclaimed}, left by an interrupted reclaim",
@@ -538,6 +640,9 @@ impl<'a> S3Wal<'a> {
             }
         }
         if !torn.is_empty() {
+            // Deleting is fenced: a writer whose lease was taken over while it recovered
+            // stops here instead of deleting the new holder's batch in progress.
+            prove_lease(&config, torn[0])?;
             // Each torn id's marker goes first, then its body: a marker never outlives its
             // body in a way recovery could mistake for a commit.
             let markers: Vec<String> = torn.iter().map(|id| marker_name(*id)).collect();
@@ -588,13 +693,24 @@ impl<'a> S3Wal<'a> {
 
     /// Prove the lease is still ours with a fenced write.
     fn claim(&self, id: u64) -> Result<(), WalError> {
-        let key = StateKey::new(self.config.partition.as_str(), CLAIM_SORT_KEY);
-        self.config
-            .store
-            .put(&key, &id.to_le_bytes(), Condition::Any, self.config.fence)
-            .map(|_| ())
-            .map_err(|source| WalError::State { source })
+        prove_lease(&self.config, id)
     }
+}
+
+/// Prove the writer still holds the lease before deleting WAL objects: a fenced write of
+/// [`CLAIM_SORT_KEY`] (the batch id concerned). A writer replaced since fails with
+/// [`WalError::State`] ([`crate::state::StateError::Fenced`]) and deletes nothing. Without a
+/// fence (no lease) there is nothing to prove.
+fn prove_lease(config: &S3WalConfig<'_>, id: u64) -> Result<(), WalError> {
+    if config.fence.is_none() {
+        return Ok(());
+    }
+    let key = StateKey::new(config.partition.as_str(), CLAIM_SORT_KEY);
+    config
+        .store
+        .put(&key, &id.to_le_bytes(), Condition::Any, config.fence)
+        .map(|_| ())
+        .map_err(|source| WalError::State { source })
 }
 
 fn meta_of(marker: &Marker) -> BatchMeta {
@@ -701,9 +817,20 @@ impl super::Wal for S3Wal<'_> {
                     uri: objects.uri(&body_key),
                 });
             }
+            // Examine it first, prove the lease, then delete exactly what was examined
+            // (`If-Match` its ETag): a writer that lost its lease in between cannot delete a
+            // body the new holder put since.
+            let Some(head) = objects.head(&body_key)? else {
+                continue;
+            };
             self.claim(id.0)?;
             tracing::warn!(uri = %objects.uri(&body_key), "Replacing an uncommitted WAL body left by an earlier writer.");
-            objects.delete(std::slice::from_ref(&body_key))?;
+            match &head.etag {
+                Some(etag) => {
+                    objects.delete_if_match(&body_key, etag)?;
+                }
+                None => objects.delete(std::slice::from_ref(&body_key))?,
+            }
         }
         if super::failpoint::check(super::failpoint::AFTER_DATA_WRITE) {
             return Err(WalError::Failpoint {

@@ -579,3 +579,42 @@ fn a_view_checks_a_body_against_its_marker() {
     assert!(error.contains("CRC32C"), "{error}");
     assert!(error.contains("b00000000000000000001.batch"), "{error}");
 }
+
+/// docs/wal.md, Recovery: deleting is fenced. A writer whose lease was taken over opens the
+/// WAL while the new holder's append of batch 2 is in flight (its body without a marker yet):
+/// recovery refuses with `Fenced` and the body stays, where it once deleted it as torn.
+#[test]
+fn recovery_by_a_writer_whose_lease_was_taken_over_deletes_nothing() {
+    let f = Fixture::new();
+    let (mut wal, _) = f.open();
+    wal.append(b"pos 1", &parts(1)).unwrap();
+    wal.append(b"pos 2", &parts(2)).unwrap();
+    drop(wal);
+    f.delete("b00000000000000000002.commit");
+    f.store
+        .put(
+            &StateKey::new(PARTITION, LEASE_SORT_KEY),
+            b"new holder",
+            Condition::Any,
+            None,
+        )
+        .unwrap();
+    let err = f.open_with(1).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            WalError::State {
+                source: StateError::Fenced { .. }
+            }
+        ),
+        "{err}"
+    );
+    assert_eq!(
+        f.objects(),
+        [
+            "b00000000000000000001.batch",
+            "b00000000000000000001.commit",
+            "b00000000000000000002.batch"
+        ]
+    );
+}

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use super::*;
-use crate::state::dynamo_lease::{DynamoLease, wall_ms};
+use crate::state::dynamo_lease::{DynamoLease, LeaseTable, wall_ms};
 
 /// The AWS handle for the local server, or a failure saying how to get one.
 fn aws() -> Aws {

@@ -389,3 +389,54 @@ impl Suite {
         assert_eq!(self.catalog.list_tables(&namespace).await.unwrap(), [ident]);
     }
 }
+
+/// The scenario of an ambiguous swap, on a `place` whose backend applies every swap and then
+/// reports it refused, as the SDK's retry of a request whose first attempt applied (and then
+/// timed out, got a 5xx or lost its connection) is refused: creating a table and committing
+/// to it both succeed, and the table stays readable at every step (its metadata file was
+/// not deleted as a lost commit's).
+pub(crate) fn ambiguous_swaps_succeed(place: Place) {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let catalog = FileCatalog::at(
+        place.warehouse.clone(),
+        place.file_io.clone(),
+        place.pointer.clone(),
+    );
+    runtime.block_on(async {
+        let namespace = NamespaceIdent::new(format!("{}ambiguous", place.prefix));
+        catalog
+            .create_namespace(&namespace, HashMap::new())
+            .await
+            .unwrap();
+        let creation = TableCreation::builder()
+            .name("t".to_owned())
+            .schema(schema())
+            .build();
+        let created = catalog.create_table(&namespace, creation).await.unwrap();
+        let ident = TableIdent::new(namespace.clone(), "t".to_owned());
+        let loaded = catalog.load_table(&ident).await.unwrap();
+        assert_eq!(loaded.metadata_location(), created.metadata_location());
+        for round in 0..3 {
+            let key = format!("round{round}");
+            let committed = catalog
+                .commit_updates(
+                    &ident,
+                    Vec::new(),
+                    vec![TableUpdate::SetProperties {
+                        updates: HashMap::from([(key.clone(), "yes".to_owned())]),
+                    }],
+                )
+                .await
+                .unwrap();
+            let loaded = catalog.load_table(&ident).await.unwrap();
+            assert_eq!(loaded.metadata_location(), committed.metadata_location());
+            assert_eq!(
+                loaded.metadata().properties().get(&key).map(String::as_str),
+                Some("yes")
+            );
+        }
+    });
+}

@@ -28,8 +28,14 @@ use crate::durable::{create_dir_durable, write_atomic};
 /// - A commit writes the new metadata file under a fresh name (a `file://` table atomically:
 ///   temporary file, fsync, rename; an `s3://` table through the catalog's file I/O, a single
 ///   PUT), then puts the item on condition that it is still at the version read (or absent,
-///   for a new table). A failed condition is a retryable conflict, and the unused metadata file
-///   is deleted. When the outcome of the put is unknown (a failed request), the file is kept.
+///   for a new table).
+/// - A failed condition, or a put whose outcome is unknown (a failed request), reads the
+///   pointer again: naming this commit's file, it is a success (an earlier attempt of the
+///   request applied, and the SDK's retry found its condition failed). Otherwise it is a
+///   retryable conflict (or the error), and the file is deleted only when nothing can name
+///   it: no put was sent, or another writer holds version `N+1` (a put conditioned on `N` can
+///   never apply). When unsure the file is kept: an unreferenced file is harmless, and
+///   deleting the file a pointer names would make the table unreadable.
 /// - With the embedded store, the items live in `{warehouse}/_skippr_catalog/{name}.redb`,
 ///   shared by every pipeline that writes to the warehouse. The file is opened for each
 ///   operation and closed after it (redb admits one process at a time), retrying for up to
@@ -83,6 +89,16 @@ pub fn catalog_partition(warehouse: &str) -> String {
 const TABLE_PREFIX: &str = "table#";
 /// The sort-key prefix of the namespace items of a shared store.
 const NAMESPACE_PREFIX: &str = "namespace#";
+
+/// What a pointer swap did.
+enum Swap {
+    /// The pointer names the new metadata.
+    Done,
+    /// The pointer had moved on before the put: nothing was sent.
+    NotSent,
+    /// The put's condition failed.
+    Refused,
+}
 
 #[derive(serde::Serialize, serde::Deserialize)]
 struct PointerValue {
@@ -288,29 +304,52 @@ impl Pointer for StorePointer {
         let swapped = self.with_store(|store| {
             let condition = match store.get(&key).map_err(state_error)? {
                 None if next == 1 => Condition::Absent,
-                None => return Ok(false),
+                None => return Ok(Swap::NotSent),
                 Some(item) => {
                     if Self::read(&item, &key)?.version + 1 != next {
-                        return Ok(false);
+                        return Ok(Swap::NotSent);
                     }
                     Condition::Version(item.version)
                 }
             };
             match store.put(&key, &value, condition, None) {
-                Ok(_) => Ok(true),
-                Err(crate::state::StateError::Conflict { .. }) => Ok(false),
+                Ok(_) => Ok(Swap::Done),
+                Err(crate::state::StateError::Conflict { .. }) => Ok(Swap::Refused),
                 Err(e) => Err(state_error(e)),
             }
         });
         match swapped {
-            Ok(true) => Ok(location),
-            Ok(false) => {
+            Ok(Swap::Done) => Ok(location),
+            // Nothing was sent: nothing can name the file.
+            Ok(Swap::NotSent) => {
                 Self::delete_metadata(file_io, &location).await;
                 Err(commit_conflict(table.location, next))
             }
-            // The pointer may or may not have moved (a failure after the request was sent):
-            // keep the file, which is harmless if unreferenced and needed if referenced.
-            Err(e) => Err(e),
+            // A refused condition, or a failure whose outcome is unknown: the pointer may name
+            // the file (a retried request whose first attempt applied). Read it again.
+            Ok(Swap::Refused) | Err(_) => {
+                let now = self.current(table).await;
+                match &now {
+                    Ok(Some(current)) if current.location == location => {
+                        tracing::info!(table = %table.location, version = next, "The pointer names this commit's metadata: an earlier attempt of the swap applied.");
+                        return Ok(location);
+                    }
+                    // Another writer took version `next`: a swap conditioned on the version
+                    // before it can never apply, so nothing names the file.
+                    Ok(Some(current)) if current.version == next => {
+                        Self::delete_metadata(file_io, &location).await;
+                    }
+                    // Unsure (the pointer moved further, or could not be read): keep the
+                    // file, harmless if unreferenced.
+                    _ => {
+                        tracing::debug!(file = %location, "Kept the metadata file of a commit whose outcome is unclear.")
+                    }
+                }
+                match swapped {
+                    Err(e) => Err(e),
+                    Ok(_) => Err(commit_conflict(table.location, next)),
+                }
+            }
         }
     }
 

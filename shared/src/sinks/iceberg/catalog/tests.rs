@@ -4,12 +4,14 @@
 
 use std::sync::Arc;
 
-use super::conformance::{Place, run};
+use super::conformance::{Place, ambiguous_swaps_succeed, run};
 use super::{HadoopPointer, LakePointer, StorePointer};
 use crate::aws::testing::{bucket, moto};
 use crate::sinks::iceberg::s3::s3_file_io;
 use crate::sinks::iceberg::storage::durable_file_io;
-use crate::state::{DynamoStore, MemoryStore, StateStore};
+use crate::state::{
+    Condition, DynamoStore, Fence, Item, MemoryStore, StateError, StateKey, StateStore,
+};
 
 /// A place on a fresh local warehouse.
 fn local(pointer: impl FnOnce(&std::path::Path) -> LakePointer) -> (tempfile::TempDir, Place) {
@@ -77,6 +79,64 @@ fn the_dynamodb_store_pointer_passes_the_conformance_suite() {
         warehouse,
         file_io: s3_file_io(&aws, None),
         prefix: "conf_".to_owned(),
+        refuses_stale_swaps: true,
+    });
+}
+
+/// A store that applies every conditional put and then answers as the SDK's retry of it
+/// would: refused, its condition no longer holding.
+struct AppliesThenRefuses(MemoryStore);
+
+impl StateStore for AppliesThenRefuses {
+    fn get(&self, key: &StateKey) -> Result<Option<Item>, StateError> {
+        self.0.get(key)
+    }
+
+    fn put(
+        &self,
+        key: &StateKey,
+        value: &[u8],
+        condition: Condition,
+        fence: Option<Fence>,
+    ) -> Result<u64, StateError> {
+        self.0.put(key, value, condition, fence)?;
+        if condition == Condition::Any {
+            return self.0.put(key, value, condition, fence);
+        }
+        match self.0.put(key, value, condition, fence) {
+            Ok(_) => panic!("the retry of an applied conditional put cannot succeed"),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn delete(
+        &self,
+        key: &StateKey,
+        condition: Condition,
+        fence: Option<Fence>,
+    ) -> Result<(), StateError> {
+        self.0.delete(key, condition, fence)
+    }
+
+    fn scan_prefix(
+        &self,
+        partition: &str,
+        sort_prefix: &str,
+    ) -> Result<Vec<(String, Item)>, StateError> {
+        self.0.scan_prefix(partition, sort_prefix)
+    }
+}
+
+#[test]
+fn the_store_pointer_takes_a_refused_retry_of_an_applied_swap_as_success() {
+    let dir = tempfile::tempdir().unwrap();
+    let warehouse = format!("file://{}", dir.path().join("warehouse").display());
+    let store: Arc<dyn StateStore> = Arc::new(AppliesThenRefuses(MemoryStore::default()));
+    ambiguous_swaps_succeed(Place {
+        pointer: LakePointer::new(StorePointer::shared(store, "ambiguous".into(), &warehouse)),
+        warehouse,
+        file_io: durable_file_io(),
+        prefix: "amb_".to_owned(),
         refuses_stale_swaps: true,
     });
 }

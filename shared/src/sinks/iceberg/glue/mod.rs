@@ -15,13 +15,19 @@
 //!   columns derived from the current Iceberg schema (`schema.rs`: [`glue_columns`], so
 //!   Athena's column list follows schema evolution).
 //! - **conflict**: `ConcurrentModificationException` on update (or `AlreadyExistsException`
-//!   on create) means another writer won. The metadata file just written is an orphan and is
-//!   deleted, and a retryable `CatalogCommitConflicts` makes iceberg's `Transaction` reload
-//!   the table and apply the append again on top of the winner's version. The sink's landed
-//!   check ([`super::check_not_landed`], run by the catalog on the version the swap is
-//!   conditioned on) refuses a commit of batches the winner already landed.
-//! - **unknown outcome** (a timeout, a 5xx): the update may or may not have happened, so the
-//!   metadata file is kept (harmless when unreferenced, needed when referenced).
+//!   on create) usually means another writer won, but it is also what the SDK's retry of a
+//!   request whose first attempt applied (then timed out, got a 5xx or lost its connection)
+//!   gets back. So the table is read again: if its `metadata_location` is this commit's file,
+//!   the commit succeeded. Otherwise a retryable `CatalogCommitConflicts` makes iceberg's
+//!   `Transaction` reload the table and apply the append again on top of the winner's
+//!   version; the sink's landed check ([`super::check_not_landed`], run by the catalog on the
+//!   version the swap is conditioned on) refuses a commit of batches the winner already
+//!   landed. The metadata file just written is deleted only when the winner holds version
+//!   `N+1` itself (a swap conditioned on `N` can never apply then); otherwise it is kept.
+//! - **unknown outcome** (a timeout, a 5xx after the SDK's retries): the table is read again
+//!   the same way (naming this commit's file: success); otherwise the error is returned and
+//!   the metadata file kept. A file the table may name is never deleted: an unreferenced one
+//!   is harmless, a deleted current one makes the table unreadable.
 //!
 //! Glue is reached through [`GlueApi`] (`api.rs`): [`SdkGlue`] (`sdk.rs`) is the real service;
 //! [`MemoryGlue`] (`memory.rs`) is an in-process double that enforces `VersionId`, which the

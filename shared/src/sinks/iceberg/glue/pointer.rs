@@ -131,20 +131,38 @@ impl Pointer for GluePointer {
                 self.glue.update_table(&database, &input, version_id).await
             }
         };
-        match swapped {
-            Ok(()) => Ok(location),
-            Err(GlueError::Conflict { .. }) => {
-                // The loser's metadata file is referenced by nothing: delete it.
+        let error = match swapped {
+            Ok(()) => return Ok(location),
+            Err(e) => e,
+        };
+        // A conflict, or a failure whose outcome is unknown: the table may name this commit's
+        // file (the SDK retried a request whose first attempt applied, and the retry was
+        // refused). Read it again before deciding.
+        let conflict = matches!(error, GlueError::Conflict { .. });
+        match self.current(table).await {
+            Ok(Some(current)) if current.location == location => {
+                tracing::info!(table = %format!("{database}.{}", table.ident.name()), version = next, "The Glue table names this commit's metadata: an earlier attempt of the swap applied.");
+                return Ok(location);
+            }
+            // Another writer holds version `next`: a swap conditioned on the version before
+            // it can never apply, so nothing names the file.
+            Ok(Some(current)) if conflict && current.version == next => {
                 if let Err(e) = file_io.delete(&location).await {
                     tracing::warn!(file = %location, error = %e, "Could not delete the metadata file of a lost commit; it is unreferenced.");
                 }
-                Err(commit_conflict(
-                    &format!("Glue table {database}.{}", table.ident.name()),
-                    next,
-                ))
             }
-            // The swap may or may not have happened: keep the file.
-            Err(e) => Err(e.into()),
+            // Unsure: keep the file, harmless if unreferenced.
+            _ => {
+                tracing::debug!(file = %location, "Kept the metadata file of a commit whose outcome is unclear.")
+            }
+        }
+        if conflict {
+            Err(commit_conflict(
+                &format!("Glue table {database}.{}", table.ident.name()),
+                next,
+            ))
+        } else {
+            Err(error.into())
         }
     }
 

@@ -233,3 +233,54 @@ fn the_glue_pointer_on_moto_passes_the_conformance_suite() {
         refuses_stale_swaps: false,
     });
 }
+
+/// A Glue that applies every `CreateTable` and `UpdateTable` and then answers as the SDK's
+/// retry of it would: refused (`AlreadyExistsException`, or `ConcurrentModificationException`
+/// on the `VersionId` the first attempt made stale).
+#[derive(Debug)]
+struct AppliesThenRefuses(MemoryGlue);
+
+#[async_trait::async_trait]
+impl GlueApi for AppliesThenRefuses {
+    async fn database_exists(&self, database: &str) -> GlueResult<bool> {
+        self.0.database_exists(database).await
+    }
+    async fn create_database(&self, database: &str, location: &str) -> GlueResult<bool> {
+        self.0.create_database(database, location).await
+    }
+    async fn list_databases(&self) -> GlueResult<Vec<String>> {
+        self.0.list_databases().await
+    }
+    async fn get_table(&self, database: &str, table: &str) -> GlueResult<Option<GlueTable>> {
+        self.0.get_table(database, table).await
+    }
+    async fn list_tables(&self, database: &str) -> GlueResult<Vec<GlueTable>> {
+        self.0.list_tables(database).await
+    }
+    async fn create_table(&self, database: &str, table: &GlueTable) -> GlueResult<()> {
+        self.0.create_table(database, table).await?;
+        self.0.create_table(database, table).await
+    }
+    async fn update_table(
+        &self,
+        database: &str,
+        table: &GlueTable,
+        version_id: Option<&str>,
+    ) -> GlueResult<()> {
+        self.0.update_table(database, table, version_id).await?;
+        self.0.update_table(database, table, version_id).await
+    }
+}
+
+#[test]
+fn the_glue_pointer_takes_a_refused_retry_of_an_applied_swap_as_success() {
+    let dir = tempfile::tempdir().unwrap();
+    let api: Arc<dyn GlueApi> = Arc::new(AppliesThenRefuses(MemoryGlue::new()));
+    crate::sinks::iceberg::catalog::conformance::ambiguous_swaps_succeed(Place {
+        pointer: LakePointer::new(GluePointer::new(api)),
+        warehouse: format!("file://{}", dir.path().join("warehouse").display()),
+        file_io: durable_file_io(),
+        prefix: "amb_".to_owned(),
+        refuses_stale_swaps: true,
+    });
+}
