@@ -22,7 +22,10 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, Visitor};
 
-use super::credentials::{HttpHeaders, HttpUrl};
+pub use super::http::{
+    AuthStrategy, HttpAuth, HttpClientSourceConfig, HttpFormat, HttpIncremental, HttpMethod,
+    HttpPaginator, HttpPaginatorConfig, ResolvedAuth,
+};
 use super::secret::Secret;
 
 /// A family of connector types that can appear under one section.
@@ -233,7 +236,7 @@ connector_set! {
         /// PostgreSQL tables, incremental by cursor column and primary key.
         Postgres(PostgresSourceConfig) = false,
         /// A paginated JSON REST API.
-        HttpClient(HttpClientSourceConfig) = false,
+        HttpClient(Box<HttpClientSourceConfig>) = true,
         /// JSON lines on standard input (a push source: lost on a crash before commit).
         Stdin(StdinSourceConfig) = false,
     }
@@ -359,33 +362,6 @@ pub struct PostgresTableConfig {
     /// never lost. Default: the table's primary key.
     #[serde(default)]
     pub primary_key: Option<Vec<String>>,
-}
-
-/// `HttpClient` source: a paginated JSON REST API.
-#[derive(Debug, Clone, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct HttpClientSourceConfig {
-    /// Connector version pin. Accepted for compatibility.
-    #[serde(default)]
-    pub version: Option<String>,
-    /// URL of the first page. One that carries a credential (a query parameter named as one,
-    /// such as `api_key`, `token` or `sig`, or a `user:password@`) must be a whole `${NAME}`
-    /// reference; such values are shown as `***` wherever the URL is printed.
-    pub url: HttpUrl,
-    /// Extra request headers. One named as a credential (`Authorization`, `Cookie`,
-    /// `X-API-Key`, a name holding `token`, `secret`, `password`, `auth`, `key`...) is a
-    /// secret: its value must be a `${NAME}` reference and is never printed.
-    #[serde(default)]
-    pub headers: HttpHeaders,
-    /// Bearer token sent as `Authorization: Bearer ...`: a `${NAME}` reference.
-    #[serde(default)]
-    pub bearer_token: Option<Secret>,
-    /// Dot path to the array of records in each response. Default: the response itself.
-    #[serde(default)]
-    pub records_path: Option<String>,
-    /// Dot path to the next page's URL in each response. Default: no pagination.
-    #[serde(default)]
-    pub next_url_path: Option<String>,
 }
 
 /// `Stdin` source: records on standard input.

@@ -18,6 +18,7 @@ pub mod connectors;
 pub mod credentials;
 pub mod env;
 pub mod error;
+pub mod http;
 pub mod load;
 pub mod reference;
 pub mod secret;
@@ -164,7 +165,8 @@ pub struct PipelineConfig {
     /// Older placement of a sink's `schema_sinks.<name>` reference; still accepted.
     #[serde(default)]
     pub schema_sink: Option<String>,
-    /// Seconds between the starts of two `sync` passes when not run with `--once`. Default 900.
+    /// Seconds between the starts of two `sync` passes when not run with `--once`. Default: the
+    /// `HttpClient` source's `scrape_interval_seconds` when it has one, else 900.
     #[serde(default)]
     pub sync_frequency_seconds: Option<u64>,
     /// Directory for the WAL, resume positions and (in local storage mode) the schema; the

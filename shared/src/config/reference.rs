@@ -76,9 +76,58 @@ fn sections() -> Vec<Section> {
                 },
                 schema,
             });
+            if section == "data_sources" && type_name == "HttpClient" {
+                out.extend(http_sections());
+            }
         }
     }
     out
+}
+
+/// The tables of the `HttpClient` source's nested keys.
+fn http_sections() -> Vec<Section> {
+    use super::http::{
+        CursorPaginator, HttpAuth, HttpIncremental, HttpPaginatorConfig, NextUrlPaginator,
+        OffsetPaginator, PageNumberPaginator,
+    };
+    let at = |key: &str| format!("`data_sources.<name>.HttpClient.{key}`");
+    vec![
+        Section {
+            heading: at("auth"),
+            intro: "Or the flat spellings `auth_strategy`, `auth_user`, `auth_password`, `auth_token` (not both).".into(),
+            schema: schema_for!(HttpAuth),
+        },
+        Section {
+            heading: at("paginator"),
+            intro: String::new(),
+            schema: schema_for!(HttpPaginatorConfig),
+        },
+        Section {
+            heading: at("paginator.next_url"),
+            intro: String::new(),
+            schema: schema_for!(NextUrlPaginator),
+        },
+        Section {
+            heading: at("paginator.cursor"),
+            intro: String::new(),
+            schema: schema_for!(CursorPaginator),
+        },
+        Section {
+            heading: at("paginator.offset"),
+            intro: String::new(),
+            schema: schema_for!(OffsetPaginator),
+        },
+        Section {
+            heading: at("paginator.page_number"),
+            intro: String::new(),
+            schema: schema_for!(PageNumberPaginator),
+        },
+        Section {
+            heading: at("incremental"),
+            intro: String::new(),
+            schema: schema_for!(HttpIncremental),
+        },
+    ]
 }
 
 /// Every property in the documented schemas that has no description, as `heading: key`.

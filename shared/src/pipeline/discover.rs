@@ -103,10 +103,23 @@ pub fn schema_store(
     }
 }
 
+/// The namespace of records no namespace field routes: the pipeline's name, or for an
+/// `HttpClient` source `http.{url_host}` as the real product names it (made table-safe by
+/// [`crate::schema::sanitize_namespace`]: `http_api_example_com`).
+fn default_namespace(pipeline: &ValidatedPipeline) -> String {
+    if let crate::config::SourceConnector::HttpClient(c) = &pipeline.source.connector
+        && let Ok(url) = reqwest::Url::parse(c.url.expose())
+        && let Some(host) = url.host_str()
+    {
+        return crate::schema::sanitize_namespace(&format!("http.{host}"));
+    }
+    pipeline.name.clone()
+}
+
 /// The inference options of a pipeline.
 pub fn transform_options(pipeline: &ValidatedPipeline) -> TransformOptions {
     TransformOptions {
-        default_namespace: pipeline.name.clone(),
+        default_namespace: default_namespace(pipeline),
         namespace_fields: pipeline.transform.namespace_fields.clone(),
         flatten_events: pipeline.transform.flatten_events,
         ..TransformOptions::default()

@@ -7,6 +7,7 @@ use crate::config::connectors::{InputFormat, S3Listing};
 use crate::config::validate::{Settings, ValidatedPipeline};
 use crate::config::{ConfigError, ConnectorSet, SourceConnector};
 use crate::sources::file::{FileFormat, FileSource, FileSourceOptions};
+use crate::sources::http::{HttpSource, HttpSourceOptions};
 use crate::sources::s3::{S3Source, S3SourceOptions};
 use crate::sources::{Progress, Source, SourceBatch, SourceError};
 
@@ -103,6 +104,16 @@ fn open(
                 ..FileSourceOptions::default()
             };
             let source = FileSource::open_at(options, checkpoint).map_err(source_error)?;
+            Ok(Box::new(source))
+        }
+        SourceConnector::HttpClient(c) => {
+            let options = HttpSourceOptions::from_config(
+                c,
+                FileSourceOptions::DEFAULT_BATCH_ROWS,
+                settings.buffer_threshold_bytes,
+            )
+            .map_err(source_error)?;
+            let source = HttpSource::open_at(options, checkpoint).map_err(source_error)?;
             Ok(Box::new(source))
         }
         other => Err(PipelineError::Config(ConfigError::Unsupported {

@@ -147,6 +147,20 @@ pub enum SourceError {
         source: crate::objects::ObjectError,
     },
 
+    /// An HTTP request failed (after its retries), or its answer could not be read. The URL
+    /// has its credentials shown as `***`.
+    #[error("cannot read `{url}`{}: {message}", .status.map(|s| format!(" (HTTP {s})")).unwrap_or_default())]
+    Http {
+        /// The request's URL, redacted.
+        url: String,
+        /// The answer's status, if there was one.
+        status: Option<u16>,
+        /// What went wrong (for a refused request, the first 200 bytes of the body).
+        message: String,
+        /// Whether a later attempt may succeed (connection errors, timeouts, 429, 5xx).
+        retryable: bool,
+    },
+
     /// The CSV reader failed in a way that is not tied to one row.
     #[error("cannot read CSV file `{path}` at line {line}: {message}")]
     Csv {
@@ -189,6 +203,7 @@ impl SourceError {
             SourceError::Io { source, .. } => is_transient(source.kind()),
             SourceError::S3 { failure, .. } => failure.retryable,
             SourceError::Deadletter { source, .. } => source.is_retryable(),
+            SourceError::Http { retryable, .. } => *retryable,
             SourceError::EmptyPath
             | SourceError::NotFound { .. }
             | SourceError::NoFiles { .. }
@@ -223,6 +238,7 @@ impl SourceError {
             | SourceError::BadCheckpoint { path, .. } => path,
             SourceError::NoFiles { pattern } | SourceError::BadPattern { pattern, .. } => pattern,
             SourceError::S3 { key, .. } | SourceError::ObjectChanged { key, .. } => key,
+            SourceError::Http { url, .. } => url,
         }
     }
 }

@@ -10,6 +10,7 @@
 
 pub mod error;
 pub mod file;
+pub mod http;
 pub mod replay;
 pub mod s3;
 

@@ -10,6 +10,7 @@
 //! ([`WalLocation`], [`PipelineStore`], [`AwsSettings`]; `placement.rs`).
 
 mod destination;
+mod http;
 mod placement;
 #[cfg(test)]
 mod tests;
@@ -355,6 +356,9 @@ pub fn validate(
                 return Err(v.bad_value(&at("batch_size"), "must be at least 1"));
             }
         }
+        if let SourceConnector::HttpClient(c) = &source.connector {
+            v.check_http(&source.name, c)?;
+        }
         if let SourceConnector::File(f) = &source.connector
             && f.batch_size == Some(0)
         {
@@ -363,8 +367,15 @@ pub fn validate(
                 "must be at least 1",
             ));
         }
+        // An HttpClient source's `scrape_interval_seconds` sets how often `sync` polls it
+        // when the pipeline does not say.
+        let scrape_interval = match &source.connector {
+            SourceConnector::HttpClient(c) => c.scrape_interval_seconds,
+            _ => None,
+        };
         let frequency = p
             .sync_frequency_seconds
+            .or(scrape_interval)
             .unwrap_or(DEFAULT_SYNC_FREQUENCY_SECONDS);
         if frequency == 0 {
             return Err(v.bad_value(&at("sync_frequency_seconds"), "must be at least 1"));

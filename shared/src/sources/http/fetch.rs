@@ -1,0 +1,390 @@
+//! One request of the HTTP source, with retries: exponential backoff with full jitter on
+//! 429, 5xx and connection errors (honouring `Retry-After`), a bounded body, gzip.
+
+use std::io::Read;
+use std::time::{Duration, Instant};
+
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue as ReqHeaderValue};
+
+use super::{HttpSourceOptions, redacted};
+use crate::config::connectors::{HttpMethod, ResolvedAuth};
+use crate::sources::SourceError;
+
+/// A response body, decompressed, and the headers that matter.
+pub(super) struct Fetched {
+    /// The body, decompressed.
+    pub body: Vec<u8>,
+    /// The `Link` header, if any.
+    pub link: Option<String>,
+    /// Bytes received (compressed).
+    pub wire_bytes: u64,
+}
+
+/// The client and its runtime; requests block the calling thread.
+pub(super) struct Client {
+    runtime: Option<tokio::runtime::Runtime>,
+    client: reqwest::Client,
+    headers: HeaderMap,
+    last_request: Option<Instant>,
+    /// Retries made so far.
+    pub retries: u64,
+    /// Requests sent so far (retries included).
+    pub requests: u64,
+}
+
+impl Drop for Client {
+    fn drop(&mut self) {
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
+        }
+    }
+}
+
+impl Client {
+    /// A client for `options`.
+    pub fn new(options: &HttpSourceOptions) -> Result<Client, SourceError> {
+        let fail = |message: String| SourceError::Http {
+            url: redacted(options.url.expose()),
+            status: None,
+            message,
+            retryable: false,
+        };
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("skipprd-http")
+            .enable_all()
+            .build()
+            .map_err(|e| fail(format!("cannot start the HTTP runtime: {e}")))?;
+        let client = reqwest::Client::builder()
+            .timeout(options.timeout)
+            .connect_timeout(options.timeout)
+            .build()
+            .map_err(|e| fail(format!("cannot build the HTTP client: {e}")))?;
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            reqwest::header::ACCEPT_ENCODING,
+            ReqHeaderValue::from_static("gzip"),
+        );
+        for (name, value) in options.headers.iter() {
+            let name = HeaderName::from_bytes(name.as_bytes())
+                .map_err(|_| fail(format!("header name `{name}` is not valid")))?;
+            let mut value = ReqHeaderValue::from_str(value.expose())
+                .map_err(|_| fail(format!("the value of header `{name}` is not valid")))?;
+            value.set_sensitive(true);
+            headers.insert(name, value);
+        }
+        let auth = match &options.auth {
+            ResolvedAuth::None => None,
+            ResolvedAuth::Bearer(token) => Some(format!("Bearer {}", token.expose())),
+            ResolvedAuth::Basic { user, password } => {
+                let pair = format!(
+                    "{user}:{}",
+                    password.as_ref().map(|p| p.expose()).unwrap_or("")
+                );
+                Some(format!("Basic {}", base64(pair.as_bytes())))
+            }
+        };
+        if let Some(auth) = auth {
+            let mut value = ReqHeaderValue::from_str(&auth)
+                .map_err(|_| fail("the authentication value is not a valid header".into()))?;
+            value.set_sensitive(true);
+            headers.insert(reqwest::header::AUTHORIZATION, value);
+        }
+        Ok(Client {
+            runtime: Some(runtime),
+            client,
+            headers,
+            last_request: None,
+            retries: 0,
+            requests: 0,
+        })
+    }
+
+    /// GET (or the configured method) `url`, retrying what may succeed later.
+    pub fn fetch(
+        &mut self,
+        options: &HttpSourceOptions,
+        url: &reqwest::Url,
+    ) -> Result<Fetched, SourceError> {
+        let shown = redacted(url.as_str());
+        let mut attempt: u32 = 0;
+        loop {
+            self.pace(options.max_requests_per_second);
+            self.requests += 1;
+            let outcome = self.once(options, url, &shown);
+            let (error, wait) = match outcome {
+                Ok(fetched) => return Ok(fetched),
+                Err(Attempt::Fatal(e)) => return Err(e),
+                Err(Attempt::Retry(e, retry_after)) => (e, retry_after),
+            };
+            attempt += 1;
+            if attempt >= options.max_attempts {
+                return Err(error);
+            }
+            let backoff = wait.unwrap_or_else(|| jittered(options.backoff, attempt));
+            tracing::warn!(
+                url = %shown,
+                attempt,
+                wait_ms = backoff.as_millis() as u64,
+                error = %error,
+                "An HTTP request failed; retrying."
+            );
+            self.retries += 1;
+            std::thread::sleep(backoff);
+        }
+    }
+
+    fn pace(&mut self, rate: Option<f64>) {
+        if let (Some(rate), Some(last)) = (rate, self.last_request) {
+            let gap = Duration::from_secs_f64(1.0 / rate);
+            let since = last.elapsed();
+            if since < gap {
+                std::thread::sleep(gap - since);
+            }
+        }
+        self.last_request = Some(Instant::now());
+    }
+
+    fn once(
+        &self,
+        options: &HttpSourceOptions,
+        url: &reqwest::Url,
+        shown: &str,
+    ) -> Result<Fetched, Attempt> {
+        let method = match options.method {
+            HttpMethod::Get => reqwest::Method::GET,
+            HttpMethod::Post => reqwest::Method::POST,
+            HttpMethod::Put => reqwest::Method::PUT,
+        };
+        let mut request = self
+            .client
+            .request(method, url.clone())
+            .headers(self.headers.clone());
+        if let Some(body) = &options.body {
+            request = request.body(body.clone());
+        }
+        let limit = options.max_page_bytes;
+        let future = async move {
+            let mut response = request.send().await?;
+            let status = response.status();
+            let headers = response.headers().clone();
+            let mut body = Vec::new();
+            let mut over = false;
+            while let Some(chunk) = response.chunk().await? {
+                if body.len() as u64 + chunk.len() as u64 > limit {
+                    over = true;
+                    break;
+                }
+                body.extend_from_slice(&chunk);
+            }
+            Ok::<_, reqwest::Error>((status, headers, body, over))
+        };
+        let result = self.block_on(future);
+        let error = |status: Option<u16>, message: String, retryable: bool| SourceError::Http {
+            url: shown.to_owned(),
+            status,
+            message,
+            retryable,
+        };
+        let (status, headers, body, over) = match result {
+            Ok(parts) => parts,
+            Err(e) => {
+                // Connection errors, timeouts and broken bodies may succeed on a later try.
+                let message = describe(e);
+                return Err(Attempt::Retry(error(None, message, true), None));
+            }
+        };
+        let code = status.as_u16();
+        if !status.is_success() {
+            let head = String::from_utf8_lossy(&body[..body.len().min(200)]).into_owned();
+            let message = format!("the server answered {status}: {head}");
+            if code == 429 || status.is_server_error() {
+                let retry_after = headers
+                    .get(reqwest::header::RETRY_AFTER)
+                    .and_then(|v| v.to_str().ok())
+                    .and_then(|v| v.trim().parse::<u64>().ok())
+                    .map(|s| Duration::from_secs(s.min(300)));
+                return Err(Attempt::Retry(
+                    error(Some(code), message, true),
+                    retry_after,
+                ));
+            }
+            return Err(Attempt::Fatal(error(Some(code), message, false)));
+        }
+        if over {
+            return Err(Attempt::Fatal(error(
+                Some(code),
+                format!(
+                    "the response is larger than the {} MiB a page may take",
+                    limit >> 20
+                ),
+                false,
+            )));
+        }
+        let wire_bytes = body.len() as u64;
+        let gzip = headers
+            .get(reqwest::header::CONTENT_ENCODING)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.eq_ignore_ascii_case("gzip"))
+            || body.starts_with(&[0x1f, 0x8b]);
+        let body = if gzip {
+            let mut out = Vec::new();
+            let reader = flate2::read::MultiGzDecoder::new(&body[..]);
+            reader.take(limit + 1).read_to_end(&mut out).map_err(|e| {
+                Attempt::Fatal(error(Some(code), format!("bad gzip body: {e}"), false))
+            })?;
+            if out.len() as u64 > limit {
+                return Err(Attempt::Fatal(error(
+                    Some(code),
+                    format!(
+                        "the decompressed response is larger than the {} MiB a page may take",
+                        limit >> 20
+                    ),
+                    false,
+                )));
+            }
+            out
+        } else {
+            body
+        };
+        let link = headers
+            .get_all(reqwest::header::LINK)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .collect::<Vec<_>>()
+            .join(", ");
+        Ok(Fetched {
+            body,
+            link: (!link.is_empty()).then_some(link),
+            wire_bytes,
+        })
+    }
+
+    fn block_on<F>(&self, future: F) -> F::Output
+    where
+        F: std::future::Future + Send,
+        F::Output: Send,
+    {
+        let Some(runtime) = self.runtime.as_ref() else {
+            unreachable_runtime()
+        };
+        if tokio::runtime::Handle::try_current().is_ok() {
+            // Inside another runtime: a runtime cannot be entered from its threads.
+            std::thread::scope(
+                |scope| match scope.spawn(move || runtime.block_on(future)).join() {
+                    Ok(output) => output,
+                    Err(panic) => std::panic::resume_unwind(panic),
+                },
+            )
+        } else {
+            runtime.block_on(future)
+        }
+    }
+}
+
+/// The runtime is only taken in `drop`.
+#[allow(clippy::panic)]
+fn unreachable_runtime() -> ! {
+    panic!("the HTTP client's runtime is gone")
+}
+
+/// A failed attempt: worth another try (with the server's `Retry-After`), or not.
+enum Attempt {
+    Retry(SourceError, Option<Duration>),
+    Fatal(SourceError),
+}
+
+/// `base * 2^(attempt-1)`, at most 30 s, with full jitter.
+fn jittered(base: Duration, attempt: u32) -> Duration {
+    let cap = Duration::from_secs(30);
+    let ceiling = base
+        .saturating_mul(1u32 << attempt.saturating_sub(1).min(16))
+        .min(cap);
+    let fraction = random_fraction();
+    ceiling.mul_f64(0.5 + fraction / 2.0)
+}
+
+/// A number in [0, 1) that differs from call to call (jitter needs no better).
+fn random_fraction() -> f64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    (hasher.finish() >> 11) as f64 / (1u64 << 53) as f64
+}
+
+/// A reqwest error in one line, without the URL (the caller names it, redacted).
+fn describe(e: reqwest::Error) -> String {
+    let e = e.without_url();
+    let mut message = if e.is_timeout() {
+        "the request timed out".to_owned()
+    } else if e.is_connect() {
+        "cannot connect".to_owned()
+    } else {
+        "the request failed".to_owned()
+    };
+    let mut source = std::error::Error::source(&e);
+    while let Some(s) = source {
+        message.push_str(": ");
+        message.push_str(&s.to_string());
+        source = s.source();
+    }
+    message
+}
+
+/// Standard base64 with padding.
+fn base64(bytes: &[u8]) -> String {
+    const TABLE: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for chunk in bytes.chunks(3) {
+        let b = [
+            chunk[0],
+            chunk.get(1).copied().unwrap_or(0),
+            chunk.get(2).copied().unwrap_or(0),
+        ];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for (i, shift) in [18, 12, 6, 0].into_iter().enumerate() {
+            if i <= chunk.len() {
+                out.push(char::from(TABLE[((n >> shift) & 63) as usize]));
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base64_matches_the_rfc_4648_vectors() {
+        for (input, expected) in [
+            ("", ""),
+            ("f", "Zg=="),
+            ("fo", "Zm8="),
+            ("foo", "Zm9v"),
+            ("foob", "Zm9vYg=="),
+            ("user:pass", "dXNlcjpwYXNz"),
+        ] {
+            assert_eq!(base64(input.as_bytes()), expected);
+        }
+    }
+
+    #[test]
+    fn backoff_doubles_up_to_the_cap_with_jitter() {
+        let base = Duration::from_millis(100);
+        for attempt in 1..10 {
+            let wait = jittered(base, attempt);
+            let ceiling = (base * (1 << (attempt - 1))).min(Duration::from_secs(30));
+            assert!(
+                wait <= ceiling && wait >= ceiling / 2,
+                "{attempt}: {wait:?}"
+            );
+        }
+    }
+}

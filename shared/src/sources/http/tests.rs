@@ -1,0 +1,395 @@
+//! Tests of the HTTP source against an in-process HTTP server on 127.0.0.1.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpListener;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use super::*;
+use crate::config::secret::Secret;
+
+/// One answer: status, extra headers, body.
+type Answer = (u16, Vec<(String, String)>, Vec<u8>);
+
+/// A server answering each request (path and query, headers) with `handler`; stops when
+/// dropped (its thread ends with the test process).
+struct Server {
+    port: u16,
+    hits: Arc<AtomicU64>,
+    seen_headers: Arc<Mutex<Vec<String>>>,
+}
+
+impl Server {
+    fn start(handler: impl Fn(&str, u64) -> Answer + Send + Sync + 'static) -> Server {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let hits = Arc::new(AtomicU64::new(0));
+        let seen_headers = Arc::new(Mutex::new(Vec::new()));
+        let (h, s) = (hits.clone(), seen_headers.clone());
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(mut stream) = stream else { continue };
+                let mut reader = BufReader::new(stream.try_clone().unwrap());
+                let mut line = String::new();
+                if reader.read_line(&mut line).is_err() {
+                    continue;
+                }
+                let target = line.split_whitespace().nth(1).unwrap_or("/").to_owned();
+                let mut length = 0usize;
+                loop {
+                    let mut header = String::new();
+                    if reader.read_line(&mut header).is_err() || header.trim().is_empty() {
+                        break;
+                    }
+                    if let Some(v) = header.to_ascii_lowercase().strip_prefix("content-length:") {
+                        length = v.trim().parse().unwrap_or(0);
+                    }
+                    s.lock().unwrap().push(header.trim().to_owned());
+                }
+                let mut body = vec![0; length];
+                let _ = reader.read_exact(&mut body);
+                let n = h.fetch_add(1, Ordering::SeqCst);
+                let (status, headers, body) = handler(&target, n);
+                let mut out = format!(
+                    "HTTP/1.1 {status} X\r\nContent-Length: {}\r\nConnection: close\r\n",
+                    body.len()
+                );
+                for (k, v) in headers {
+                    out.push_str(&format!("{k}: {v}\r\n"));
+                }
+                out.push_str("\r\n");
+                let _ = stream.write_all(out.as_bytes());
+                let _ = stream.write_all(&body);
+            }
+        });
+        Server {
+            port,
+            hits,
+            seen_headers,
+        }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.port)
+    }
+}
+
+fn param(target: &str, name: &str) -> Option<String> {
+    let url = reqwest::Url::parse(&format!("http://x{target}")).unwrap();
+    url.query_pairs()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v.into_owned())
+}
+
+fn records(page: u64, per_page: u64) -> Vec<Value> {
+    (0..per_page)
+        .map(|i| json!({"id": page * per_page + i, "page": page}))
+        .collect()
+}
+
+fn options(url: &str) -> HttpSourceOptions {
+    HttpSourceOptions {
+        url: HttpUrl::new(url),
+        method: HttpMethod::Get,
+        headers: HttpHeaders::default(),
+        body: None,
+        auth: ResolvedAuth::None,
+        timeout: Duration::from_secs(5),
+        format: HttpFormat::Json,
+        records_path: Some("data".into()),
+        paginator: None,
+        incremental: None,
+        max_requests_per_second: None,
+        batch_rows: 3,
+        batch_bytes: 1 << 20,
+        max_attempts: 5,
+        backoff: Duration::from_millis(10),
+        max_page_bytes: 1 << 20,
+    }
+}
+
+/// Every id read to the end, and the checkpoint after each batch.
+fn read_all(source: &mut HttpSource) -> (Vec<u64>, Vec<Vec<u8>>) {
+    let mut ids = Vec::new();
+    let mut checkpoints = Vec::new();
+    while let Some(batch) = source.next_batch().unwrap() {
+        ids.extend(
+            batch
+                .records
+                .iter()
+                .map(|r| r.value["id"].as_u64().unwrap()),
+        );
+        checkpoints.push(source.checkpoint().unwrap());
+    }
+    (ids, checkpoints)
+}
+
+const PAGES: u64 = 5;
+const PER_PAGE: u64 = 7;
+
+/// A server of `PAGES` pages of `PER_PAGE` records in the style of `paginator`.
+fn paginated(style: &'static str) -> Server {
+    Server::start(move |target, _| {
+        let page: u64 = match style {
+            "offset" => param(target, "offset").map_or(0, |o| o.parse::<u64>().unwrap() / PER_PAGE),
+            "page_number" => param(target, "page").map_or(1, |p| p.parse().unwrap()) - 1,
+            "cursor" => param(target, "after").map_or(0, |p| p.parse().unwrap()),
+            _ => param(target, "p").map_or(0, |p| p.parse().unwrap()),
+        };
+        let data = if page < PAGES {
+            records(page, PER_PAGE)
+        } else {
+            vec![]
+        };
+        let more = page + 1 < PAGES;
+        let mut headers = vec![];
+        let body = match style {
+            "next_url" => {
+                json!({"data": data, "links": {"next": more.then(|| format!("/items?p={}", page + 1))}})
+            }
+            "link_header" => {
+                if more {
+                    headers.push((
+                        "Link".to_owned(),
+                        format!(
+                            "</items?p={}>; rel=\"next\", </items?p=0>; rel=\"first\"",
+                            page + 1
+                        ),
+                    ));
+                }
+                json!({"data": data})
+            }
+            "cursor" => json!({"data": data, "cursor": more.then(|| (page + 1).to_string())}),
+            _ => json!({"data": data}),
+        };
+        (200, headers, serde_json::to_vec(&body).unwrap())
+    })
+}
+
+fn paginator(style: &str) -> HttpPaginator {
+    match style {
+        "next_url" => HttpPaginator::NextUrl {
+            path: "links.next".into(),
+        },
+        "link_header" => HttpPaginator::LinkHeader {},
+        "cursor" => HttpPaginator::Cursor {
+            path: "cursor".into(),
+            param: "after".into(),
+        },
+        "offset" => HttpPaginator::Offset {
+            param: "offset".into(),
+            limit_param: Some("limit".into()),
+            page_size: PER_PAGE,
+        },
+        _ => HttpPaginator::PageNumber {
+            param: "page".into(),
+            size_param: None,
+            page_size: PER_PAGE,
+            start: None,
+        },
+    }
+}
+
+#[test]
+fn every_paginator_reads_every_record_once_and_resumes_from_every_checkpoint() {
+    for style in ["next_url", "link_header", "cursor", "offset", "page_number"] {
+        let server = paginated(style);
+        let opts = HttpSourceOptions {
+            paginator: Some(paginator(style)),
+            ..options(&server.url("/items"))
+        };
+        let mut source = HttpSource::open_at(opts.clone(), None).unwrap();
+        let (ids, checkpoints) = read_all(&mut source);
+        let expected: Vec<u64> = (0..PAGES * PER_PAGE).collect();
+        assert_eq!(ids, expected, "{style}");
+        // Resuming at the checkpoint of batch i yields exactly the records after it.
+        let (last, earlier) = checkpoints.split_last().unwrap();
+        for (i, checkpoint) in earlier.iter().enumerate() {
+            let mut resumed = HttpSource::open_at(opts.clone(), Some(checkpoint)).unwrap();
+            let (rest, _) = read_all(&mut resumed);
+            let done = ((i + 1) * 3).min(ids.len());
+            assert_eq!(rest, ids[done..].to_vec(), "{style} after batch {i}");
+        }
+        // The last checkpoint closes the pass: the next one starts over at the first page
+        // (without `incremental`, every pass reads the whole API).
+        let closed: HttpCheckpoint = serde_json::from_slice(last).unwrap();
+        assert_eq!(closed.page, None, "{style}");
+        let mut again = HttpSource::open_at(opts.clone(), Some(last)).unwrap();
+        assert_eq!(read_all(&mut again).0, expected, "{style}: the next pass");
+    }
+}
+
+#[test]
+fn retries_429_and_500_then_lands_everything() {
+    let server = Server::start(|target, n| {
+        if n % 3 == 0 {
+            return (
+                429,
+                vec![("Retry-After".into(), "0".into())],
+                b"slow down".to_vec(),
+            );
+        }
+        if n % 3 == 1 {
+            return (500, vec![], b"oops".to_vec());
+        }
+        let page: u64 = param(target, "p").map_or(0, |p| p.parse().unwrap());
+        let more = page + 1 < 3;
+        let body =
+            json!({"data": records(page, 4), "next": more.then(|| format!("/x?p={}", page + 1))});
+        (200, vec![], serde_json::to_vec(&body).unwrap())
+    });
+    let opts = HttpSourceOptions {
+        paginator: Some(HttpPaginator::NextUrl {
+            path: "next".into(),
+        }),
+        ..options(&server.url("/x"))
+    };
+    let mut source = HttpSource::open_at(opts, None).unwrap();
+    let (ids, _) = read_all(&mut source);
+    assert_eq!(ids, (0..12).collect::<Vec<_>>());
+    assert_eq!(source.retries(), 6);
+    assert_eq!(source.requests(), 9);
+    assert_eq!(server.hits.load(Ordering::SeqCst), 9);
+}
+
+#[test]
+fn attempts_are_bounded_and_the_error_is_retryable() {
+    let server = Server::start(|_, _| (503, vec![], b"down".to_vec()));
+    let mut source = HttpSource::open_at(options(&server.url("/x")), None).unwrap();
+    let e = source.next_batch().unwrap_err();
+    assert!(e.is_retryable(), "{e}");
+    assert_eq!(server.hits.load(Ordering::SeqCst), 5);
+}
+
+#[test]
+fn a_401_names_the_redacted_url_the_status_and_the_body_head_but_never_the_token() {
+    let server = Server::start(|_, _| {
+        (
+            401,
+            vec![],
+            format!("{}{}", "denied:", "x".repeat(500)).into_bytes(),
+        )
+    });
+    let opts = HttpSourceOptions {
+        auth: ResolvedAuth::Bearer(Secret::new("t0k3n-s3cret")),
+        ..options(&server.url("/x?api_key=k3y-s3cret&q=1"))
+    };
+    let mut source = HttpSource::open_at(opts, None).unwrap();
+    let e = source.next_batch().unwrap_err();
+    let msg = e.to_string();
+    assert!(!e.is_retryable());
+    assert!(
+        matches!(
+            e,
+            SourceError::Http {
+                status: Some(401),
+                ..
+            }
+        ),
+        "{msg}"
+    );
+    assert!(msg.contains("api_key=***") && msg.contains("q=1"), "{msg}");
+    assert!(msg.contains("denied:xxx"), "{msg}");
+    assert!(
+        !msg.contains(&"x".repeat(200)),
+        "only the first 200 bytes: {msg}"
+    );
+    assert!(
+        !msg.contains("s3cret") && !format!("{e:?}").contains("s3cret"),
+        "{msg}"
+    );
+    assert_eq!(
+        server.hits.load(Ordering::SeqCst),
+        1,
+        "a 401 is not retried"
+    );
+    // The token was sent.
+    let seen = server.seen_headers.lock().unwrap().join("\n");
+    assert!(seen.contains("Bearer t0k3n-s3cret"), "{seen}");
+    // Checkpoints never hold credentials.
+    let checkpoint = String::from_utf8(source.checkpoint().unwrap()).unwrap();
+    assert!(!checkpoint.contains("s3cret"), "{checkpoint}");
+}
+
+#[test]
+fn incremental_asks_a_later_pass_only_for_records_after_the_committed_cursor() {
+    let total = Arc::new(AtomicU64::new(10));
+    let t = total.clone();
+    let server = Server::start(move |target, _| {
+        let since: i64 = param(target, "since").map_or(-1, |s| s.parse().unwrap());
+        let data: Vec<Value> = (0..t.load(Ordering::SeqCst) as i64)
+            .filter(|id| *id > since)
+            .map(|id| json!({"id": id, "meta": {"seq": id}}))
+            .collect();
+        (
+            200,
+            vec![],
+            serde_json::to_vec(&json!({"data": data})).unwrap(),
+        )
+    });
+    let opts = HttpSourceOptions {
+        incremental: Some(HttpIncremental {
+            cursor_path: "meta.seq".into(),
+            param: "since".into(),
+            initial_value: None,
+        }),
+        ..options(&server.url("/e"))
+    };
+    let mut first = HttpSource::open_at(opts.clone(), None).unwrap();
+    let (ids, checkpoints) = read_all(&mut first);
+    assert_eq!(ids, (0..10).collect::<Vec<_>>());
+    total.store(15, Ordering::SeqCst);
+    let mut second =
+        HttpSource::open_at(opts.clone(), checkpoints.last().map(Vec::as_slice)).unwrap();
+    let (ids, checkpoints) = read_all(&mut second);
+    assert_eq!(ids, (10..15).collect::<Vec<_>>());
+    let mut third = HttpSource::open_at(opts, checkpoints.last().map(Vec::as_slice)).unwrap();
+    assert_eq!(read_all(&mut third).0, Vec::<u64>::new());
+}
+
+#[test]
+fn gzip_bodies_and_basic_auth() {
+    let server = Server::start(|_, _| {
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        gz.write_all(br#"{"data":[{"id":1},{"id":2}]}"#).unwrap();
+        (
+            200,
+            vec![("Content-Encoding".into(), "gzip".into())],
+            gz.finish().unwrap(),
+        )
+    });
+    let opts = HttpSourceOptions {
+        auth: ResolvedAuth::Basic {
+            user: "user".into(),
+            password: Some(Secret::new("pass")),
+        },
+        ..options(&server.url("/g"))
+    };
+    let mut source = HttpSource::open_at(opts, None).unwrap();
+    assert_eq!(read_all(&mut source).0, vec![1, 2]);
+    let seen = server.seen_headers.lock().unwrap().join("\n");
+    assert!(seen.contains("Basic dXNlcjpwYXNz"), "{seen}");
+}
+
+#[test]
+fn a_page_over_the_limit_fails_naming_it() {
+    let server = Server::start(|_, _| (200, vec![], vec![b' '; 4096]));
+    let opts = HttpSourceOptions {
+        max_page_bytes: 1024,
+        ..options(&server.url("/big"))
+    };
+    let mut source = HttpSource::open_at(opts, None).unwrap();
+    let e = source.next_batch().unwrap_err();
+    assert!(e.to_string().contains("larger than"), "{e}");
+}
+
+#[test]
+fn a_checkpoint_of_another_version_is_refused() {
+    let opts = options("http://127.0.0.1:9/x");
+    let bytes = br#"{"version":99,"source":"http://127.0.0.1:9/x","page":null,"cursor":null}"#;
+    let e = HttpSource::open_at(opts, Some(bytes)).unwrap_err();
+    assert!(matches!(e, SourceError::BadCheckpoint { .. }), "{e}");
+}
