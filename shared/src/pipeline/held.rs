@@ -181,5 +181,26 @@ impl Held {
     }
 }
 
+/// The AWS handle a command on `pipeline` uses: `given` (one per process, when the caller
+/// built it), else one loaded now when the pipeline needs AWS (its region falling back to
+/// the connectors'), else none.
+pub(crate) fn pipeline_aws(
+    given: Option<&crate::aws::Aws>,
+    pipeline: &crate::config::ValidatedPipeline,
+) -> Result<Option<crate::aws::Aws>, super::error::PipelineError> {
+    match (given, pipeline.aws.needed) {
+        (Some(aws), _) => Ok(Some(aws.clone())),
+        (None, true) => {
+            crate::aws::Aws::load_with_fallback(pipeline.aws.fallback_region.as_deref())
+                .map(Some)
+                .map_err(|source| super::error::PipelineError::Aws {
+                    pipeline: pipeline.name.clone(),
+                    source,
+                })
+        }
+        (None, false) => Ok(None),
+    }
+}
+
 #[cfg(test)]
 mod tests;

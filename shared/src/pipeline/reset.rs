@@ -225,18 +225,7 @@ pub fn reset(
         pipeline: name.clone(),
         source,
     };
-    let aws = match (&options.aws, pipeline.aws.needed) {
-        (Some(aws), _) => Some(aws.clone()),
-        (None, true) => Some(
-            crate::aws::Aws::load_with_fallback(pipeline.aws.fallback_region.as_deref()).map_err(
-                |source| PipelineError::Aws {
-                    pipeline: name.clone(),
-                    source,
-                },
-            )?,
-        ),
-        (None, false) => None,
-    };
+    let aws = super::held::pipeline_aws(options.aws.as_ref(), pipeline)?;
     let held = Held::take_with(
         settings,
         pipeline,

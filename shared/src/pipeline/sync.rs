@@ -157,18 +157,7 @@ pub fn sync_pass(
 
     // The AWS backends share one handle (built once per process when the caller passes one),
     // whose request counter reports what the pass cost.
-    let aws = match (&options.aws, pipeline.aws.needed) {
-        (Some(aws), _) => Some(aws.clone()),
-        (None, true) => Some(
-            crate::aws::Aws::load_with_fallback(pipeline.aws.fallback_region.as_deref()).map_err(
-                |source| PipelineError::Aws {
-                    pipeline: name.clone(),
-                    source,
-                },
-            )?,
-        ),
-        (None, false) => None,
-    };
+    let aws = super::held::pipeline_aws(options.aws.as_ref(), pipeline)?;
     let requests_before = aws.as_ref().map(crate::aws::Aws::requests);
 
     // 1. Lease (the store is opened under it).
