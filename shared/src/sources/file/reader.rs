@@ -140,11 +140,11 @@ impl FileContext {
                 start,
                 raw_text(text),
                 format!(
-                    "record of {} bytes holds about {values} JSON values, about {} MiB once \
-                     parsed, more than the {} MiB a record may take",
+                    "record of {} bytes holds about {values} JSON values, about {} once \
+                     parsed, more than the {} a record may take",
                     text.len(),
-                    bytes.div_ceil(MIB),
-                    self.max_record_memory / MIB
+                    binary_size(bytes),
+                    binary_size(self.max_record_memory)
                 ),
                 FailureCode::TooLarge,
             )
@@ -188,6 +188,15 @@ pub(crate) fn parse_json_object(
 pub(crate) const PARSED_VALUE_BYTES: u64 = 128;
 
 const MIB: u64 = 1024 * 1024;
+
+/// `bytes` in whole MiB, or in KiB below one MiB (so a small limit does not read "0 MiB").
+fn binary_size(bytes: u64) -> String {
+    if bytes >= MIB {
+        format!("{} MiB", bytes.div_ceil(MIB))
+    } else {
+        format!("{} KiB", bytes.div_ceil(1024))
+    }
+}
 
 /// An upper bound on the values in the JSON text `text` and the memory they take parsed:
 /// `(values, bytes)`. Every value but the first follows a `,`, `[`, `{` or `:` outside a
@@ -304,8 +313,7 @@ mod tests {
                         d.error
                     );
                     assert!(
-                        d.error.contains("more than the 0 MiB")
-                            || d.error.contains("MiB a record may take"),
+                        d.error.contains("more than the 64 KiB a record may take"),
                         "{}",
                         d.error
                     );
