@@ -6,8 +6,9 @@ use std::time::{Duration, Instant};
 
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue as ReqHeaderValue};
 
-use super::{HttpSourceOptions, redacted};
+use super::HttpSourceOptions;
 use crate::config::connectors::{HttpMethod, ResolvedAuth};
+use crate::config::credentials::redact_url;
 use crate::sources::SourceError;
 
 /// A response body, decompressed, and the headers that matter.
@@ -44,7 +45,7 @@ impl Client {
     /// A client for `options`.
     pub fn new(options: &HttpSourceOptions) -> Result<Client, SourceError> {
         let fail = |message: String| SourceError::Http {
-            url: redacted(options.url.expose()),
+            url: options.url.redacted(),
             status: None,
             message,
             retryable: false,
@@ -106,7 +107,7 @@ impl Client {
         options: &HttpSourceOptions,
         url: &reqwest::Url,
     ) -> Result<Fetched, SourceError> {
-        let shown = redacted(url.as_str());
+        let shown = redact_url(url.as_str());
         let mut attempt: u32 = 0;
         loop {
             self.pace(options.max_requests_per_second);

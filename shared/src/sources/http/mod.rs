@@ -204,11 +204,6 @@ impl std::fmt::Debug for HttpSource {
     }
 }
 
-/// A URL shown with its credentials as `***`.
-pub(crate) fn redacted(url: &str) -> String {
-    redact_url(url)
-}
-
 impl HttpSource {
     /// Open the source at `checkpoint` (bytes from [`Source::checkpoint`]) or at its start.
     /// Nothing is fetched yet.
@@ -350,7 +345,7 @@ impl HttpSource {
         let Some(url) = self.pending.take() else {
             return Ok(false);
         };
-        let shown = redacted(url.as_str());
+        let shown = redact_url(url.as_str());
         let fetched = self.client.fetch(&self.options, &url)?;
         self.bytes_done += fetched.wire_bytes;
         let parsed = page::parse(&fetched.body, self.options.format, &self.records_path).map_err(
@@ -556,7 +551,7 @@ impl Source for HttpSource {
             };
             current.taken += 1;
             let position = Position {
-                uri: redacted(current.url.as_str()),
+                uri: redact_url(current.url.as_str()),
                 offset: current.taken,
                 record: current.taken,
             };
