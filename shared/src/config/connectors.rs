@@ -260,6 +260,14 @@ pub struct FileSourceConfig {
     /// `BUFFER_THRESHOLD_BYTES` (default 10 MB) of input were read.
     #[serde(default)]
     pub batch_size: Option<usize>,
+    /// A batch also closes once this many input bytes were read (compressed bytes for gzip).
+    /// Default: `BUFFER_THRESHOLD_BYTES`, else 10 MB.
+    #[serde(default)]
+    pub batch_size_bytes: Option<u64>,
+    /// A batch also closes once it has been filling this many seconds (a slow read commits
+    /// what it has). Default: `BUFFER_THRESHOLD_SECONDS`, else 60.
+    #[serde(default)]
+    pub batch_size_seconds: Option<u64>,
     /// Seconds a file read to its end must stay unchanged to count as finished. Default 3600.
     /// The checkpoint keeps an entry per file only up to about 32 KiB (some 250 files); past
     /// that, entries of files read to their end leave it below a watermark, finished files
@@ -306,6 +314,14 @@ pub struct S3SourceConfig {
     /// `BUFFER_THRESHOLD_BYTES` (default 10 MB) of input were read.
     #[serde(default)]
     pub batch_size: Option<usize>,
+    /// A batch also closes once this many input bytes were read (compressed bytes for gzip).
+    /// Default: `BUFFER_THRESHOLD_BYTES`, else 10 MB.
+    #[serde(default)]
+    pub batch_size_bytes: Option<u64>,
+    /// A batch also closes once it has been filling this many seconds (a slow read commits
+    /// what it has). Default: `BUFFER_THRESHOLD_SECONDS`, else 60.
+    #[serde(default)]
+    pub batch_size_seconds: Option<u64>,
 }
 
 /// How the S3 source lists a prefix each pass.

@@ -78,7 +78,10 @@ fn open(
                 batch_rows: c
                     .batch_size
                     .unwrap_or(FileSourceOptions::DEFAULT_BATCH_ROWS),
-                batch_bytes: settings.buffer_threshold_bytes,
+                batch_bytes: c
+                    .batch_size_bytes
+                    .unwrap_or(settings.buffer_threshold_bytes),
+                batch_time: Some(batch_time(c.batch_size_seconds, settings)),
                 unparsed_json_lines,
                 ..S3SourceOptions::new(aws, &c.s3_bucket, c.s3_prefix.as_deref().unwrap_or(""))
             };
@@ -93,7 +96,10 @@ fn open(
                 batch_rows: c
                     .batch_size
                     .unwrap_or(FileSourceOptions::DEFAULT_BATCH_ROWS),
-                batch_bytes: settings.buffer_threshold_bytes,
+                batch_bytes: c
+                    .batch_size_bytes
+                    .unwrap_or(settings.buffer_threshold_bytes),
+                batch_time: Some(batch_time(c.batch_size_seconds, settings)),
                 // Never read the pipeline's own state (schema, WAL) as input.
                 exclude: vec![pipeline.data_dir.clone()],
                 unparsed_json_lines,
@@ -122,6 +128,18 @@ fn open(
             name: pipeline.source.name.clone(),
         })),
     }
+}
+
+/// How long a batch may fill: the source's `batch_size_seconds`, else
+/// `BUFFER_THRESHOLD_SECONDS`.
+fn batch_time(
+    seconds: Option<u64>,
+    settings: &crate::config::validate::Settings,
+) -> std::time::Duration {
+    seconds.map_or(
+        settings.buffer_threshold_seconds,
+        std::time::Duration::from_secs,
+    )
 }
 
 /// The File source's format for a configured one; `json` means "JSON, its shape detected".

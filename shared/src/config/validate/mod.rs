@@ -92,6 +92,9 @@ pub struct Settings {
     /// (`SKIPPR_LEASE_TTL_SECONDS`, default 30 s). A crashed writer's lease is taken over once
     /// it has expired.
     pub lease_ttl: std::time::Duration,
+    /// A batch of a File or S3 source closes once it has been filling this long
+    /// (`BUFFER_THRESHOLD_SECONDS`, default 60 s; the source's `batch_size_seconds` wins).
+    pub buffer_threshold_seconds: Duration,
     /// WAL segment size target (`WAL_BYTES_PER_FILE`; default 64 MiB, at least 4 MiB).
     pub wal_bytes_per_file: Option<u64>,
     /// Whether `sync` saves a schema change it meets by itself (`SCHEMA_AUTO_APPROVE`, default
@@ -401,20 +404,38 @@ pub fn validate_with(
                     "must be a bucket name, not a URI or path (put the key prefix in s3_prefix)",
                 ));
             }
-            if c.batch_size == Some(0) {
-                return Err(v.bad_value(&at("batch_size"), "must be at least 1"));
-            }
         }
         if let SourceConnector::HttpClient(c) = &source.connector {
             v.check_http(&source.name, c)?;
         }
-        if let SourceConnector::File(f) = &source.connector
-            && f.batch_size == Some(0)
-        {
-            return Err(v.bad_value(
-                &format!("data_sources.{}.File.batch_size", source.name),
-                "must be at least 1",
-            ));
+        let sizes = match &source.connector {
+            SourceConnector::File(f) => Some((
+                "File",
+                f.batch_size.map(|n| n as u64),
+                f.batch_size_bytes,
+                f.batch_size_seconds,
+            )),
+            SourceConnector::S3(c) => Some((
+                "S3",
+                c.batch_size.map(|n| n as u64),
+                c.batch_size_bytes,
+                c.batch_size_seconds,
+            )),
+            _ => None,
+        };
+        if let Some((kind, rows, bytes, seconds)) = sizes {
+            for (key, value) in [
+                ("batch_size", rows),
+                ("batch_size_bytes", bytes),
+                ("batch_size_seconds", seconds),
+            ] {
+                if value == Some(0) {
+                    return Err(v.bad_value(
+                        &format!("data_sources.{}.{kind}.{key}", source.name),
+                        "must be at least 1",
+                    ));
+                }
+            }
         }
         // An HttpClient source's `scrape_interval_seconds` sets how often `sync` polls it
         // when the pipeline does not say.

@@ -286,6 +286,9 @@ impl Validator<'_> {
                     })?,
             ),
         };
+        let buffer_threshold_seconds = std::time::Duration::from_secs(
+            self.positive_bytes_or_seconds("BUFFER_THRESHOLD_SECONDS", 60, "seconds")?,
+        );
         let schema_auto_approve = self.yes_no("SCHEMA_AUTO_APPROVE")?.unwrap_or(true);
         let reset_offsets = self.yes_no("RESET_OFFSETS")?.unwrap_or(false);
         Ok(Settings {
@@ -300,6 +303,7 @@ impl Validator<'_> {
             buffer_threshold_bytes,
             deliver_threshold_bytes,
             lease_ttl,
+            buffer_threshold_seconds,
             wal_bytes_per_file,
             schema_auto_approve,
             reset_offsets,
@@ -379,6 +383,17 @@ impl Validator<'_> {
 
     /// A byte count from the environment variable `var`, or `default` when it is unset.
     pub(super) fn positive_bytes(&self, var: &str, default: u64) -> Result<u64, ConfigError> {
+        self.positive_bytes_or_seconds(var, default, "bytes")
+    }
+
+    /// A positive whole number of `unit` from the environment variable `var`, or `default`
+    /// when it is unset.
+    pub(super) fn positive_bytes_or_seconds(
+        &self,
+        var: &str,
+        default: u64,
+        unit: &str,
+    ) -> Result<u64, ConfigError> {
         match self.var(var) {
             None => Ok(default),
             Some(v) => v
@@ -390,7 +405,7 @@ impl Validator<'_> {
                     self.invalid(
                         &Origin::Var(var.to_owned()),
                         &v,
-                        "is not a positive number of bytes",
+                        &format!("is not a positive number of {unit}"),
                     )
                 }),
         }

@@ -1,6 +1,8 @@
 //! Filling batches from a list of inputs read one after the other: what the File source and the
 //! S3 source share, whatever their inputs are (files on disk, objects in a bucket).
 
+use std::time::{Duration, Instant};
+
 use super::reader::{Item, RecordReader, Resume};
 use crate::sources::{Progress, SourceBatch, SourceError};
 
@@ -43,6 +45,8 @@ struct Current {
     credited: u64,
 }
 
+/// How often (in items) a batch's age is checked against its time limit.
+const TIME_CHECK_EVERY: usize = 64;
 /// Reads [`Inputs`] one after the other into batches of at most `batch_rows` records and
 /// deadletters, closing a batch early once `batch_bytes` input bytes were consumed; a batch
 /// may span inputs. An error met after some items of a batch is returned on the next call,
@@ -51,6 +55,9 @@ struct Current {
 pub(crate) struct Batcher {
     batch_rows: usize,
     batch_bytes: u64,
+    /// ... or once a batch has been filling this long (checked every [`TIME_CHECK_EVERY`]
+    /// items).
+    batch_time: Option<Duration>,
     next: usize,
     current: Option<Current>,
     bytes_done: u64,
@@ -73,6 +80,7 @@ impl Batcher {
         Batcher {
             batch_rows: batch_rows.max(1),
             batch_bytes,
+            batch_time: None,
             next: 0,
             current: None,
             bytes_done: 0,
@@ -82,6 +90,12 @@ impl Batcher {
             pending_error: None,
             peeked: None,
         }
+    }
+
+    /// Close a batch also once it has been filling for `time` (`None`: no time limit).
+    pub(crate) fn with_batch_time(mut self, time: Option<Duration>) -> Batcher {
+        self.batch_time = time;
+        self
     }
 
     /// How far reading has got.
@@ -196,6 +210,7 @@ impl Batcher {
         inputs: &mut dyn Inputs,
         batch: &mut SourceBatch,
     ) -> Result<(), SourceError> {
+        let began = Instant::now();
         loop {
             if self.current.is_none() {
                 if self.next >= inputs.count() {
@@ -265,7 +280,13 @@ impl Batcher {
             }
             let items = batch.records.len() + batch.deadletters.len();
             let started = items > 0 || batch.bytes_read > 0;
-            if started && (items >= self.batch_rows || batch.bytes_read >= self.batch_bytes) {
+            let timed_out = items.is_multiple_of(TIME_CHECK_EVERY)
+                && self
+                    .batch_time
+                    .is_some_and(|limit| began.elapsed() >= limit);
+            if started
+                && (items >= self.batch_rows || batch.bytes_read >= self.batch_bytes || timed_out)
+            {
                 self.close(inputs, batch);
                 return Ok(());
             }
@@ -308,5 +329,32 @@ mod tests {
         let rest = source.next_batch().unwrap().unwrap();
         assert_eq!(values(&rest.records), vec![r#"{"b":2}"#]);
         assert!(source.next_batch().unwrap().is_none());
+    }
+
+    /// `batch_size_seconds`: a batch that has been filling longer than its time limit closes
+    /// (checked every 64 items), and every record still comes once, in order.
+    #[test]
+    fn a_batch_closes_at_its_time_limit_and_nothing_is_lost() {
+        let dir = tempfile::tempdir().unwrap();
+        let lines: String = (0..200).map(|i| format!("{{\"i\":{i}}}\n")).collect();
+        write(dir.path(), "d/a.jsonl", lines.as_bytes());
+        let mut source = FileSource::open(FileSourceOptions {
+            batch_time: Some(std::time::Duration::ZERO),
+            ..options(dir.path(), "d")
+        })
+        .unwrap();
+        let mut sizes = Vec::new();
+        let mut seen = Vec::new();
+        while let Some(batch) = source.next_batch().unwrap() {
+            sizes.push(batch.records.len());
+            seen.extend(values(&batch.records));
+        }
+        assert_eq!(sizes, [64, 64, 64, 8]);
+        let expected: Vec<String> = (0..200).map(|i| format!("{{\"i\":{i}}}")).collect();
+        assert_eq!(seen, expected);
+
+        // No limit: one batch.
+        let mut source = FileSource::open(options(dir.path(), "d")).unwrap();
+        assert_eq!(source.next_batch().unwrap().unwrap().records.len(), 200);
     }
 }

@@ -360,6 +360,8 @@ pub struct FileSourceOptions {
     pub batch_rows: usize,
     /// ... or once this many input bytes were consumed, whichever comes first.
     pub batch_bytes: u64,
+    /// ... or once the batch has been filling this long (`None`: no time limit).
+    pub batch_time: Option<Duration>,
     /// A longer record becomes a [`FailureCode::TooLarge`](crate::deadletter::FailureCode)
     /// deadletter.
     pub max_record_bytes: usize,
@@ -411,6 +413,7 @@ impl Default for FileSourceOptions {
             exclude: Vec::new(),
             batch_rows: Self::DEFAULT_BATCH_ROWS,
             batch_bytes: Self::DEFAULT_BATCH_BYTES,
+            batch_time: None,
             max_record_bytes: Self::DEFAULT_MAX_RECORD_BYTES,
             max_record_memory: Self::DEFAULT_MAX_RECORD_MEMORY,
             unparsed_json_lines: false,
@@ -672,7 +675,8 @@ impl FileSource {
             &inputs,
             inputs.options.batch_rows,
             inputs.options.batch_bytes,
-        );
+        )
+        .with_batch_time(inputs.options.batch_time);
         Ok(FileSource { inputs, batcher })
     }
 

@@ -125,6 +125,8 @@ pub struct S3SourceOptions {
     pub batch_rows: usize,
     /// ... or once this many input bytes were consumed, whichever comes first.
     pub batch_bytes: u64,
+    /// ... or once the batch has been filling this long (`None`: no time limit).
+    pub batch_time: Option<std::time::Duration>,
     /// A longer record becomes a `too_large` deadletter.
     pub max_record_bytes: usize,
     /// A JSON record that would take more memory parsed becomes a `too_large` deadletter
@@ -147,6 +149,7 @@ impl S3SourceOptions {
             full_listing: false,
             batch_rows: FileSourceOptions::DEFAULT_BATCH_ROWS,
             batch_bytes: FileSourceOptions::DEFAULT_BATCH_BYTES,
+            batch_time: None,
             max_record_bytes: FileSourceOptions::DEFAULT_MAX_RECORD_BYTES,
             max_record_memory: FileSourceOptions::DEFAULT_MAX_RECORD_MEMORY,
             unparsed_json_lines: false,
@@ -307,7 +310,8 @@ impl S3Source {
             &inputs,
             inputs.options.batch_rows,
             inputs.options.batch_bytes,
-        );
+        )
+        .with_batch_time(inputs.options.batch_time);
         Ok(S3Source { inputs, batcher })
     }
 

@@ -282,3 +282,45 @@ fn chaos_mode_is_set_per_pipeline_or_for_the_project() {
         "    chaos_mode: false\n"
     ));
 }
+
+#[test]
+fn batch_sizes_by_bytes_and_seconds_are_accepted_on_file_and_s3_sources() {
+    let source = |kind: &str, keys: &str, vars: &[(&str, &str)]| {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("skippr.yml");
+        let body = match kind {
+            "File" => "      path: in.jsonl\n",
+            _ => "      s3_bucket: b\n",
+        };
+        std::fs::write(
+            &path,
+            format!(
+                "pipelines:\n  p:\n    data_source: data_sources.s\ndata_sources:\n  s:\n    {kind}:\n{body}{keys}"
+            ),
+        )
+        .unwrap();
+        let env: BTreeMap<String, String> = vars
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        validate_with(&load_file(&path, env).unwrap(), &Overrides::default())
+    };
+    for kind in ["File", "S3"] {
+        let keys = "      batch_size_bytes: 1000000\n      batch_size_seconds: 5\n";
+        assert!(source(kind, keys, &[]).is_ok(), "{kind}");
+        for key in ["batch_size_bytes", "batch_size_seconds", "batch_size"] {
+            let e = source(kind, &format!("      {key}: 0\n"), &[])
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(&format!("data_sources.s.{kind}.{key}")), "{e}");
+        }
+    }
+    let s = source("File", "", &[("BUFFER_THRESHOLD_SECONDS", "7")]).unwrap();
+    assert_eq!(s.settings.buffer_threshold_seconds, Duration::from_secs(7));
+    let s = source("File", "", &[]).unwrap();
+    assert_eq!(s.settings.buffer_threshold_seconds, Duration::from_secs(60));
+    let e = source("File", "", &[("BUFFER_THRESHOLD_SECONDS", "soon")])
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("BUFFER_THRESHOLD_SECONDS"), "{e}");
+}
