@@ -190,3 +190,66 @@ fn global_flags_override_keys_and_variables_and_are_documented() {
     assert_eq!(bad.code, 2, "{}", bad.stderr);
     assert!(bad.stderr.contains("no skippr bucket"), "{}", bad.stderr);
 }
+
+/// `record_field_path` takes the records out of each record read, and `inject_fields` sets
+/// fields in every one, in `discover` and `sync` alike; a record without the path is a counted
+/// deadletter, nothing is dropped silently.
+#[test]
+fn record_field_path_and_inject_fields_shape_every_record_once() {
+    let dir = project(
+        "{\"data\":{\"items\":[{\"id\":1},{\"id\":2,\"env\":\"dev\"}]}}\n{\"data\":{\"items\":{\"id\":3}}}\n{\"nope\":1}\n",
+    );
+    std::fs::write(
+        dir.path().join("skippr.yml"),
+        CONFIG.replace(
+            "    data_source: data_sources.files\n",
+            "    data_source: data_sources.files\n    transform:\n      record_field_path: data.items\n      inject_fields: {env: prod, batch: 7}\n",
+        ),
+    )
+    .unwrap();
+    let discover = skipprd(dir.path(), &["discover", "--output", "json"], &[]);
+    assert_eq!(discover.code, 0, "{}", discover.stderr);
+    let done = last_event(&discover);
+    assert_eq!(
+        (done["records"].clone(), done["deadletters"].clone()),
+        (3.into(), 1.into())
+    );
+    let run = skipprd(dir.path(), &["sync", "--once", "--output", "json"], &[]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let done = last_event(&run);
+    assert_eq!(done["total_rows"], 3, "{done}");
+    assert_eq!(done["deadletters"], 1, "{done}");
+    let run = skipprd(
+        dir.path(),
+        &[
+            "query",
+            "--plain",
+            "--sql",
+            "select id, env, batch from events.events order by id",
+        ],
+        &[],
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let out: Value = serde_json::from_str(run.stdout.trim()).unwrap();
+    assert_eq!(
+        out["rows"],
+        serde_json::json!([[1, "prod", 7], [2, "prod", 7], [3, "prod", 7]])
+    );
+
+    std::fs::write(
+        dir.path().join("skippr.yml"),
+        CONFIG.replace(
+            "    data_source: data_sources.files\n",
+            "    data_source: data_sources.files\n    transform:\n      record_field_path: data..items\n",
+        ),
+    )
+    .unwrap();
+    let bad = skipprd(dir.path(), &["discover"], &[]);
+    assert_eq!(bad.code, 2, "{}", bad.stderr);
+    assert!(
+        bad.stderr
+            .contains("pipelines.events.transform.record_field_path"),
+        "{}",
+        bad.stderr
+    );
+}

@@ -214,6 +214,15 @@ pub struct TransformConfig {
     /// namespace are ignored, with a warning once per run.
     #[serde(default)]
     pub batch_order_fields: Option<FieldList>,
+    /// Dot path of the records inside each record read (`data.items`): an array there gives
+    /// one record per element, an object one record; a record read without it becomes a
+    /// `not_an_object` deadletter naming the path. Default: the records are the records read.
+    #[serde(default)]
+    pub record_field_path: Option<String>,
+    /// Fields set to these values in every record (after `record_field_path`), replacing a
+    /// value the record had under the same key: `{env: prod, source_system: crm}`.
+    #[serde(default)]
+    pub inject_fields: Option<BTreeMap<String, serde_json::Value>>,
 }
 
 /// Granularity of time partitions.

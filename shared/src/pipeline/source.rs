@@ -48,7 +48,35 @@ pub(crate) fn open_source_unparsed_at(
     open(pipeline, settings, base_dir, checkpoint, true, aws)
 }
 
+/// The connector's source, shaped by the pipeline's `record_field_path` and `inject_fields`
+/// when it has them (then its records come parsed: see [`crate::sources::shaped`]).
 fn open(
+    pipeline: &ValidatedPipeline,
+    settings: &Settings,
+    base_dir: &Path,
+    checkpoint: Option<&[u8]>,
+    unparsed_json_lines: bool,
+    aws: Option<&Aws>,
+) -> Result<Box<dyn Source>, PipelineError> {
+    let shape = &pipeline.transform.shape;
+    if !shape.is_active() {
+        return open_connector(
+            pipeline,
+            settings,
+            base_dir,
+            checkpoint,
+            unparsed_json_lines,
+            aws,
+        );
+    }
+    let inner = open_connector(pipeline, settings, base_dir, checkpoint, false, aws)?;
+    Ok(Box::new(crate::sources::shaped::Shaped::new(
+        inner,
+        shape.clone(),
+    )))
+}
+
+fn open_connector(
     pipeline: &ValidatedPipeline,
     settings: &Settings,
     base_dir: &Path,

@@ -13,6 +13,7 @@ pub mod file;
 pub mod http;
 pub mod replay;
 pub mod s3;
+pub mod shaped;
 
 pub use error::{EtagChange, S3Operation, SourceError};
 

@@ -150,6 +150,8 @@ pub struct Transform {
     pub batch_time_unit: Option<TimeUnit>,
     /// Sort fields.
     pub batch_order_fields: Vec<String>,
+    /// `record_field_path` and `inject_fields`, applied as records leave the source.
+    pub shape: crate::sources::shaped::Shape,
 }
 
 /// A named, resolved connector.
@@ -714,7 +716,35 @@ impl Validator<'_> {
             batch_time_fields: list(&t.batch_time_fields, "TRANSFORM_BATCH_TIME_FIELDS"),
             batch_time_unit,
             batch_order_fields: list(&t.batch_order_fields, "TRANSFORM_BATCH_ORDER_FIELDS"),
+            shape: crate::sources::shaped::Shape {
+                record_path: match &t.record_field_path {
+                    None => None,
+                    Some(path) => {
+                        let parts: Vec<String> = path.split('.').map(str::to_owned).collect();
+                        if path.trim().is_empty() || parts.iter().any(String::is_empty) {
+                            return Err(self.bad_value(
+                                &format!("{at}.record_field_path"),
+                                &format!("'{path}' is not a valid dot path"),
+                            ));
+                        }
+                        Some(parts)
+                    }
+                },
+                inject: t
+                    .inject_fields
+                    .iter()
+                    .flatten()
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect(),
+            },
         };
+        for key in transform.shape.inject.iter().map(|(k, _)| k) {
+            if key.trim().is_empty() {
+                return Err(
+                    self.bad_value(&format!("{at}.inject_fields"), "has an empty field name")
+                );
+            }
+        }
         if !transform.batch_time_fields.is_empty() && transform.batch_time_unit.is_none() {
             return Err(self.bad_value(
                 &format!("{at}.batch_time_unit"),
