@@ -49,7 +49,7 @@ impl DeadletterSink {
     ) -> Result<Option<Self>, SinkError> {
         let (target, format): (Arc<dyn ObjectTarget>, _) = match &sink.connector {
             DeadletterConnector::File(c) => {
-                let path = Path::new(&c.path);
+                let path = Path::new(&c.output_dir);
                 let dir = if path.is_absolute() {
                     path.to_path_buf()
                 } else {
@@ -108,6 +108,7 @@ impl DeadletterSink {
         let ext = match self.format {
             OutputFormat::Jsonl => "jsonl",
             OutputFormat::Parquet => "parquet",
+            OutputFormat::Csv => "csv",
         };
         format!("{}/b{:020}.{ext}", self.pipeline, batch.0)
     }
@@ -182,27 +183,7 @@ impl DeadletterSink {
         &self,
         batch: &arrow::array::RecordBatch,
     ) -> Result<Vec<u8>, arrow::error::ArrowError> {
-        match self.format {
-            OutputFormat::Jsonl => {
-                let mut writer = arrow::json::LineDelimitedWriter::new(Vec::new());
-                writer.write(batch)?;
-                writer.finish()?;
-                Ok(writer.into_inner())
-            }
-            OutputFormat::Parquet => {
-                let mut out = Vec::new();
-                let mut writer =
-                    parquet::arrow::ArrowWriter::try_new(&mut out, batch.schema(), None)
-                        .map_err(|e| arrow::error::ArrowError::ExternalError(Box::new(e)))?;
-                writer
-                    .write(batch)
-                    .map_err(|e| arrow::error::ArrowError::ExternalError(Box::new(e)))?;
-                writer
-                    .close()
-                    .map_err(|e| arrow::error::ArrowError::ExternalError(Box::new(e)))?;
-                Ok(out)
-            }
-        }
+        super::files::encode::encode(batch, self.format)
     }
 }
 
