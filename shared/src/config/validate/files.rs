@@ -314,3 +314,7 @@ impl Validator<'_> {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "files_tests.rs"]
+mod tests;
