@@ -325,8 +325,9 @@ fn append(path: &Path, first: u64, count: u64, rng: &mut Rng) {
 }
 
 /// Kill `sync` at random moments while data arrives, then finish; `read(table)` gives the
-/// reader's answer for each table. Every id must be there exactly once.
-fn kill_loop(sink: &str, read: &dyn Fn(&str) -> Value) {
+/// reader's answer for each table. Every id must be there exactly once. Returns the project
+/// directory and the number of ids.
+fn kill_loop(sink: &str, read: &dyn Fn(&str) -> Value) -> (tempfile::TempDir, u64) {
     let kills: u64 = std::env::var("SKIPPR_KILL_LOOPS")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -407,18 +408,134 @@ fn kill_loop(sink: &str, read: &dyn Fn(&str) -> Value) {
     );
     assert_eq!(total, ids.len(), "duplicated rows");
     assert_eq!(ids, (0..next as i64).collect::<Vec<_>>(), "rows lost");
+    (dir, next)
+}
+
+/// `skipprd query --plain -s SQL` in `project`: the rows.
+fn query(project: &Path, sql: &str) -> Value {
+    let out = run(project, &["query", "--plain", "-s", sql]);
+    let value: Value = serde_json::from_slice(&out.stdout).unwrap();
+    value["rows"].clone()
 }
 
 #[test]
 fn a_kill_loop_into_file_leaves_every_row_exactly_once() {
     let out = tempfile::tempdir().unwrap();
     let root = out.path().to_path_buf();
-    kill_loop(
+    let (project, rows) = kill_loop(
         &format!("{{File: {{output_dir: '{}'}}}}", root.display()),
         &|table| {
             let location = root.join(table);
             reader(&["--location", location.to_str().unwrap(), "--key", "id"])
         },
+    );
+    // `query` reads the landed files plus the WAL above them, each row once: with a crash
+    // after a delivery's files (before its marker), after its marker (before the
+    // acknowledgement: the WAL still holds the landed batches), and after the delivery.
+    let count = "SELECT (SELECT count(*) FROM \"order\") + (SELECT count(*) FROM refund) AS n, (SELECT count(DISTINCT id) FROM \"order\") + (SELECT count(DISTINCT id) FROM refund) AS d";
+    let mut total = rows;
+    for failpoint in [
+        "sink.after_data_files",
+        "sync.after_deliver",
+        "sink.after_table_commit",
+    ] {
+        append(
+            &project.path().join("input/late.jsonl"),
+            total,
+            50,
+            &mut Rng(total | 1),
+        );
+        total += 50;
+        let crashed = skipprd_command(project.path())
+            .args(["sync", "--once"])
+            .env("SKIPPR_FAILPOINT", failpoint)
+            .output()
+            .unwrap();
+        assert!(!crashed.status.success(), "{failpoint} did not fire");
+        // No row twice; every row read into the WAL is there (a failpoint in the first
+        // delivery of a pass fires before the new lines are read).
+        let got = query(project.path(), count);
+        assert_eq!(got[0][0], got[0][1], "after {failpoint}: {got}");
+        let n = got[0][0].as_u64().unwrap();
+        assert!(
+            n + 50 >= total && n <= total,
+            "after {failpoint}: {n} of {total}"
+        );
+    }
+    run(project.path(), &["sync", "--once"]);
+    assert_eq!(
+        query(project.path(), count),
+        serde_json::json!([[total, total]])
+    );
+    let refunds = reader(&["--location", root.join("refund").to_str().unwrap()])["rows"].clone();
+    assert_eq!(
+        query(project.path(), "SELECT count(*) FROM refund")[0][0],
+        refunds
+    );
+}
+
+/// Config mistakes of these destinations exit 2 and name the key.
+#[test]
+fn config_mistakes_exit_2_naming_the_key() {
+    let cases = [
+        (
+            "pipelines:\n  p: {data_source: data_sources.s, data_sink: data_sinks.a, schema_sink: schema_sinks.nope}\ndata_sources:\n  s: {File: {path: x}}\ndata_sinks:\n  a: {Athena: {s3_bucket: b, s3_prefix: p, glue_database_name: db}}\n",
+            "pipelines.p.schema_sink",
+        ),
+        (
+            "pipelines:\n  p: {data_source: data_sources.s, data_sink: data_sinks.a, schema_sink: schema_sinks.g}\ndata_sources:\n  s: {File: {path: x}}\ndata_sinks:\n  a: {Athena: {s3_bucket: b, s3_prefix: p, glue_database_name: db}}\nschema_sinks:\n  g: {Glue: {glue_database_name: other}}\n",
+            "data_sinks.a.Athena.glue_database_name",
+        ),
+        (
+            "pipelines:\n  p: {data_source: data_sources.s, data_sink: data_sinks.a}\ndata_sources:\n  s: {File: {path: x}}\ndata_sinks:\n  a: {Athena: {s3_bucket: b, glue_database_name: db}}\n",
+            "s3_prefix",
+        ),
+        (
+            "pipelines:\n  p: {data_source: data_sources.s, data_sink: data_sinks.a}\ndata_sources:\n  s: {File: {path: x}}\ndata_sinks:\n  a: {Athena: {s3_bucket: b, s3_prefix: p}}\n",
+            "data_sinks.a.Athena.glue_database_name",
+        ),
+    ];
+    for (config, key) in cases {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("skippr.yml"), config).unwrap();
+        let out = skipprd_command(dir.path())
+            .args(["sync", "--once"])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{key}: {stderr}");
+        assert!(stderr.contains(key), "{key}: {stderr}");
+    }
+}
+
+/// `Stdout` prints every row as a JSON line.
+#[test]
+fn stdout_prints_json_lines() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("skippr.yml"),
+        "pipelines:\n  p: {data_source: data_sources.s, data_sink: data_sinks.out}\ndata_sources:\n  s: {File: {path: in.jsonl}}\ndata_sinks:\n  out: {Stdout: {}}\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("in.jsonl"),
+        "{\"a\":1}\n{\"a\":2,\"b\":\"x\"}\n",
+    )
+    .unwrap();
+    let out = run(dir.path(), &["sync", "--once", "--output", "json"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let rows: Vec<Value> = stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|v| v.get("a").is_some())
+        .collect();
+    assert_eq!(
+        rows,
+        [
+            serde_json::json!({"a": 1}),
+            serde_json::json!({"a": 2, "b": "x"})
+        ],
+        "{stdout}"
     );
 }
 

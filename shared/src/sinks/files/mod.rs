@@ -201,6 +201,32 @@ impl FileSink {
         }
     }
 
+    /// The tables this pipeline has a landed marker in, by name.
+    pub fn landed_tables(&self) -> Result<Vec<String>, SinkError> {
+        let Output::Objects(target) = &self.output else {
+            return Ok(Vec::new());
+        };
+        Ok(target
+            .list(&format!("{MARKERS}/{}", self.stem))?
+            .iter()
+            .map(|n| crate::objects::file_name(n).to_owned())
+            .collect())
+    }
+
+    /// The WAL batch id of a file name of this pipeline (`{stem}-b{id}-p{part}.{ext}`), or
+    /// `None` for a name of another pipeline or no data file (a temporary file).
+    pub fn batch_of(&self, file: &str) -> Option<u64> {
+        let rest = file.strip_prefix(&self.stem)?.strip_prefix("-b")?;
+        let (id, rest) = rest.split_at_checked(20)?;
+        let rest = rest.strip_prefix("-p")?;
+        let (part, ext) = rest.split_once('.')?;
+        (part.len() == 3
+            && part.bytes().all(|b| b.is_ascii_digit())
+            && ext == encode::extension(self.format))
+        .then(|| id.parse().ok())
+        .flatten()
+    }
+
     /// The namespace's Arrow schema (its original keys), or `None` when the schema has none.
     fn arrow_of(schema: &PipelineSchema, namespace: &str) -> Option<SchemaRef> {
         schema
@@ -393,7 +419,9 @@ impl Sink for FileSink {
                 } else {
                     aligned
                 };
-                for group in split(&aligned, &self.keys, &names).map_err(align)? {
+                for group in
+                    split(&aligned, &self.keys, &names, self.glue.is_some()).map_err(align)?
+                {
                     let name = self.file_name(&table, &group.dir, meta.id, index);
                     let bytes = encode::encode(&group.rows, self.format).map_err(align)?;
                     target.put_whole(&name, bytes)?;
@@ -431,8 +459,18 @@ impl Sink for FileSink {
                         .collect();
                     glue.add_partitions(&table, &o.columns, &partitions)?;
                 }
+                if crate::failpoint::check(crate::failpoint::sink::AFTER_DATA_FILES) {
+                    return Err(SinkError::Failpoint {
+                        name: crate::failpoint::sink::AFTER_DATA_FILES,
+                    });
+                }
                 before_commit(ns)?;
                 target.put_whole(&self.marker(&table), last.0.to_string().into_bytes())?;
+                if crate::failpoint::check(crate::failpoint::sink::AFTER_TABLE_COMMIT) {
+                    return Err(SinkError::Failpoint {
+                        name: crate::failpoint::sink::AFTER_TABLE_COMMIT,
+                    });
+                }
                 delivered.commits += 1;
             }
         }

@@ -4,8 +4,10 @@
 //!
 //! - Each `batch_partition_fields` path is a partition key named after the path (`a.b` ->
 //!   `a_b`); a row's value is the field's value as text (a missing or null field: `null`).
-//!   A top-level identity field is taken out of the file's columns (Hive keeps partition
-//!   columns in the path only; Glue refuses a column that is also a partition key).
+//!   For `Athena`, a top-level identity field is taken out of the file's columns (Glue refuses
+//!   a column that is also a partition key, and Athena reads it from the partition); `File`
+//!   and `S3` files keep it, so a file read on its own still has it (DuckDB's
+//!   `hive_partitioning` takes it from the file or the path alike).
 //! - With `batch_time_fields`, one more key `{first path}_{unit}` (`ts_day`): a row's value
 //!   is the first of the fields that is not null in that row (a timestamp, a date, or unix
 //!   seconds or milliseconds), formatted as `2024`, `2024-01`, `2024-01-02`, `2024-01-02-13`
@@ -92,18 +94,24 @@ pub struct Group {
     /// The directory: `{key=value}/...` escaped, empty without keys. `names` are the keys'
     /// names as the destination writes them.
     pub dir: String,
-    /// The rows, partition columns taken out.
+    /// The rows (the identity partition columns taken out, when asked).
     pub rows: RecordBatch,
 }
 
 /// `batch` split into its partitions (see the module docs), in key order; `names` are the
-/// keys' names as directories show them.
+/// keys' names as directories show them; `drop_keys`: take the top-level identity columns out
+/// of the rows.
 pub fn split(
     batch: &RecordBatch,
     keys: &[PartitionKey],
     names: &[String],
+    drop_keys: bool,
 ) -> Result<Vec<Group>, ArrowError> {
-    let drop = partition_columns(keys);
+    let drop = if drop_keys {
+        partition_columns(keys)
+    } else {
+        Vec::new()
+    };
     let keep: Vec<usize> = (0..batch.num_columns())
         .filter(|&i| !drop.iter().any(|d| d == batch.schema().field(i).name()))
         .collect();
@@ -286,7 +294,9 @@ mod tests {
         let keys = partition_keys(&layout);
         let names: Vec<String> = keys.iter().map(|k| k.name.clone()).collect();
         assert_eq!(names, ["region", "ts_day"]);
-        let groups = split(&batch, &keys, &names).unwrap();
+        let groups = split(&batch, &keys, &names, true).unwrap();
+        let kept = split(&batch, &keys, &names, false).unwrap();
+        assert!(kept[0].rows.column_by_name("region").is_some());
         let dirs: Vec<(&str, usize)> = groups
             .iter()
             .map(|g| (g.dir.as_str(), g.rows.num_rows()))

@@ -164,8 +164,20 @@ fn a_retried_delivery_grouped_differently_overwrites_and_never_duplicates() {
         "{names:?}"
     );
     assert!(names.contains(&"_skippr/landed/default_w_p/events".to_owned()));
-    // The partition column lives in the path only.
     assert_eq!(parquet_ids(dir.path()).len(), 9);
+    assert_eq!(sink.landed_tables().unwrap(), ["events"]);
+    assert_eq!(
+        sink.batch_of("default_w_p-b00000000000000000002-p000.parquet"),
+        Some(2)
+    );
+    assert_eq!(
+        sink.batch_of(".default_w_p-b00000000000000000002-p000.parquet.x.tmp"),
+        None
+    );
+    assert_eq!(
+        sink.batch_of("other-b00000000000000000002-p000.parquet"),
+        None
+    );
 
     let again = deliver(&sink, &all, &[1, 2, 3]);
     assert_eq!((again.rows, again.skipped_rows, again.files), (0, 9, 0));
