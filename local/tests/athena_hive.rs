@@ -566,3 +566,72 @@ fn a_kill_loop_into_athena_leaves_every_row_exactly_once() {
         },
     );
 }
+
+/// Rejected records go to the Glue table `_dl_<pipeline>` when the deadletter sink is `Athena`.
+#[test]
+fn deadletters_land_in_the_dl_glue_table() {
+    let aws = aws();
+    let output = new_bucket(&aws, "dl-out");
+    let database = unique("dl_db");
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("skippr.yml"),
+        format!(
+            "\
+pipelines:
+  Rides-2:
+    data_source: data_sources.s
+    data_sink: data_sinks.a
+    deadletter_sink: deadletter_sinks.dl
+data_sources:
+  s: {{File: {{path: in.jsonl}}}}
+data_sinks:
+  a: {{Athena: {{s3_bucket: {output}, s3_prefix: lake, glue_database_name: {database}}}}}
+deadletter_sinks:
+  dl: {{Athena: {{s3_bucket: {output}, s3_prefix: lake, glue_database_name: {database}}}}}
+"
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("in.jsonl"),
+        "{\"id\":1}\nnot json\n{\"id\":2}\n{\"id\": \n{\"id\":3}\n",
+    )
+    .unwrap();
+    run(dir.path(), &["sync", "--once"]);
+    // The pipeline-named default table is table-safe too.
+    let data = reader(&[
+        "--location",
+        &format!("s3://{output}/lake/rides_2"),
+        "--database",
+        &database,
+        "--table",
+        "rides_2",
+        "--key",
+        "id",
+    ]);
+    assert_eq!(data["rows"], 3, "{data}");
+    let dl = reader(&[
+        "--location",
+        &format!("s3://{output}/lake/_dl_rides_2"),
+        "--database",
+        &database,
+        "--table",
+        "_dl_rides_2",
+    ]);
+    assert_eq!(dl["rows"], 2, "{dl}");
+    assert_eq!(
+        dl["glue"]["location"],
+        format!("s3://{output}/lake/_dl_rides_2/")
+    );
+    let names: Vec<&str> = dl["glue"]["columns"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c[0].as_str().unwrap())
+        .collect();
+    assert!(
+        names.contains(&"record") && names.contains(&"error"),
+        "{names:?}"
+    );
+}

@@ -420,8 +420,11 @@ connector_set! {
         /// `skipprd deadletters replay` reads these objects (and moves each replayed one to
         /// `{pipeline}/replayed/`: a PUT there, then a DELETE).
         S3(S3SinkConfig) = true,
-        /// Deadletter records in an Athena table named `_dl_<pipeline>`.
-        Athena(AthenaSinkConfig) = false,
+        /// Deadletter records in the Glue table `_dl_<pipeline>` (Hive, Parquet) of
+        /// `glue_database_name`: one Parquet object per WAL batch with rejected records,
+        /// `s3://{s3_bucket}/{s3_prefix}/_dl_{pipeline}/b{batch id, 20 digits}.parquet`, written by
+        /// one PUT, so a retry overwrites it.
+        Athena(AthenaSinkConfig) = true,
     }
 }
 

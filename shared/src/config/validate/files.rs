@@ -76,6 +76,11 @@ fn trim_prefix(prefix: &str) -> String {
 
 impl Validator<'_> {
     /// The Glue database name, checked: Athena's rule (lowercase letters, digits, `_`).
+    pub(super) fn check_glue_database(&self, key: &str, database: &str) -> Result<(), ConfigError> {
+        self.check_database(key, database)
+    }
+
+    /// The Glue database name, checked: Athena's rule (lowercase letters, digits, `_`).
     fn check_database(&self, key: &str, database: &str) -> Result<(), ConfigError> {
         if database.is_empty()
             || database.len() > 255

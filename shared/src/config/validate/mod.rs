@@ -831,6 +831,19 @@ impl Validator<'_> {
                     "must be `jsonl` or `parquet` (`deadletters replay` reads those back)",
                 ));
             }
+            if let DeadletterConnector::Athena(c) = &entry.connector {
+                let at = |key: &str| format!("deadletter_sinks.{name}.Athena.{key}");
+                self.check_bucket(&at("s3_bucket"), &c.s3_bucket)?;
+                match &c.glue_database_name {
+                    None => return Err(self.bad_value(&at("glue_database_name"), "is required")),
+                    Some(db) => self.check_glue_database(&at("glue_database_name"), db)?,
+                }
+                if c.format
+                    .is_some_and(|f| f != super::connectors::OutputFormat::Parquet)
+                {
+                    return Err(self.bad_value(&at("format"), "must be `parquet`"));
+                }
+            }
             if let DeadletterConnector::S3(c) = &entry.connector {
                 let at = |key: &str| format!("deadletter_sinks.{name}.S3.{key}");
                 self.check_bucket(&at("s3_bucket"), &c.s3_bucket)?;
