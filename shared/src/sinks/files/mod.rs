@@ -331,10 +331,10 @@ impl Sink for FileSink {
             .filter(|p| p.rows > 0 && p.kind().is_data())
             .map(|p| p.namespace.as_str())
             .collect();
-        if self.glue.is_some() && !namespaces.is_empty() {
-            if let Some(glue) = &self.glue {
-                glue.ensure_database()?;
-            }
+        if let Some(glue) = &self.glue
+            && !namespaces.is_empty()
+        {
+            glue.ensure_database()?;
         }
         struct Open {
             landed: u64,
