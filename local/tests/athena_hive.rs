@@ -635,3 +635,88 @@ deadletter_sinks:
         "{names:?}"
     );
 }
+
+/// The `S3` destination writes the Hive layout into a bucket (`endpoint_url` names moto), in
+/// JSON lines here, with the partition column kept in the rows; a second pass adds nothing.
+#[test]
+fn the_s3_destination_writes_hive_jsonl_objects() {
+    let aws = aws();
+    let output = new_bucket(&aws, "s3-out");
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("skippr.yml"),
+        format!(
+            "\
+pipelines:
+  p:
+    data_source: data_sources.s
+    data_sink: data_sinks.out
+    transform: {{batch_partition_fields: region}}
+data_sources:
+  s: {{File: {{path: in.jsonl}}}}
+data_sinks:
+  out: {{S3: {{s3_bucket: {output}, s3_prefix: /exports/, format: jsonl, endpoint_url: '{}'}}}}
+",
+            local_aws::endpoint()
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("in.jsonl"),
+        "{\"id\":1,\"region\":\"eu\"}\n{\"id\":2,\"region\":\"us\"}\n{\"id\":3,\"region\":\"eu\"}\n",
+    )
+    .unwrap();
+    run(dir.path(), &["sync", "--once"]);
+    let list = |prefix: &str| -> Vec<String> {
+        let client = aws.s3(None);
+        let out = aws
+            .block_on(async {
+                client
+                    .list_objects_v2()
+                    .bucket(&output)
+                    .prefix(prefix)
+                    .send()
+                    .await
+            })
+            .unwrap();
+        let mut keys: Vec<String> = out
+            .contents()
+            .iter()
+            .filter_map(|o| o.key().map(str::to_owned))
+            .collect();
+        keys.sort();
+        keys
+    };
+    let keys = list("exports/");
+    let stem = "default_default_p-b00000000000000000001-p000.jsonl";
+    assert_eq!(
+        keys,
+        [
+            "exports/_skippr/landed/default_default_p/p".to_owned(),
+            format!("exports/p/region=eu/{stem}"),
+            format!("exports/p/region=us/{stem}"),
+        ]
+    );
+    let client = aws.s3(None);
+    let body = aws
+        .block_on(async {
+            client
+                .get_object()
+                .bucket(&output)
+                .key(format!("exports/p/region=eu/{stem}"))
+                .send()
+                .await
+                .unwrap()
+                .body
+                .collect()
+                .await
+        })
+        .unwrap()
+        .into_bytes();
+    assert_eq!(
+        String::from_utf8_lossy(&body),
+        "{\"id\":1,\"region\":\"eu\"}\n{\"id\":3,\"region\":\"eu\"}\n"
+    );
+    run(dir.path(), &["sync", "--once"]);
+    assert_eq!(list("exports/"), keys);
+}
