@@ -720,3 +720,41 @@ data_sinks:
     run(dir.path(), &["sync", "--once"]);
     assert_eq!(list("exports/"), keys);
 }
+
+/// A WAL that restarts its numbering (the data directory lost) is noticed through the landed
+/// markers, as for the Iceberg sinks: `sync` refuses, and `reset` sets the id floor above them.
+#[test]
+fn a_lost_wal_is_noticed_through_the_landed_markers() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    std::fs::write(
+        dir.path().join("skippr.yml"),
+        format!(
+            "pipelines:\n  p: {{data_source: data_sources.s, data_sink: data_sinks.out}}\ndata_sources:\n  s: {{File: {{path: in.jsonl}}}}\ndata_sinks:\n  out: {{File: {{output_dir: '{}'}}}}\n",
+            out.display()
+        ),
+    )
+    .unwrap();
+    std::fs::write(dir.path().join("in.jsonl"), "{\"a\":1}\n{\"a\":2}\n").unwrap();
+    run(dir.path(), &["sync", "--once"]);
+    std::fs::remove_dir_all(dir.path().join("data")).unwrap();
+    let refused = skipprd_command(dir.path())
+        .args(["sync", "--once"])
+        .output()
+        .unwrap();
+    assert!(!refused.status.success());
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(stderr.contains("reset"), "{stderr}");
+    run(dir.path(), &["reset", "-p", "p", "--yes"]);
+    run(dir.path(), &["sync", "--once"]);
+    let files = reader(&["--location", out.join("p").to_str().unwrap()]);
+    let names: Vec<&str> = files["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f.as_str().unwrap())
+        .collect();
+    // The restarted pipeline's batch ids are above the old ones: no file was overwritten.
+    assert_eq!(names.len(), 2, "{names:?}");
+    assert_eq!(files["rows"], 4);
+}
