@@ -256,8 +256,8 @@ impl HiveGlue {
         })
     }
 
-    /// The column names of table `table`, or `None` when it does not exist.
-    pub fn columns(&self, table: &str) -> Result<Option<Vec<String>>, SinkError> {
+    /// Table `table` as Glue has it, or `None` when it does not exist.
+    fn get_table(&self, table: &str) -> Result<Option<aws_sdk_glue::types::Table>, SinkError> {
         let get = self
             .client
             .get_table()
@@ -267,12 +267,7 @@ impl HiveGlue {
         let target = self.target(table);
         self.aws.block_on(async move {
             match get.send().await {
-                Ok(out) => Ok(Some(
-                    out.table()
-                        .and_then(|t| t.storage_descriptor())
-                        .map(|sd| sd.columns().iter().map(|c| c.name().to_owned()).collect())
-                        .unwrap_or_default(),
-                )),
+                Ok(out) => Ok(out.table().cloned()),
                 Err(e) if code_of(&e) == Some("EntityNotFoundException") => Ok(None),
                 Err(e) => Err(failure("read", target)(e)),
             }
@@ -330,78 +325,63 @@ impl HiveGlue {
         columns: &[HiveColumn],
         partition_keys: &[String],
     ) -> Result<(), SinkError> {
-        let existing = self.columns(table)?;
         let target = self.target(table);
-        match existing {
-            None => {
-                let input = self.table_input(table, location, columns, partition_keys)?;
-                let create = self
-                    .client
-                    .create_table()
-                    .set_catalog_id(self.catalog_id.clone())
-                    .database_name(&self.database)
-                    .table_input(input);
-                self.aws.block_on(async move {
-                    match create.send().await {
-                        Ok(_) => Ok(()),
-                        // Created by another writer meanwhile: the next delivery adds columns.
-                        Err(e) if code_of(&e) == Some("AlreadyExistsException") => Ok(()),
-                        Err(e) => Err(failure("create", target)(e)),
-                    }
-                })
-            }
-            Some(names) => {
-                let mut all: Vec<HiveColumn> = Vec::new();
-                let get = self
-                    .client
-                    .get_table()
-                    .set_catalog_id(self.catalog_id.clone())
-                    .database_name(&self.database)
-                    .name(table);
-                let current = self
-                    .aws
-                    .block_on(async move { get.send().await })
-                    .map_err(failure("read", target.clone()))?;
-                if let Some(sd) = current.table().and_then(|t| t.storage_descriptor()) {
-                    for c in sd.columns() {
-                        all.push(HiveColumn {
-                            name: c.name().to_owned(),
-                            type_name: c.r#type().unwrap_or("string").to_owned(),
-                            comment: c.comment().map(str::to_owned),
-                        });
-                    }
+        let Some(current) = self.get_table(table)? else {
+            let input = self.table_input(table, location, columns, partition_keys)?;
+            let create = self
+                .client
+                .create_table()
+                .set_catalog_id(self.catalog_id.clone())
+                .database_name(&self.database)
+                .table_input(input);
+            return self.aws.block_on(async move {
+                match create.send().await {
+                    Ok(_) => Ok(()),
+                    // Created by another writer meanwhile: the next delivery adds columns.
+                    Err(e) if code_of(&e) == Some("AlreadyExistsException") => Ok(()),
+                    Err(e) => Err(failure("create", target)(e)),
                 }
-                let missing: Vec<&HiveColumn> = columns
+            });
+        };
+        let mut all: Vec<HiveColumn> = current
+            .storage_descriptor()
+            .map(|sd| {
+                sd.columns()
                     .iter()
-                    .filter(|c| !names.contains(&c.name))
-                    .collect();
-                if missing.is_empty() {
-                    return Ok(());
-                }
-                all.extend(missing.into_iter().cloned());
-                let keys: Vec<String> = current
-                    .table()
-                    .map(|t| {
-                        t.partition_keys()
-                            .iter()
-                            .map(|k| k.name().to_owned())
-                            .collect()
+                    .map(|c| HiveColumn {
+                        name: c.name().to_owned(),
+                        type_name: c.r#type().unwrap_or("string").to_owned(),
+                        comment: c.comment().map(str::to_owned),
                     })
-                    .unwrap_or_else(|| partition_keys.to_vec());
-                let input = self.table_input(table, location, &all, &keys)?;
-                let update = self
-                    .client
-                    .update_table()
-                    .set_catalog_id(self.catalog_id.clone())
-                    .database_name(&self.database)
-                    .skip_archive(true)
-                    .table_input(input);
-                self.aws
-                    .block_on(async move { update.send().await })
-                    .map(|_| ())
-                    .map_err(failure("update", target))
-            }
+                    .collect()
+            })
+            .unwrap_or_default();
+        let missing: Vec<HiveColumn> = columns
+            .iter()
+            .filter(|c| !all.iter().any(|a| a.name == c.name))
+            .cloned()
+            .collect();
+        if missing.is_empty() {
+            return Ok(());
         }
+        all.extend(missing);
+        let keys: Vec<String> = current
+            .partition_keys()
+            .iter()
+            .map(|k| k.name().to_owned())
+            .collect();
+        let input = self.table_input(table, location, &all, &keys)?;
+        let update = self
+            .client
+            .update_table()
+            .set_catalog_id(self.catalog_id.clone())
+            .database_name(&self.database)
+            .skip_archive(true)
+            .table_input(input);
+        self.aws
+            .block_on(async move { update.send().await })
+            .map(|_| ())
+            .map_err(failure("update", target))
     }
 
     /// Register the partitions (`values` in key order, the directory URI) of `table`; ones

@@ -414,16 +414,17 @@ impl Sink for FileSink {
                     }
                     Output::Objects(target) => target,
                 };
-                let aligned = if self.glue.is_some() {
-                    glue_batch(&aligned).map_err(align)?
-                } else {
-                    aligned
-                };
+                // Split by the original keys, then (Athena) rename to Glue's names.
                 for group in
                     split(&aligned, &self.keys, &names, self.glue.is_some()).map_err(align)?
                 {
                     let name = self.file_name(&table, &group.dir, meta.id, index);
-                    let bytes = encode::encode(&group.rows, self.format).map_err(align)?;
+                    let rows = if self.glue.is_some() {
+                        glue_batch(&group.rows).map_err(align)?
+                    } else {
+                        group.rows.clone()
+                    };
+                    let bytes = encode::encode(&rows, self.format).map_err(align)?;
                     target.put_whole(&name, bytes)?;
                     delivered.files += 1;
                     delivered.rows += group.rows.num_rows() as u64;
