@@ -21,6 +21,7 @@ pub mod athena;
 mod error;
 mod files;
 mod lake;
+pub mod manage;
 mod output;
 pub mod s3_objects;
 mod table;
