@@ -758,3 +758,39 @@ fn a_lost_wal_is_noticed_through_the_landed_markers() {
     assert_eq!(names.len(), 2, "{names:?}");
     assert_eq!(files["rows"], 4);
 }
+
+/// A paired `Duckdb` schema sink makes `discover` create the data sink's Iceberg tables, with
+/// no row (DuckDB's `iceberg_scan` reads them empty, with the discovered columns).
+#[test]
+fn discover_with_a_paired_duckdb_schema_sink_creates_the_empty_tables() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("skippr.yml"),
+        "pipelines:\n  p: {data_source: data_sources.s, data_sink: data_sinks.lake}\ndata_sources:\n  s: {File: {path: in.jsonl}}\ndata_sinks:\n  lake:\n    Duckdb: {warehouse: 'file://./lake'}\n    schema_sink: schema_sinks.tables\nschema_sinks:\n  tables: {Duckdb: {warehouse: 'file://./lake'}}\n",
+    )
+    .unwrap();
+    std::fs::write(dir.path().join("in.jsonl"), "{\"a\":1,\"b\":\"x\"}\n").unwrap();
+    run(dir.path(), &["discover"]);
+    let table = dir.path().join("lake/default/p");
+    assert!(
+        table.join("metadata/version-hint.text").exists(),
+        "no table at {}",
+        table.display()
+    );
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/readers/read_table.py");
+    let out = Command::new(reader_python())
+        .arg(script)
+        .arg(&table)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains("\"rows\": 0") && text.contains("\"b\""),
+        "{text}"
+    );
+}
