@@ -234,3 +234,87 @@ fn glue_names_are_lowercase_and_keep_the_original_in_the_comment() {
     assert_eq!(renamed.schema().field(2).name(), &columns[1].name);
     assert_eq!(renamed.column(2).len(), 2);
 }
+
+/// An `Athena` sink on moto, partitioned by a key with capitals (`Region`): the files carry
+/// Glue's names and not the partition column, the Glue table lists the partition once, and a
+/// delivery redone after a crash before the marker registers nothing twice.
+#[test]
+fn an_athena_sink_on_moto_renames_columns_and_drops_the_partition_column() {
+    use crate::aws::testing::{bucket, moto};
+    use crate::config::validate::{AthenaTarget, FileDestination};
+    let aws = moto();
+    let name = bucket(&aws, "files-athena");
+    let database = format!("files_db_{}", &name[name.len() - 12..]);
+    let dest = FileDestination {
+        name: "a".into(),
+        kind: FileDestinationKind::Athena(AthenaTarget {
+            bucket: name.clone(),
+            prefix: "lake".into(),
+            database: database.clone(),
+            region: None,
+            catalog_id: None,
+            workgroup: None,
+            results_bucket: None,
+        }),
+        format: OutputFormat::Parquet,
+        layout: Layout {
+            partition_fields: vec!["Region".into()],
+            ..Layout::default()
+        },
+    };
+    let sink = FileSink::for_destination(&dest, "t#w#p", Some(&aws)).unwrap();
+    let mut schema = schema();
+    let ns = schema.namespaces.get_mut("events").unwrap();
+    ns.fields[1] = Field::new("Region", FieldType::String);
+    let (meta, mut part) = batch(1, 4);
+    let arrow = Arc::new(crate::schema::to_arrow_schema(&ns.fields));
+    part.batch = RecordBatch::try_new(arrow, part.batch.columns().to_vec()).unwrap();
+    let mut read = |_: BatchId| Ok(vec![part.clone()]);
+    let delivered = sink
+        .write(std::slice::from_ref(&meta), &mut read, &schema, &|_| Ok(()))
+        .unwrap();
+    assert_eq!((delivered.rows, delivered.files), (4, 2));
+    let b = Bucket::new(&aws, &name, None);
+    let key = "lake/events/region_".to_owned();
+    let keys: Vec<String> = b.list(&key).unwrap();
+    assert_eq!(keys.len(), 2, "{keys:?}");
+    let bytes = b.get(&keys[0]).unwrap().unwrap();
+    let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(
+        bytes::Bytes::from(bytes),
+    )
+    .unwrap();
+    let columns: Vec<String> = reader
+        .schema()
+        .fields()
+        .iter()
+        .map(|f| f.name().clone())
+        .collect();
+    assert_eq!(columns[0], "id");
+    assert!(columns[1].starts_with("userid_"), "{columns:?}");
+    assert_eq!(
+        columns.len(),
+        2,
+        "the partition column is in the path only: {columns:?}"
+    );
+    // A crash before the marker: the retry writes the same two objects again.
+    b.put(
+        "lake/_skippr/landed/t_w_p/events",
+        b"0".to_vec(),
+        "text/plain",
+    )
+    .unwrap();
+    sink.write(std::slice::from_ref(&meta), &mut read, &schema, &|_| Ok(()))
+        .unwrap();
+    assert_eq!(b.list(&key).unwrap(), keys);
+    let glue = aws.glue();
+    let partitions = aws
+        .block_on(async {
+            glue.get_partitions()
+                .database_name(&database)
+                .table_name("events")
+                .send()
+                .await
+        })
+        .unwrap();
+    assert_eq!(partitions.partitions().len(), 2);
+}
