@@ -157,6 +157,20 @@ pub fn check_remote_state(config: &ValidatedConfig) -> Result<(), ServerlessErro
             fix: "set WAL_STORAGE=s3 and SKIPPR_WAL_S3_BUCKET on the function",
         });
     }
+    if settings.reset_offsets {
+        // A one-off for the CLI: on a function it would start the pipeline over on every
+        // scheduled invocation.
+        return Err(ServerlessError::Config(Box::new(
+            skipprd::config::ConfigError::UnsupportedSetting {
+                setting: "RESET_OFFSETS".to_owned(),
+                value: "true".to_owned(),
+                note: Some(
+                    "on a function it would reset the pipeline at every invocation; run `skipprd reset -p <pipeline> --yes` against the deployment's config once instead"
+                        .to_owned(),
+                ),
+            },
+        )));
+    }
     if settings.store == StoreKind::Embedded {
         return Err(ServerlessError::LocalState {
             setting: "skippr.store.type",

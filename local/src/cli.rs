@@ -42,6 +42,38 @@ pub struct Cli {
     #[arg(long, global = true, value_name = "disk|s3")]
     pub wal_storage: Option<String>,
 
+    /// The WAL bucket when the WAL is in S3 (over `skippr.wal_s3_bucket` and
+    /// SKIPPR_WAL_S3_BUCKET).
+    #[arg(long, global = true, value_name = "BUCKET")]
+    pub wal_s3_bucket: Option<String>,
+
+    /// The skippr (metadata) bucket (over `skippr.skippr_s3_bucket` and SKIPPR_S3_BUCKET).
+    #[arg(long, global = true, value_name = "BUCKET")]
+    pub skippr_s3_bucket: Option<String>,
+
+    /// The state store: `sled` (embedded) or `dynamodb` (over `skippr.store.type` and
+    /// SKIPPR_STORE_TYPE).
+    #[arg(long, global = true, value_name = "sled|dynamodb")]
+    pub store_type: Option<String>,
+
+    /// The DynamoDB table of the state store (over `skippr.store.name` and
+    /// SKIPPR_STORE_NAME).
+    #[arg(long, global = true, value_name = "TABLE")]
+    pub store_name: Option<String>,
+
+    /// The workspace (over `skippr.workspace` and WORKSPACE_NAME).
+    #[arg(long, global = true, value_name = "NAME")]
+    pub workspace: Option<String>,
+
+    /// The tenant (over `skippr.tenant` and TENANT).
+    #[arg(long, global = true, value_name = "NAME")]
+    pub tenant: Option<String>,
+
+    /// Where schemas are saved: `local` or `s3` (over `skippr.skipprd_el_storage_mode` and
+    /// SKIPPRD_EL_STORAGE_MODE).
+    #[arg(long, global = true, value_name = "local|s3")]
+    pub storage_mode: Option<String>,
+
     /// Write no daily log file. Default: the log at `info` and every event go to
     /// `logs/skipprd.<UTC date>.log` (the directory: SKIPPR_LOG_DIR; SKIPPR_LOG_FILE=off also
     /// turns it off), 14 days kept.
@@ -134,6 +166,22 @@ pub struct MetadataApplyArgs {
     /// The schema file to apply (JSON, as `metadata show` prints it).
     #[arg(long, value_name = "PATH")]
     pub schema_json: PathBuf,
+}
+
+impl Cli {
+    /// The global flags that override their key and environment variable.
+    pub fn overrides(&self) -> skipprd::config::validate::Overrides {
+        skipprd::config::validate::Overrides {
+            wal_storage: self.wal_storage.clone(),
+            wal_s3_bucket: self.wal_s3_bucket.clone(),
+            skippr_s3_bucket: self.skippr_s3_bucket.clone(),
+            store_type: self.store_type.clone(),
+            store_name: self.store_name.clone(),
+            workspace: self.workspace.clone(),
+            tenant: self.tenant.clone(),
+            storage_mode: self.storage_mode.clone(),
+        }
+    }
 }
 
 impl Command {

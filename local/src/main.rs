@@ -189,7 +189,7 @@ fn load_config(cli: &Cli) -> Result<ValidatedConfig, PipelineError> {
         })
     })?;
     let loaded = config::load(cli.config.as_deref(), &cwd, ProcessEnv)?;
-    Ok(config::validate(&loaded, cli.wal_storage.as_deref())?)
+    Ok(config::validate::validate_with(&loaded, &cli.overrides())?)
 }
 
 fn run(cli: &Cli, mode: OutputMode, stamp: &RunStamp) -> Result<(), PipelineError> {

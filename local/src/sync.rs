@@ -28,7 +28,7 @@ pub fn run(
             tracing::warn!(error = %e, "Could not install the SIGINT/SIGTERM handler.");
         }
     }
-    if config.settings.chaos_mode {
+    if pipelines.iter().any(|p| p.chaos_mode) {
         start_chaos();
     }
     let options = SyncOptions {
@@ -37,6 +37,16 @@ pub fn run(
         ..SyncOptions::default()
     };
     let mut observer = output::observer(mode, stamp);
+    if config.settings.reset_offsets {
+        // RESET_OFFSETS=true: each pipeline starts over once, before its first pass.
+        for pipeline in &pipelines {
+            let options = skipprd::pipeline::ResetOptions {
+                confirm: true,
+                ..skipprd::pipeline::ResetOptions::default()
+            };
+            skipprd::pipeline::reset(config, pipeline, &options, observer.as_mut())?;
+        }
+    }
     let mut first_error: Option<PipelineError> = None;
     let mut next_due: Vec<Instant> = vec![Instant::now(); pipelines.len()];
     loop {

@@ -165,8 +165,14 @@ pub struct PipelineConfig {
     /// Older placement of a sink's `schema_sinks.<name>` reference; still accepted.
     #[serde(default)]
     pub schema_sink: Option<String>,
+    /// `true` makes a `sync` that runs this pipeline SIGKILL itself at a random moment 15-60 s
+    /// into the run, to prove recovery (as `skippr.chaos_mode`, for one pipeline). Default:
+    /// `skippr.chaos_mode`.
+    #[serde(default)]
+    pub chaos_mode: Option<bool>,
     /// Seconds between the starts of two `sync` passes when not run with `--once`. Default: the
-    /// `HttpClient` source's `scrape_interval_seconds` when it has one, else 900.
+    /// `HttpClient` source's `scrape_interval_seconds` when it has one, else `SYNC_FREQUENCY`,
+    /// else 900.
     #[serde(default)]
     pub sync_frequency_seconds: Option<u64>,
     /// Directory for the WAL, resume positions and (in local storage mode) the schema; the

@@ -66,6 +66,18 @@ pub enum PipelineError {
         /// What went wrong.
         message: String,
     },
+    /// `SCHEMA_AUTO_APPROVE=false` and a batch needs a schema change: the pass stopped before
+    /// committing it.
+    #[error(
+        "pipeline '{pipeline}': the schema must change and SCHEMA_AUTO_APPROVE is false: {}; nothing of this batch was committed. Approve with `skipprd discover` (or `skipprd metadata apply`), or set SCHEMA_AUTO_APPROVE=true",
+        .changes.join("; ")
+    )]
+    SchemaNotApproved {
+        /// The pipeline.
+        pipeline: String,
+        /// The changes, one line each.
+        changes: Vec<String>,
+    },
     /// A command named a namespace the pipeline's saved schema does not have.
     #[error("pipeline '{pipeline}' has no namespace '{namespace}' (it has: {})", .known.join(", "))]
     NoSuchNamespace {
@@ -163,7 +175,8 @@ impl PipelineError {
             | PipelineError::Wal { pipeline, .. }
             | PipelineError::Sink { pipeline, .. }
             | PipelineError::Maintain { pipeline, .. }
-            | PipelineError::NoSuchNamespace { pipeline, .. } => Some(pipeline),
+            | PipelineError::NoSuchNamespace { pipeline, .. }
+            | PipelineError::SchemaNotApproved { pipeline, .. } => Some(pipeline),
             PipelineError::Reported(inner) => inner.pipeline(),
         }
     }
@@ -178,7 +191,8 @@ impl PipelineError {
             | PipelineError::Io { .. }
             | PipelineError::WalRestarted { .. }
             | PipelineError::ResetNotConfirmed { .. }
-            | PipelineError::NoSuchNamespace { .. } => false,
+            | PipelineError::NoSuchNamespace { .. }
+            | PipelineError::SchemaNotApproved { .. } => false,
             PipelineError::Aws { source, .. } => source.is_retryable(),
             PipelineError::State { source, .. } | PipelineError::Store(source) => {
                 source.is_retryable()

@@ -194,7 +194,12 @@ pub fn sync_pass(
             floor: known.floor(),
             aws: aws.as_ref(),
         },
-        &options.wal,
+        &crate::wal::WalOptions {
+            segment_target_bytes: settings
+                .wal_bytes_per_file
+                .unwrap_or(options.wal.segment_target_bytes),
+            ..options.wal.clone()
+        },
     )?;
     for warning in &recovery.warnings {
         tracing::warn!(pipeline = %name, "{warning}");
@@ -387,6 +392,14 @@ pub fn sync_pass(
                         )
                         .map_err(schema_err)?;
                         typing.publish(&schema);
+                        if !inferred.changes.is_empty() && !settings.schema_auto_approve {
+                            // Before the commit: the batch and its position wait for the
+                            // approval (`discover` or `metadata apply`).
+                            return Err(PipelineError::SchemaNotApproved {
+                                pipeline: name.clone(),
+                                changes: inferred.changes.iter().map(ToString::to_string).collect(),
+                            });
+                        }
                         if !inferred.changes.is_empty() {
                             // Fenced, and merged into what is saved: never narrowing it.
                             let lease = Fenced {

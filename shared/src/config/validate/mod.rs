@@ -13,6 +13,7 @@ mod destination;
 mod files;
 mod http;
 mod placement;
+mod settings;
 #[cfg(test)]
 mod tests;
 
@@ -93,6 +94,38 @@ pub struct Settings {
     /// (`SKIPPR_LEASE_TTL_SECONDS`, default 30 s). A crashed writer's lease is taken over once
     /// it has expired.
     pub lease_ttl: std::time::Duration,
+    /// WAL segment size target (`WAL_BYTES_PER_FILE`; default 64 MiB, at least 4 MiB).
+    pub wal_bytes_per_file: Option<u64>,
+    /// Whether `sync` saves a schema change it meets by itself (`SCHEMA_AUTO_APPROVE`, default
+    /// `true`). When `false`, a batch that would add a namespace or field, or widen a type,
+    /// stops the pass before it is committed (nothing is lost: the source position stays),
+    /// until `discover` or `metadata apply` saves the change.
+    pub schema_auto_approve: bool,
+    /// `RESET_OFFSETS=true`: `sync` resets each pipeline it runs (as `skipprd reset --yes`)
+    /// once, before its first pass.
+    pub reset_offsets: bool,
+}
+
+/// Values from the command line that override both their `skippr.*` key and their
+/// environment variable (the CLI's global flags).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Overrides {
+    /// `--wal-storage` (over `WAL_STORAGE`).
+    pub wal_storage: Option<String>,
+    /// `--wal-s3-bucket` (over `skippr.wal_s3_bucket`, `SKIPPR_WAL_S3_BUCKET`).
+    pub wal_s3_bucket: Option<String>,
+    /// `--skippr-s3-bucket` (over `skippr.skippr_s3_bucket`, `SKIPPR_S3_BUCKET`).
+    pub skippr_s3_bucket: Option<String>,
+    /// `--store-type` (over `skippr.store.type`, `SKIPPR_STORE_TYPE`).
+    pub store_type: Option<String>,
+    /// `--store-name` (over `skippr.store.name`, `SKIPPR_STORE_NAME`).
+    pub store_name: Option<String>,
+    /// `--workspace` (over `skippr.workspace`, `WORKSPACE_NAME`).
+    pub workspace: Option<String>,
+    /// `--tenant` (over `skippr.tenant`, `TENANT`).
+    pub tenant: Option<String>,
+    /// `--storage-mode` (over `skippr.skipprd_el_storage_mode`, `SKIPPRD_EL_STORAGE_MODE`).
+    pub storage_mode: Option<String>,
 }
 
 /// Default of `DELIVER_THRESHOLD_BYTES`: 64 MiB.
@@ -145,6 +178,9 @@ pub struct ValidatedPipeline {
     pub schema_sink: Option<Named<SchemaSinkConnector>>,
     /// Time between the starts of two passes.
     pub sync_frequency: Duration,
+    /// Whether a `sync` running this pipeline kills itself to prove recovery (the pipeline's
+    /// `chaos_mode`, else the project's).
+    pub chaos_mode: bool,
     /// The data directory (the pipeline's own directory is [`Self::state_dir`]).
     pub data_dir: PathBuf,
     /// Routing and shaping of records.
@@ -255,6 +291,18 @@ pub fn validate(
     loaded: &LoadedConfig,
     wal_storage: Option<&str>,
 ) -> Result<ValidatedConfig, ConfigError> {
+    let overrides = Overrides {
+        wal_storage: wal_storage.map(str::to_owned),
+        ..Overrides::default()
+    };
+    validate_with(loaded, &overrides)
+}
+
+/// [`validate`] with every command-line override.
+pub fn validate_with(
+    loaded: &LoadedConfig,
+    overrides: &Overrides,
+) -> Result<ValidatedConfig, ConfigError> {
     let file = loaded
         .source
         .path()
@@ -285,7 +333,8 @@ pub fn validate(
     check_entries(&v, &config.deadletter_sinks)?;
     check_entries(&v, &config.schema_sinks)?;
 
-    let settings = v.settings(config, wal_storage)?;
+    let settings = v.settings(config, overrides)?;
+    let default_frequency = v.sync_frequency_default()?;
     for (name, entry) in &config.data_sinks {
         if let Some(r) = &entry.schema_sink {
             v.resolve(
@@ -378,10 +427,10 @@ pub fn validate(
             SourceConnector::HttpClient(c) => c.scrape_interval_seconds,
             _ => None,
         };
-        let frequency = p
-            .sync_frequency_seconds
-            .or(scrape_interval)
-            .unwrap_or(DEFAULT_SYNC_FREQUENCY_SECONDS);
+        let frequency = match p.sync_frequency_seconds.or(scrape_interval) {
+            Some(seconds) => seconds,
+            None => default_frequency,
+        };
         if frequency == 0 {
             return Err(v.bad_value(&at("sync_frequency_seconds"), "must be at least 1"));
         }
@@ -421,7 +470,7 @@ pub fn validate(
             }
         };
         let wal = placement::wal_location(&settings, name, state_dir(&data_dir, &settings, name))
-            .ok_or_else(|| v.no_wal_bucket(wal_storage))?;
+            .ok_or_else(|| v.no_wal_bucket(overrides.wal_storage.as_deref()))?;
         let aws = placement::aws_settings(
             &settings,
             &source,
@@ -439,6 +488,7 @@ pub fn validate(
                 deadletter_sink,
                 schema_sink,
                 sync_frequency: Duration::from_secs(frequency),
+                chaos_mode: p.chaos_mode.unwrap_or(settings.chaos_mode),
                 data_dir,
                 transform,
                 wal,
@@ -579,236 +629,6 @@ impl Validator<'_> {
 
     fn var(&self, name: &str) -> Option<String> {
         self.env.var(name).filter(|v| !v.is_empty())
-    }
-
-    /// A setting from the file (`key`), else from environment variable `var`, with its origin.
-    fn setting(
-        &self,
-        from_file: Option<&String>,
-        key: &str,
-        var: &str,
-    ) -> Option<(String, Origin)> {
-        match from_file {
-            Some(v) => Some((v.clone(), Origin::Key(key.to_owned()))),
-            None => self.var(var).map(|v| (v, Origin::Var(var.to_owned()))),
-        }
-    }
-
-    /// An error about `value`, reported where it came from: a key of the file, or a variable
-    /// or flag.
-    fn invalid(&self, origin: &Origin, value: &str, message: &str) -> ConfigError {
-        match origin {
-            Origin::Key(key) => self.bad_value(key, &format!("'{value}' {message}")),
-            Origin::Var(name) => ConfigError::BadSetting {
-                name: name.clone(),
-                value: value.to_owned(),
-                message: message.to_owned(),
-            },
-        }
-    }
-
-    fn settings(
-        &self,
-        config: &super::Config,
-        wal_flag: Option<&str>,
-    ) -> Result<Settings, ConfigError> {
-        let s = &config.skippr;
-        let identity =
-            |value: Option<&String>, key: &str, var: &str| -> Result<String, ConfigError> {
-                match self.setting(value, key, var) {
-                    None => Ok("default".to_owned()),
-                    Some((v, origin)) => {
-                        if v.is_empty()
-                            || !v
-                                .chars()
-                                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
-                        {
-                            return Err(self.invalid(
-                                &origin,
-                                &v,
-                                "may only contain letters, digits, `_` and `-`",
-                            ));
-                        }
-                        Ok(v)
-                    }
-                }
-            };
-        let tenant = identity(s.tenant.as_ref(), "skippr.tenant", "TENANT")?;
-        let workspace = identity(s.workspace.as_ref(), "skippr.workspace", "WORKSPACE_NAME")?;
-        let bucket =
-            |value: Option<&String>, key: &str, var: &str| -> Result<Option<String>, ConfigError> {
-                match self.setting(value, key, var) {
-                    None => Ok(None),
-                    Some((b, origin)) => {
-                        if b.contains("://") || b.contains('/') {
-                            return Err(self.invalid(
-                                &origin,
-                                &b,
-                                "must be a bucket name, not a URI or path",
-                            ));
-                        }
-                        Ok(Some(b))
-                    }
-                }
-            };
-        let skippr_s3_bucket = bucket(
-            s.skippr_s3_bucket.as_ref(),
-            "skippr.skippr_s3_bucket",
-            "SKIPPR_S3_BUCKET",
-        )?;
-        let wal_s3_bucket = bucket(
-            s.wal_s3_bucket.as_ref(),
-            "skippr.wal_s3_bucket",
-            "SKIPPR_WAL_S3_BUCKET",
-        )?;
-        let storage_mode = match s.skipprd_el_storage_mode {
-            Some(mode) => mode,
-            None => match self.var("SKIPPRD_EL_STORAGE_MODE") {
-                Some(v) => match v.to_ascii_lowercase().as_str() {
-                    "local" => StorageMode::Local,
-                    "s3" => StorageMode::S3,
-                    _ => {
-                        return Err(self.invalid(
-                            &Origin::Var("SKIPPRD_EL_STORAGE_MODE".to_owned()),
-                            &v,
-                            "is not a storage mode; use `local` or `s3`",
-                        ));
-                    }
-                },
-                None if skippr_s3_bucket.is_some() => StorageMode::S3,
-                None => StorageMode::Local,
-            },
-        };
-        if storage_mode == StorageMode::S3 && skippr_s3_bucket.is_none() {
-            return Err(self.bad_value(
-                "skippr.skipprd_el_storage_mode",
-                "is `s3`, but no skippr bucket is set (skippr.skippr_s3_bucket or SKIPPR_S3_BUCKET)",
-            ));
-        }
-        let store = match &s.store {
-            None => StoreKind::Embedded,
-            Some(store) => match store.store_type {
-                StoreType::Sled => StoreKind::Embedded,
-                StoreType::Dynamodb => StoreKind::Dynamodb {
-                    table: store.name.clone().ok_or_else(|| {
-                        self.bad_value(
-                            "skippr.store.name",
-                            "is required when skippr.store.type is `dynamodb`",
-                        )
-                    })?,
-                },
-                StoreType::CloudTables => {
-                    return Err(ConfigError::UnsupportedSetting {
-                        setting: "skippr.store.type".to_owned(),
-                        value: "cloud-tables".to_owned(),
-                        note: Some("use `sled` (embedded, the default) or `dynamodb`".to_owned()),
-                    });
-                }
-            },
-        };
-        let chaos_mode = s.chaos_mode.unwrap_or_else(|| {
-            matches!(
-                self.var("SKIPPR_CHAOS_MODE")
-                    .as_deref()
-                    .map(str::to_ascii_lowercase)
-                    .as_deref(),
-                Some("yes" | "true" | "1")
-            )
-        });
-        let wal = match wal_flag {
-            Some(v) => Some((v.to_owned(), "--wal-storage")),
-            None => self.var("WAL_STORAGE").map(|v| (v, "WAL_STORAGE")),
-        };
-        let wal_storage = match &wal {
-            None => WalStorage::Disk,
-            Some((v, name)) => match v.to_ascii_lowercase().as_str() {
-                "disk" => WalStorage::Disk,
-                "s3" => WalStorage::S3,
-                "clustered" => {
-                    return Err(ConfigError::UnsupportedSetting {
-                        setting: (*name).to_owned(),
-                        value: v.clone(),
-                        note: Some("use `disk` (default) or `s3`".to_owned()),
-                    });
-                }
-                _ => {
-                    return Err(self.invalid(
-                        &Origin::Var((*name).to_owned()),
-                        v,
-                        "is not a WAL storage; use `disk` (default) or `s3`",
-                    ));
-                }
-            },
-        };
-        if wal_storage == WalStorage::S3 && wal_s3_bucket.is_none() && skippr_s3_bucket.is_none() {
-            return Err(self.no_wal_bucket(wal_flag));
-        }
-        let buffer_threshold_bytes =
-            self.positive_bytes("BUFFER_THRESHOLD_BYTES", DEFAULT_BUFFER_THRESHOLD_BYTES)?;
-        let deliver_threshold_bytes =
-            self.positive_bytes("DELIVER_THRESHOLD_BYTES", DEFAULT_DELIVER_THRESHOLD_BYTES)?;
-        let lease_ttl = match self.var("SKIPPR_LEASE_TTL_SECONDS") {
-            None => crate::state::DEFAULT_LEASE_TTL,
-            Some(v) => v
-                .trim()
-                .parse::<u64>()
-                .ok()
-                .filter(|n| *n > 0)
-                .map(std::time::Duration::from_secs)
-                .ok_or_else(|| {
-                    self.invalid(
-                        &Origin::Var("SKIPPR_LEASE_TTL_SECONDS".to_owned()),
-                        &v,
-                        "is not a positive whole number of seconds",
-                    )
-                })?,
-        };
-        Ok(Settings {
-            tenant,
-            workspace,
-            storage_mode,
-            skippr_s3_bucket,
-            wal_s3_bucket,
-            store,
-            chaos_mode,
-            wal_storage,
-            buffer_threshold_bytes,
-            deliver_threshold_bytes,
-            lease_ttl,
-        })
-    }
-
-    /// `WAL_STORAGE=s3` (or `--wal-storage s3`, when `wal_flag` is given) without a bucket.
-    fn no_wal_bucket(&self, wal_flag: Option<&str>) -> ConfigError {
-        let origin = match wal_flag {
-            Some(_) => "--wal-storage",
-            None => "WAL_STORAGE",
-        };
-        self.bad_value(
-            "skippr.wal_s3_bucket",
-            &format!(
-                "is required when {origin} is `s3`: set skippr.wal_s3_bucket (SKIPPR_WAL_S3_BUCKET), or skippr.skippr_s3_bucket (SKIPPR_S3_BUCKET) for both"
-            ),
-        )
-    }
-
-    /// A byte count from the environment variable `var`, or `default` when it is unset.
-    fn positive_bytes(&self, var: &str, default: u64) -> Result<u64, ConfigError> {
-        match self.var(var) {
-            None => Ok(default),
-            Some(v) => v
-                .trim()
-                .parse::<u64>()
-                .ok()
-                .filter(|n| *n > 0)
-                .ok_or_else(|| {
-                    self.invalid(
-                        &Origin::Var(var.to_owned()),
-                        &v,
-                        "is not a positive number of bytes",
-                    )
-                }),
-        }
     }
 
     /// An `S3` deadletter sink names a bucket and, optionally, a key prefix (not a URI).

@@ -1,0 +1,192 @@
+//! The real product's environment variables and global flags, run as a user switching from
+//! it would (issue 19). Each documented example config's loading is in the fixture suite.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "a test binary: a failed set-up step should fail the test loudly"
+)]
+
+#[path = "common/bin.rs"]
+mod bin;
+use bin::skipprd_command;
+
+use std::path::Path;
+
+use serde_json::Value;
+
+struct Run {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+fn skipprd(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Run {
+    let mut cmd = skipprd_command(dir);
+    cmd.args(args).arg("--no-log-file");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().expect("run skipprd");
+    Run {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+const CONFIG: &str = "\
+pipelines:
+  events:
+    data_source: data_sources.files
+data_sources:
+  files:
+    File:
+      path: input/*.jsonl
+";
+
+fn project(lines: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("skippr.yml"), CONFIG).unwrap();
+    std::fs::create_dir_all(dir.path().join("input")).unwrap();
+    std::fs::write(dir.path().join("input/a.jsonl"), lines).unwrap();
+    dir
+}
+
+fn last_event(run: &Run) -> Value {
+    let line = run.stdout.lines().last().unwrap_or_default();
+    serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {}", run.stdout))
+}
+
+fn rows(dir: &Path) -> Value {
+    let run = skipprd(
+        dir,
+        &[
+            "query",
+            "--plain",
+            "--sql",
+            "select count(*) as n from events.events",
+        ],
+        &[],
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let out: Value = serde_json::from_str(run.stdout.trim()).unwrap();
+    out["rows"][0][0].clone()
+}
+
+/// `SCHEMA_AUTO_APPROVE=false`: a pass that meets a schema change stops before committing
+/// the batch (exit 1, the change named, nothing lost); `discover` approves it and the next
+/// pass lands everything once.
+#[test]
+fn without_schema_auto_approve_a_change_waits_for_discover_and_nothing_is_lost() {
+    let dir = project("{\"id\":1}\n{\"id\":2}\n");
+    let off = [("SCHEMA_AUTO_APPROVE", "false")];
+    let run = skipprd(dir.path(), &["sync", "--once"], &off);
+    assert_eq!(run.code, 1, "{}{}", run.stdout, run.stderr);
+    assert!(
+        run.stderr.contains("SCHEMA_AUTO_APPROVE is false")
+            && run.stderr.contains("new namespace events"),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(skipprd(dir.path(), &["discover"], &[]).code, 0);
+    let run = skipprd(dir.path(), &["sync", "--once", "--output", "json"], &off);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(last_event(&run)["total_rows"], 2);
+
+    // A new field: refused again, the rows already landed stay, the new line waits.
+    std::fs::write(
+        dir.path().join("input/b.jsonl"),
+        "{\"id\":3,\"note\":\"x\"}\n",
+    )
+    .unwrap();
+    let run = skipprd(dir.path(), &["sync", "--once"], &off);
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    assert!(run.stderr.contains("note"), "{}", run.stderr);
+    assert_eq!(rows(dir.path()), 2);
+    assert_eq!(skipprd(dir.path(), &["discover"], &[]).code, 0);
+    let run = skipprd(dir.path(), &["sync", "--once"], &off);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(rows(dir.path()), 3);
+}
+
+/// `RESET_OFFSETS=true` starts the pipeline over once, before the pass: the WAL holds each
+/// row once (not twice), read again from the start.
+#[test]
+fn reset_offsets_starts_the_pipeline_over_before_the_pass() {
+    let dir = project("{\"id\":1}\n{\"id\":2}\n{\"id\":3}\n");
+    assert_eq!(skipprd(dir.path(), &["sync", "--once"], &[]).code, 0);
+    assert_eq!(rows(dir.path()), 3);
+    let run = skipprd(
+        dir.path(),
+        &["sync", "--once", "--output", "json"],
+        &[("RESET_OFFSETS", "true")],
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let events: Vec<Value> = run
+        .stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(events[0]["event"], "reset", "{}", run.stdout);
+    assert_eq!(events[0]["applied"], true);
+    assert_eq!(
+        last_event(&run)["total_rows"],
+        3,
+        "read again from the start"
+    );
+    assert_eq!(rows(dir.path()), 3, "each row once");
+}
+
+/// The global flags override their key and variable, and are in `--help`.
+#[test]
+fn global_flags_override_keys_and_variables_and_are_documented() {
+    let help = skipprd(Path::new("."), &["--help"], &[]);
+    for flag in [
+        "--wal-s3-bucket",
+        "--store-type",
+        "--store-name",
+        "--workspace",
+        "--tenant",
+        "--storage-mode",
+        "--skippr-s3-bucket",
+        "--wal-storage",
+    ] {
+        assert!(help.stdout.contains(flag), "{flag} missing in --help");
+    }
+    let dir = project("{\"id\":1}\n");
+    std::fs::write(
+        dir.path().join("skippr.yml"),
+        format!("skippr:\n  workspace: from_key\n{CONFIG}"),
+    )
+    .unwrap();
+    let run = skipprd(
+        dir.path(),
+        &["sync", "--once", "--workspace", "from_flag"],
+        &[("WORKSPACE_NAME", "from_var")],
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(dir.path().join("data/from_flag_events").is_dir());
+    assert!(!dir.path().join("data/from_key_events").exists());
+    let run = skipprd(
+        dir.path(),
+        &["sync", "--once"],
+        &[("WORKSPACE_NAME", "from_var")],
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(
+        dir.path().join("data/from_key_events").is_dir(),
+        "the key wins over the variable"
+    );
+
+    let bad = skipprd(
+        dir.path(),
+        &["sync", "--once", "--store-type", "redis"],
+        &[],
+    );
+    assert_eq!(bad.code, 2, "{}", bad.stderr);
+    assert!(bad.stderr.contains("--store-type"), "{}", bad.stderr);
+    let bad = skipprd(dir.path(), &["sync", "--once", "--storage-mode", "s3"], &[]);
+    assert_eq!(bad.code, 2, "{}", bad.stderr);
+    assert!(bad.stderr.contains("no skippr bucket"), "{}", bad.stderr);
+}
