@@ -210,6 +210,8 @@ pub enum OutputFormat {
     Parquet,
     /// One JSON object per line.
     Jsonl,
+    /// Comma-separated values with a header row (RFC 4180 quoting; nested values as JSON).
+    Csv,
 }
 
 /// Where an Iceberg warehouse's files live.
@@ -296,8 +298,9 @@ pub struct S3SourceConfig {
     /// AWS region. Default: from the standard AWS configuration chain.
     #[serde(default)]
     pub region: Option<String>,
-    /// Endpoint URL of an S3-compatible service. Default: `AWS_ENDPOINT_URL`, else AWS.
-    #[serde(default)]
+    /// Endpoint URL of an S3-compatible service (also accepted as `endpoint_url`). Default:
+    /// `AWS_ENDPOINT_URL`, else AWS.
+    #[serde(default, alias = "endpoint_url")]
     pub endpoint: Option<String>,
     /// Record format. Default: detected per object, as for the File source.
     #[serde(default)]
@@ -407,14 +410,15 @@ connector_set! {
         Duckdb(DuckdbSinkConfig) = true,
         /// PostgreSQL tables. Exactly once.
         Postgres(PostgresSinkConfig) = false,
-        /// Parquet or JSON files in S3. Overwrite on retry.
-        S3(S3SinkConfig) = false,
-        /// Parquet or JSON files on local disk. Overwrite on retry.
-        File(FileSinkConfig) = false,
+        /// Parquet, JSON-lines or CSV files in S3 in the Hive layout. Overwrite on retry.
+        S3(S3SinkConfig) = true,
+        /// Parquet, JSON-lines or CSV files on local disk in the Hive layout. Overwrite on
+        /// retry.
+        File(FileSinkConfig) = true,
         /// Hive-partitioned Parquet in S3 registered in Glue. Overwrite on retry.
-        Athena(AthenaSinkConfig) = false,
-        /// Records printed to standard output (debugging; no guarantee).
-        Stdout(StdoutSinkConfig) = false,
+        Athena(AthenaSinkConfig) = true,
+        /// Records printed to standard output as JSON lines (debugging; no guarantee).
+        Stdout(StdoutSinkConfig) = true,
     }
 }
 
@@ -432,8 +436,11 @@ connector_set! {
         /// `skipprd deadletters replay` reads these objects (and moves each replayed one to
         /// `{pipeline}/replayed/`: a PUT there, then a DELETE).
         S3(S3SinkConfig) = true,
-        /// Deadletter records in an Athena table named `_dl_<pipeline>`.
-        Athena(AthenaSinkConfig) = false,
+        /// Deadletter records in the Glue table `_dl_<pipeline>` (Hive, Parquet) of
+        /// `glue_database_name`: one Parquet object per WAL batch with rejected records,
+        /// `s3://{s3_bucket}/{s3_prefix}/_dl_{pipeline}/b{batch id, 20 digits}.parquet`, written by
+        /// one PUT, so a retry overwrites it.
+        Athena(AthenaSinkConfig) = true,
     }
 }
 
@@ -444,6 +451,16 @@ connector_set! {
         File(FileSchemaSinkConfig) = false,
         /// Schema objects in S3.
         S3(S3SchemaSinkConfig) = false,
+        /// The schema as Glue table definitions (one table per namespace), for an `Athena`
+        /// data sink: `discover` creates or updates them without writing rows.
+        Glue(GlueSchemaSinkConfig) = true,
+        /// The paired schema sink of an `AthenaIceberg` data sink: must equal it (the tables
+        /// are the sink's own Iceberg tables, registered in Glue).
+        AthenaIceberg(AthenaIcebergSinkConfig) = true,
+        /// The paired schema sink of a `Duckdb` data sink: must equal it.
+        Duckdb(DuckdbSinkConfig) = true,
+        /// The paired schema sink of a `SkipprLake` data sink: must equal it.
+        SkipprLake(SkipprLakeSinkConfig) = true,
     }
 }
 
@@ -583,10 +600,12 @@ pub struct S3SinkConfig {
     /// AWS region.
     #[serde(default)]
     pub region: Option<String>,
-    /// Endpoint URL of an S3-compatible service.
-    #[serde(default)]
+    /// Endpoint URL of an S3-compatible service (also accepted as `endpoint_url`). Default:
+    /// `AWS_ENDPOINT_URL`, else AWS.
+    #[serde(default, alias = "endpoint_url")]
     pub endpoint: Option<String>,
-    /// File format. Default `parquet` (`jsonl` for deadletters).
+    /// File format: `parquet` (zstd), `jsonl` or `csv`. Default `parquet` (`jsonl` for
+    /// deadletters).
     #[serde(default)]
     pub format: Option<OutputFormat>,
 }
@@ -595,17 +614,22 @@ pub struct S3SinkConfig {
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct FileSinkConfig {
-    /// Output directory (relative paths against the config file's directory).
-    pub path: String,
+    /// Output directory (relative paths against the config file's directory). Also accepted
+    /// as `path` (the older key of the deadletter `File` sink).
+    #[serde(alias = "path")]
+    pub output_dir: String,
     /// Connector version pin. Accepted for compatibility.
     #[serde(default)]
     pub version: Option<String>,
-    /// File format. Default `parquet` (`jsonl` for deadletters).
+    /// File format: `parquet` (zstd), `jsonl` or `csv`. Default `parquet` (`jsonl` for
+    /// deadletters).
     #[serde(default)]
     pub format: Option<OutputFormat>,
 }
 
-/// `Athena` sink: Hive-partitioned Parquet registered in Glue.
+/// `Athena` sink: Hive-partitioned Parquet under `s3://{s3_bucket}/{s3_prefix}/{table}/`, one
+/// Glue table per namespace (`EXTERNAL_TABLE`, Parquet SerDe), partitions registered with
+/// `BatchCreatePartition`. Overwrite on retry.
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AthenaSinkConfig {
@@ -614,20 +638,36 @@ pub struct AthenaSinkConfig {
     pub version: Option<String>,
     /// Bucket name (not a URI) the Parquet files go to.
     pub s3_bucket: String,
-    /// Key prefix. Default: the bucket root.
+    /// Key prefix the tables live under (`{s3_prefix}/{table}/`).
+    pub s3_prefix: String,
+    /// Glue database the tables are registered in (lowercase letters, digits, `_`; created
+    /// when missing). Default: the `glue_database_name` of the sink's `Glue` schema sink;
+    /// required when it has none, and equal to it when both name one.
     #[serde(default)]
-    pub s3_prefix: Option<String>,
-    /// Glue database the tables are registered in.
-    pub glue_database_name: String,
-    /// Athena workgroup. Default `primary`.
+    pub glue_database_name: Option<String>,
+    /// Athena workgroup for `query --engine athena`. Default `primary`.
     #[serde(default)]
     pub athena_workgroup_name: Option<String>,
     /// Bucket name (not a URI) for Athena query results.
     #[serde(default)]
     pub athena_results_s3_bucket: Option<String>,
-    /// AWS region.
+    /// File format: only `parquet` (zstd), what the Glue tables declare. Default `parquet`.
+    #[serde(default)]
+    pub format: Option<OutputFormat>,
+    /// AWS region. Default: the environment's (`AWS_REGION`, the profile).
     #[serde(default)]
     pub region: Option<String>,
+    /// Glue catalog id (AWS account id). Default: the caller's account.
+    #[serde(default)]
+    pub catalog: Option<String>,
+    /// The most S3 uploads in flight at once. Accepted for compatibility; this build uploads
+    /// one file at a time per delivery.
+    #[serde(default)]
+    pub max_concurrency: Option<u32>,
+    /// Seconds a table's Glue definition is trusted before it is read again. Accepted for
+    /// compatibility; this build reads each table's definition once per delivery.
+    #[serde(default)]
+    pub discovery_cache_ttl_secs: Option<u64>,
 }
 
 /// `Stdout` sink.
@@ -668,4 +708,35 @@ pub struct S3SchemaSinkConfig {
     /// AWS region.
     #[serde(default)]
     pub region: Option<String>,
+}
+
+/// `Glue` schema sink: the pipeline's schema as Glue table definitions (one per namespace,
+/// the layout of an `Athena` data sink). Keys an `Athena` sink also has must agree with it.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct GlueSchemaSinkConfig {
+    /// Connector version pin. Accepted for compatibility.
+    #[serde(default)]
+    pub version: Option<String>,
+    /// Glue database the table definitions go to (lowercase letters, digits, `_`; created
+    /// when missing).
+    pub glue_database_name: String,
+    /// Bucket name (not a URI) of the tables' data. Default: the `Athena` data sink's.
+    #[serde(default)]
+    pub s3_bucket: Option<String>,
+    /// Key prefix of the tables' data. Default: the `Athena` data sink's.
+    #[serde(default)]
+    pub s3_prefix: Option<String>,
+    /// AWS region. Default: the data sink's, else the environment's.
+    #[serde(default)]
+    pub region: Option<String>,
+    /// Glue catalog id (AWS account id). Default: the data sink's, else the caller's account.
+    #[serde(default)]
+    pub catalog: Option<String>,
+    /// Athena workgroup. Default: the data sink's, else `primary`.
+    #[serde(default)]
+    pub athena_workgroup_name: Option<String>,
+    /// Bucket name (not a URI) for Athena query results. Default: the data sink's.
+    #[serde(default)]
+    pub athena_results_s3_bucket: Option<String>,
 }

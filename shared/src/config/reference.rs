@@ -51,17 +51,17 @@ fn sections() -> Vec<Section> {
         ("data_sources", "Sources.", SourceConnector::type_schemas()),
         (
             "data_sinks",
-            "Destinations. An entry may also carry `schema_sink: schema_sinks.<name>` beside its connector type.",
+            "Destinations. An entry may also carry `schema_sink: schema_sinks.<name>` beside its connector type (it wins over the pipeline's older `schema_sink`). The Iceberg sinks (`Duckdb`, `SkipprLake`, `AthenaIceberg`) are exactly once; `File`, `S3` and `Athena` write Hive-layout files named by pipeline and WAL batch, overwritten on retry (see docs/destinations.md); `Stdout` prints JSON lines with no guarantee.",
             SinkConnector::type_schemas(),
         ),
         (
             "deadletter_sinks",
-            "Where rejected records go: one object per WAL batch that has rejected records, written whole, so a retry replaces it and never appends (default format `jsonl`). `File`: `{path}/{pipeline}/b{batch id, 20 digits}.jsonl` (or `.parquet`); `skipprd deadletters replay` sends these files through the pipeline again. `S3`: `s3://{s3_bucket}/{s3_prefix}/{pipeline}/b{batch id, 20 digits}.jsonl` (or `.parquet`), one PUT per object, in the same encoding as the `File` sink; `deadletters replay` replays these objects too, each exactly once (a replayed object moves to `{pipeline}/replayed/`). `Athena` is not supported yet.",
+            "Where rejected records go: one object per WAL batch that has rejected records, written whole, so a retry replaces it and never appends (default format `jsonl`). `File`: `{path}/{pipeline}/b{batch id, 20 digits}.jsonl` (or `.parquet`); `skipprd deadletters replay` sends these files through the pipeline again. `S3`: `s3://{s3_bucket}/{s3_prefix}/{pipeline}/b{batch id, 20 digits}.jsonl` (or `.parquet`), one PUT per object, in the same encoding as the `File` sink; `deadletters replay` replays these objects too, each exactly once (a replayed object moves to `{pipeline}/replayed/`). `Athena`: `s3://{s3_bucket}/{s3_prefix}/_dl_{pipeline}/b{batch id, 20 digits}.parquet`, the location of the Glue table `_dl_{pipeline}` in `glue_database_name` (created when missing; Parquet, so not replayed).",
             DeadletterConnector::type_schemas(),
         ),
         (
             "schema_sinks",
-            "Where schemas are written.",
+            "Where schemas are written. `Glue` describes an `Athena` data sink's Hive tables (`discover` creates or evolves them, writing no row); `AthenaIceberg`, `Duckdb` and `SkipprLake` must equal their data sink (the same type, warehouse and namespace), and `discover` creates or evolves that sink's tables. `File` and `S3` are not supported yet.",
             SchemaSinkConnector::type_schemas(),
         ),
     ];

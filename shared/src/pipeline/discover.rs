@@ -113,7 +113,8 @@ fn default_namespace(pipeline: &ValidatedPipeline) -> String {
     {
         return crate::schema::sanitize_namespace(&format!("http.{host}"));
     }
-    pipeline.name.clone()
+    // Table-safe like every other namespace (Athena: lowercase letters, digits, `_`).
+    crate::schema::sanitize_namespace(&pipeline.name)
 }
 
 /// The inference options of a pipeline.
@@ -262,6 +263,7 @@ fn discover_with(
             fields,
         });
     }
+    write_schema_sink(pipeline, &schema, options.aws.as_ref())?;
     let elapsed = started.elapsed();
     tracing::info!(
         pipeline = %name,
@@ -293,6 +295,37 @@ fn discover_with(
         schema_location: store.location(),
         elapsed,
     })
+}
+
+/// With a schema sink that describes the data sink's tables (`Glue` for an `Athena` sink,
+/// or the paired `AthenaIceberg`, `Duckdb` or `SkipprLake`), create or evolve those tables
+/// for `schema`, writing no row.
+fn write_schema_sink(
+    pipeline: &ValidatedPipeline,
+    schema: &PipelineSchema,
+    aws: Option<&Aws>,
+) -> Result<(), PipelineError> {
+    use crate::config::SchemaSinkConnector as S;
+    let Some(sink) = &pipeline.schema_sink else {
+        return Ok(());
+    };
+    if !matches!(
+        sink.connector,
+        S::Glue(_) | S::AthenaIceberg(_) | S::Duckdb(_) | S::SkipprLake(_)
+    ) {
+        return Ok(());
+    }
+    let err = |source| PipelineError::Sink {
+        pipeline: pipeline.name.clone(),
+        source: Box::new(source),
+    };
+    let Some(data) = crate::sinks::open_any(pipeline, aws).map_err(err)? else {
+        return Ok(());
+    };
+    let namespaces: Vec<&str> = schema.namespaces.keys().map(String::as_str).collect();
+    data.prepare(&namespaces, schema).map_err(err)?;
+    tracing::info!(pipeline = %pipeline.name, schema_sink = %sink.name, tables = namespaces.len(), location = %data.location(), "Wrote the schema to the schema sink's tables.");
+    Ok(())
 }
 
 /// Every field as `path: type`, nested struct fields as dotted paths below their struct.

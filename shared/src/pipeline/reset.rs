@@ -251,15 +251,14 @@ pub fn reset(
     )?;
     let wal_next = wal.next_id().0;
     let wal_batches = wal.batches().len() as u64;
-    let sink = crate::sinks::open_with_aws(pipeline, aws.as_ref()).map_err(|source| {
-        PipelineError::Sink {
+    let sink =
+        crate::sinks::open_any(pipeline, aws.as_ref()).map_err(|source| PipelineError::Sink {
             pipeline: name.clone(),
             source: Box::new(source),
-        }
-    })?;
+        })?;
     let landed = match &sink {
         Some(sink) => {
-            crate::sinks::Sink::landed_any(sink).map_err(|source| PipelineError::Sink {
+            crate::sinks::Sink::landed_any(sink.as_ref()).map_err(|source| PipelineError::Sink {
                 pipeline: name.clone(),
                 source: Box::new(source),
             })?

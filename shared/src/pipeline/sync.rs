@@ -251,17 +251,16 @@ pub fn sync_pass(
     };
 
     // 3. Deliver outstanding batches (without a destination the WAL is the dataset).
-    let sink = crate::sinks::open_with_aws(pipeline, aws.as_ref()).map_err(|source| {
-        PipelineError::Sink {
+    let sink =
+        crate::sinks::open_any(pipeline, aws.as_ref()).map_err(|source| PipelineError::Sink {
             pipeline: name.clone(),
             source: Box::new(source),
-        }
-    })?;
+        })?;
     if known.is_empty()
         && let Some(sink) = &sink
     {
         // The state store knows no batch: the tables must not know one above the WAL either.
-        check_tables(sink, wal.next_id().0, &name)?;
+        check_tables(sink.as_ref(), wal.next_id().0, &name)?;
     }
     let deadletter_sink = match &pipeline.deadletter_sink {
         Some(dl) => crate::sinks::deadletter::DeadletterSink::open(
@@ -277,7 +276,7 @@ pub fn sync_pass(
         None => None,
     };
     let mut delivery = Delivery::start(
-        sink.as_ref().map(|s| s as &dyn crate::sinks::Sink),
+        sink.as_deref(),
         deadletter_sink.as_ref(),
         store,
         partition,

@@ -229,6 +229,21 @@ impl AthenaTarget {
             pipeline: pipeline.name.clone(),
             found,
         };
+        if let Some(crate::config::validate::FileDestination {
+            kind: crate::config::validate::FileDestinationKind::Athena(t),
+            ..
+        }) = &pipeline.files
+        {
+            return Ok(AthenaTarget {
+                database: t.database.clone(),
+                workgroup: t.workgroup.clone(),
+                output_location: t
+                    .results_bucket
+                    .as_ref()
+                    .map(|bucket| format!("s3://{bucket}/{RESULTS_PREFIX}")),
+                region: t.region.clone(),
+            });
+        }
         let Some(destination) = &pipeline.destination else {
             return Err(not_athena("it has no data_sink".to_owned()));
         };

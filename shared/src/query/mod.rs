@@ -19,6 +19,7 @@
 
 pub mod athena;
 mod error;
+mod files;
 mod lake;
 pub mod manage;
 mod output;
@@ -60,11 +61,12 @@ pub struct QueryEngine {
     tables: Vec<String>,
 }
 
-/// One pipeline's WAL snapshot, and its Iceberg destination if it has one.
+/// One pipeline's WAL snapshot, and its Iceberg or `File` destination if it has one.
 struct PipelineWal {
     name: String,
     wal: Arc<dyn WalView>,
     lake: Option<Arc<LakeSource>>,
+    files: Option<(std::path::PathBuf, Arc<crate::sinks::files::FileSink>)>,
 }
 
 /// Where a pipeline's landed tables are.
@@ -121,10 +123,12 @@ impl QueryEngine {
                 }
             };
             let lake = lake_source(pipeline)?;
+            let files = files::files_source(pipeline)?;
             wals.push(PipelineWal {
                 name: pipeline.name.clone(),
                 wal,
                 lake,
+                files,
             });
         }
         // One worker per core: the landed Parquet files of a lake table are scanned in
@@ -222,6 +226,7 @@ impl QueryEngine {
                 name: pipeline.name.clone(),
                 wal: Arc::from(wal),
                 lake: pipeline.lake.clone(),
+                files: pipeline.files.clone(),
             });
         }
         let previous = std::mem::replace(&mut self.pipelines, refreshed);
@@ -292,9 +297,10 @@ fn build_tables(
     pipelines
         .iter()
         .map(|pipeline| {
-            let lakes = match &pipeline.lake {
-                Some(lake) => runtime.block_on(load_lake(&pipeline.name, lake))?,
-                None => BTreeMap::new(),
+            let lakes = match (&pipeline.lake, &pipeline.files) {
+                (Some(lake), _) => runtime.block_on(load_lake(&pipeline.name, lake))?,
+                (None, Some((root, sink))) => files::load_files(&pipeline.name, root, sink)?,
+                (None, None) => BTreeMap::new(),
             };
             table::namespace_tables(&pipeline.name, &pipeline.wal, lakes)
                 .map(|tables| (pipeline.name.clone(), tables))

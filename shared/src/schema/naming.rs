@@ -10,8 +10,9 @@
 //! | function | used for | keeps | replaces | bound |
 //! |---|---|---|---|---|
 //! | [`table_name`] | a namespace's table (and WAL part, Iceberg table directory, Glue table) | ASCII letters (lowercased), digits, `_` | runs of space `-` `.` `/` `:` by one `_` (same table); anything else by `_` plus a hash suffix | [`MAX_TABLE_NAME_BYTES`] |
-//! | [`column_name`] | a top-level column in the Glue catalog | everything printable | control characters and `%` percent-escaped (`%0A`, `%25`) | [`MAX_COLUMN_NAME_BYTES`] |
-//! | [`nested_field_name`] | a struct field inside a Hive type string | letters, digits, `_`, non-ASCII | additionally `:` `,` `<` `>` `` ` `` quotes, space and `\` percent-escaped | [`MAX_COLUMN_NAME_BYTES`] |
+//! | [`column_name`] | a top-level column name that keeps its case (catalogs other than Glue) | everything printable | control characters and `%` percent-escaped (`%0A`, `%25`) | [`MAX_COLUMN_NAME_BYTES`] |
+//! | [`nested_field_name`] | a struct field inside a Hive type string that keeps its case | letters, digits, `_`, non-ASCII | additionally `:` `,` `<` `>` `` ` `` quotes, space and `\` percent-escaped | [`MAX_COLUMN_NAME_BYTES`] |
+//! | [`glue_column_name`] | a column or struct field of a Glue table, as Athena names them | lowercase ASCII letters, digits, `_` | anything else by `_`, letters lowercased, plus a hash suffix whenever the key changed | [`MAX_TABLE_NAME_BYTES`] |
 //! | [`partition_segment`] | a `name=value` directory of a partitioned table | printable characters | Hive's set (`/` `\` `=` `%` `:` `#` `?` `*` quotes `[` `]` `{` `}` `^` DEL, NUL and control characters) percent-escaped, as Hive and Spark do; a null value is `null` | [`MAX_SEGMENT_BYTES`] |
 //!
 //! A name that would be longer than its bound is cut at a character boundary and ends in
@@ -21,7 +22,8 @@
 //!
 //! The Iceberg schema, the Parquet files and the query engine keep keys exactly as the data
 //! has them (Iceberg and Parquet take any string); only the Glue catalog, which Athena
-//! reads, sees the escaped [`column_name`]s and [`nested_field_name`]s.
+//! reads, sees [`glue_column_name`]s (and the Parquet files of the `Athena` destination,
+//! whose columns Athena finds by those names), the original key kept as the column comment.
 
 /// The longest table name: 128 bytes. Glue allows 255, a file name 255 and a WAL part name
 /// 1,024; 128 leaves room for the suffixes derived file names add (`.metadata.json`,
@@ -71,6 +73,31 @@ pub fn table_name(raw: &str) -> String {
         name.truncate(name.trim_end_matches('_').len());
         name.push_str(&suffix(raw));
     }
+    name
+}
+
+/// A Glue column (or Hive struct field) name that follows Athena's rules: only lowercase ASCII
+/// letters, digits and `_`, at most [`MAX_TABLE_NAME_BYTES`] bytes. A key that already is such
+/// a name is kept; any other key (`userId`, `a b`, `заказ`, ``) has each other character
+/// replaced by `_`, ASCII letters lowercased, and ends in `_` + 8 hex digits of the hash of
+/// the whole key, so `userId` and `userid` (or `a-b` and `a_b`) stay two columns and a key
+/// gets the same name in every run whatever other keys the table has. The caller keeps the
+/// original key in the column comment.
+pub fn glue_column_name(raw: &str) -> String {
+    let valid = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_';
+    if !raw.is_empty() && raw.len() <= MAX_TABLE_NAME_BYTES && raw.chars().all(valid) {
+        return raw.to_owned();
+    }
+    let mut name: String = raw
+        .chars()
+        .map(|c| {
+            let c = c.to_ascii_lowercase();
+            if valid(c) { c } else { '_' }
+        })
+        .collect();
+    // Only ASCII is left, so any byte is a character boundary.
+    name.truncate(MAX_TABLE_NAME_BYTES - SUFFIX_BYTES);
+    name.push_str(&suffix(raw));
     name
 }
 

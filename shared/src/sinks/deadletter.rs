@@ -10,6 +10,10 @@
 //! - `S3`: the object `s3://{s3_bucket}/{s3_prefix}/{pipeline}/b{id:020}.jsonl`, written by
 //!   one PUT of the whole object ([`S3Target`]).
 //!
+//! - `Athena`: the object `s3://{s3_bucket}/{s3_prefix}/_dl_{pipeline}/b{id:020}.parquet`, in
+//!   the location of the Glue table `_dl_{pipeline}` (Hive, Parquet SerDe, unpartitioned; see
+//!   [`super::files::glue`]), created or evolved before the first object of a delivery.
+//!
 //! Either way an object appears whole or not at all, and a retry after a crash writes the same
 //! name again with the same records, replacing the first: no record is ever written twice.
 //! The encoding ([`DeadletterSink::encode`]) is the same for both. The targets live in
@@ -33,11 +37,13 @@ pub struct DeadletterSink {
     target: Arc<dyn ObjectTarget>,
     pipeline: String,
     format: OutputFormat,
+    /// The Glue database of an `Athena` deadletter sink (the table is `pipeline`).
+    glue: Option<super::files::glue::HiveGlue>,
 }
 
 impl DeadletterSink {
     /// The sink of a pipeline's `deadletter_sink`, or `None` for a connector this build does
-    /// not deliver to (`Athena`, refused by validation). A `File` sink's relative path
+    /// not deliver to. A `File` sink's relative path
     /// resolves against `base_dir`, then the working directory. An `S3` sink uses `aws` (the
     /// process's handle; loaded from the environment when `None`), in the connector's `region`
     /// when set, through its `endpoint` when set.
@@ -49,7 +55,7 @@ impl DeadletterSink {
     ) -> Result<Option<Self>, SinkError> {
         let (target, format): (Arc<dyn ObjectTarget>, _) = match &sink.connector {
             DeadletterConnector::File(c) => {
-                let path = Path::new(&c.path);
+                let path = Path::new(&c.output_dir);
                 let dir = if path.is_absolute() {
                     path.to_path_buf()
                 } else {
@@ -73,12 +79,42 @@ impl DeadletterSink {
                 let target = S3Target::new(bucket, c.s3_prefix.as_deref().unwrap_or(""));
                 (Arc::new(target), c.format)
             }
-            _ => return Ok(None),
+            DeadletterConnector::Athena(c) => {
+                let aws = match (aws, c.region.as_deref()) {
+                    (Some(aws), Some(region)) => aws.with_region(region),
+                    (Some(aws), None) => aws.clone(),
+                    (None, region) => {
+                        Aws::load(region).map_err(|e| SinkError::DeadletterConfig {
+                            sink: sink.name.clone(),
+                            message: e.to_string(),
+                        })?
+                    }
+                };
+                let Some(database) = c.glue_database_name.as_deref() else {
+                    return Err(SinkError::DeadletterConfig {
+                        sink: sink.name.clone(),
+                        message: "`glue_database_name` is required".to_owned(),
+                    });
+                };
+                let bucket = Bucket::new(&aws, &c.s3_bucket, None);
+                let target = S3Target::new(bucket, c.s3_prefix.trim_matches('/'));
+                return Ok(Some(DeadletterSink {
+                    target: Arc::new(target),
+                    pipeline: format!("_dl_{}", crate::schema::naming::table_name(pipeline)),
+                    format: OutputFormat::Parquet,
+                    glue: Some(super::files::glue::HiveGlue::new(
+                        &aws,
+                        c.catalog.clone(),
+                        database,
+                    )),
+                }));
+            }
         };
         Ok(Some(DeadletterSink {
             target,
             pipeline: pipeline.to_owned(),
             format: format.unwrap_or(OutputFormat::Jsonl),
+            glue: None,
         }))
     }
 
@@ -88,6 +124,7 @@ impl DeadletterSink {
             target,
             pipeline: pipeline.to_owned(),
             format,
+            glue: None,
         }
     }
 
@@ -108,6 +145,7 @@ impl DeadletterSink {
         let ext = match self.format {
             OutputFormat::Jsonl => "jsonl",
             OutputFormat::Parquet => "parquet",
+            OutputFormat::Csv => "csv",
         };
         format!("{}/b{:020}.{ext}", self.pipeline, batch.0)
     }
@@ -149,6 +187,7 @@ impl DeadletterSink {
         read: &mut dyn FnMut(BatchId) -> Result<Vec<BatchPart>, WalError>,
     ) -> Result<u64, SinkError> {
         let mut written = 0;
+        let mut table_ready = false;
         for meta in batches {
             if !meta
                 .parts
@@ -171,6 +210,20 @@ impl DeadletterSink {
                     batch: meta.id,
                     source,
                 })?;
+            if let Some(glue) = &self.glue
+                && !table_ready
+            {
+                use super::files::glue::hive_columns;
+                glue.ensure_database()?;
+                let location = format!("{}/", self.target.location_of(&self.pipeline));
+                glue.ensure_table(
+                    &self.pipeline,
+                    &location,
+                    &hive_columns(&part.batch.schema(), &[]),
+                    &[],
+                )?;
+                table_ready = true;
+            }
             self.target.put_whole(&self.name_of(meta.id), bytes)?;
             written += 1;
         }
@@ -182,27 +235,7 @@ impl DeadletterSink {
         &self,
         batch: &arrow::array::RecordBatch,
     ) -> Result<Vec<u8>, arrow::error::ArrowError> {
-        match self.format {
-            OutputFormat::Jsonl => {
-                let mut writer = arrow::json::LineDelimitedWriter::new(Vec::new());
-                writer.write(batch)?;
-                writer.finish()?;
-                Ok(writer.into_inner())
-            }
-            OutputFormat::Parquet => {
-                let mut out = Vec::new();
-                let mut writer =
-                    parquet::arrow::ArrowWriter::try_new(&mut out, batch.schema(), None)
-                        .map_err(|e| arrow::error::ArrowError::ExternalError(Box::new(e)))?;
-                writer
-                    .write(batch)
-                    .map_err(|e| arrow::error::ArrowError::ExternalError(Box::new(e)))?;
-                writer
-                    .close()
-                    .map_err(|e| arrow::error::ArrowError::ExternalError(Box::new(e)))?;
-                Ok(out)
-            }
-        }
+        super::files::encode::encode(batch, self.format)
     }
 }
 

@@ -15,6 +15,7 @@
 
 pub mod deadletter;
 pub mod error;
+pub mod files;
 pub mod iceberg;
 pub mod memory;
 pub mod sink;
@@ -132,6 +133,19 @@ pub fn open_with_aws(
                 .with_maintenance(policy),
         )
     })
+}
+
+/// The pipeline's destination of either family, opened: an Iceberg sink
+/// ([`open_with_aws`]) or an overwrite-on-retry one ([`files::FileSink`]); `None` without a
+/// destination.
+pub fn open_any(
+    pipeline: &ValidatedPipeline,
+    aws: Option<&crate::aws::Aws>,
+) -> Result<Option<Box<dyn Sink>>, SinkError> {
+    if let Some(sink) = files::FileSink::open(pipeline, aws)? {
+        return Ok(Some(Box::new(sink)));
+    }
+    Ok(open_with_aws(pipeline, aws)?.map(|s| Box::new(s) as Box<dyn Sink>))
 }
 
 /// The maintenance policy of an Iceberg sink: its settings over the defaults (see

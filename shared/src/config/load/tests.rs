@@ -639,11 +639,11 @@ schema_sinks:
         loaded.config.pipelines["p"].schema_sink.as_deref(),
         Some("schema_sinks.old")
     );
-    // Stdout is not implemented yet: validation says so by name.
+    // File schema sinks are not implemented yet: validation says so by name.
     let msg = validate(&loaded, None).unwrap_err().to_string();
     assert_eq!(
         msg,
-        "connector `Stdout` (data_sinks.out) is not supported yet"
+        "connector `File` (schema_sinks.new) is not supported yet"
     );
 }
 

@@ -10,6 +10,7 @@
 //! ([`WalLocation`], [`PipelineStore`], [`AwsSettings`]; `placement.rs`).
 
 mod destination;
+mod files;
 mod http;
 mod placement;
 mod settings;
@@ -24,6 +25,7 @@ pub use destination::{
     DEFAULT_TABLE_NAMESPACE, Destination, DestinationKind, LakeCatalog, LakeLocation, Layout,
     Maintenance,
 };
+pub use files::{AthenaTarget, FileDestination, FileDestinationKind};
 pub use placement::{AwsSettings, PipelineStore, WalLocation};
 
 use super::connectors::{
@@ -172,6 +174,9 @@ pub struct ValidatedPipeline {
     pub source: Named<SourceConnector>,
     /// Its destination (`data_sink`), resolved; `None`: the WAL is the dataset.
     pub destination: Option<Destination>,
+    /// Its overwrite-on-retry destination (`File`, `S3`, `Athena`, `Stdout`), resolved;
+    /// `None` for a lake sink or none.
+    pub files: Option<FileDestination>,
     /// Its deadletter sink, if any.
     pub deadletter_sink: Option<Named<DeadletterConnector>>,
     /// Its schema sink, if any (from the sink entry, else the pipeline).
@@ -466,12 +471,34 @@ pub fn validate_with(
                 .get(&s.name)
                 .map(|resolved| resolved.destination(&s.name, &transform))
         });
+        let files = match &sink {
+            Some(s) => v.file_destination(s, schema_sink.as_ref(), &transform, &settings.store)?,
+            None => {
+                if let Some(s) = &schema_sink
+                    && !matches!(
+                        s.connector,
+                        SchemaSinkConnector::File(_) | SchemaSinkConnector::S3(_)
+                    )
+                {
+                    return Err(v.bad_value(
+                        &at("schema_sink"),
+                        &format!(
+                            "`schema_sinks.{}` is a `{}` schema sink, which describes the tables of a data sink, and the pipeline has no `data_sink`",
+                            s.name,
+                            s.connector.type_name()
+                        ),
+                    ));
+                }
+                None
+            }
+        };
         let wal = placement::wal_location(&settings, name, state_dir(&data_dir, &settings, name))
             .ok_or_else(|| v.no_wal_bucket(overrides.wal_storage.as_deref()))?;
         let aws = placement::aws_settings(
             &settings,
             &source,
             destination.as_ref(),
+            files.as_ref(),
             deadletter_sink.as_ref(),
         );
         pipelines.insert(
@@ -480,6 +507,7 @@ pub fn validate_with(
                 name: name.clone(),
                 source,
                 destination,
+                files,
                 deadletter_sink,
                 schema_sink,
                 sync_frequency: Duration::from_secs(frequency),
@@ -632,6 +660,33 @@ impl Validator<'_> {
         sinks: &BTreeMap<String, Entry<DeadletterConnector>>,
     ) -> Result<(), ConfigError> {
         for (name, entry) in sinks {
+            let format = match &entry.connector {
+                DeadletterConnector::File(c) => c.format,
+                DeadletterConnector::S3(c) => c.format,
+                _ => None,
+            };
+            if format == Some(super::connectors::OutputFormat::Csv) {
+                return Err(self.bad_value(
+                    &format!(
+                        "deadletter_sinks.{name}.{}.format",
+                        entry.connector.type_name()
+                    ),
+                    "must be `jsonl` or `parquet` (`deadletters replay` reads those back)",
+                ));
+            }
+            if let DeadletterConnector::Athena(c) = &entry.connector {
+                let at = |key: &str| format!("deadletter_sinks.{name}.Athena.{key}");
+                self.check_bucket(&at("s3_bucket"), &c.s3_bucket)?;
+                match &c.glue_database_name {
+                    None => return Err(self.bad_value(&at("glue_database_name"), "is required")),
+                    Some(db) => self.check_glue_database(&at("glue_database_name"), db)?,
+                }
+                if c.format
+                    .is_some_and(|f| f != super::connectors::OutputFormat::Parquet)
+                {
+                    return Err(self.bad_value(&at("format"), "must be `parquet`"));
+                }
+            }
             if let DeadletterConnector::S3(c) = &entry.connector {
                 let at = |key: &str| format!("deadletter_sinks.{name}.S3.{key}");
                 self.check_bucket(&at("s3_bucket"), &c.s3_bucket)?;

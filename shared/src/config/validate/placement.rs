@@ -83,8 +83,15 @@ pub(super) fn aws_settings(
     settings: &Settings,
     source: &Named<SourceConnector>,
     destination: Option<&Destination>,
+    files: Option<&super::FileDestination>,
     deadletter_sink: Option<&Named<DeadletterConnector>>,
 ) -> AwsSettings {
+    use super::FileDestinationKind;
+    let files_region = files.and_then(|f| match &f.kind {
+        FileDestinationKind::S3 { region, .. } => Some(region.clone()),
+        FileDestinationKind::Athena(t) => Some(t.region.clone()),
+        _ => None,
+    });
     let athena_region = destination.and_then(|d| match (&d.kind, &d.location.catalog) {
         (DestinationKind::AthenaIceberg { .. }, LakeCatalog::Glue { region, .. }) => {
             Some(region.clone())
@@ -96,13 +103,14 @@ pub(super) fn aws_settings(
         || settings.storage_mode == StorageMode::S3
         || matches!(source.connector, SourceConnector::S3(_))
         || athena_region.is_some()
+        || files_region.is_some()
         || matches!(
             deadletter_sink.map(|d| &d.connector),
             Some(DeadletterConnector::S3(_))
         );
     let fallback_region = match &source.connector {
         SourceConnector::S3(c) if c.region.is_some() => c.region.clone(),
-        _ => athena_region.flatten(),
+        _ => athena_region.flatten().or(files_region.flatten()),
     };
     AwsSettings {
         needed,

@@ -1,17 +1,18 @@
 //! Our Iceberg schema as Glue shows it: Hive type names ([`hive_type`]) and Glue columns
 //! ([`glue_columns`]), so Athena's column list follows schema evolution.
 //!
-//! Names follow the naming policy ([`crate::schema::naming`]): a column is
-//! [`column_name`] of its key (control characters percent-escaped, at most 255 bytes), and a
-//! struct field inside a type string is [`nested_field_name`] of its key, so no key can break
-//! the type string's syntax. The Iceberg schema keeps the keys as they are.
+//! Names follow the naming policy ([`crate::schema::naming`]) and Athena's rules: a column,
+//! and a struct field inside a type string, is [`glue_column_name`] of its key (lowercase
+//! letters, digits and `_`; a key that had to change gets a hash suffix and is kept as the
+//! column comment), so no key can break the type string's syntax. The Iceberg schema keeps
+//! the keys as they are (Athena reads Iceberg tables by their Iceberg schema).
 
 use std::collections::BTreeMap;
 
 use iceberg::spec::{NestedFieldRef, PrimitiveType, Schema, Type};
 
 use super::GlueColumn;
-use crate::schema::naming::{column_name, nested_field_name};
+use crate::schema::naming::glue_column_name;
 
 /// Iceberg type -> Hive type name, as Athena and Glue show columns.
 pub fn hive_type(t: &Type) -> String {
@@ -35,13 +36,7 @@ pub fn hive_type(t: &Type) -> String {
             let fields: Vec<String> = s
                 .fields()
                 .iter()
-                .map(|f| {
-                    format!(
-                        "{}:{}",
-                        nested_field_name(&f.name),
-                        hive_type(&f.field_type)
-                    )
-                })
+                .map(|f| format!("{}:{}", glue_column_name(&f.name), hive_type(&f.field_type)))
                 .collect();
             format!("struct<{}>", fields.join(","))
         }
@@ -61,9 +56,13 @@ pub fn glue_columns(schema: &Schema) -> Vec<GlueColumn> {
         .fields()
         .iter()
         .map(|f: &NestedFieldRef| GlueColumn {
-            name: column_name(&f.name),
+            name: glue_column_name(&f.name),
             type_name: hive_type(&f.field_type),
-            comment: f.doc.clone(),
+            comment: if glue_column_name(&f.name) == f.name {
+                f.doc.clone()
+            } else {
+                Some(f.name.clone())
+            },
             parameters: BTreeMap::from([
                 ("iceberg.field.id".to_owned(), f.id.to_string()),
                 (
