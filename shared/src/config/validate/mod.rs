@@ -12,6 +12,7 @@
 mod destination;
 mod http;
 mod placement;
+mod postgres;
 #[cfg(test)]
 mod tests;
 
@@ -358,6 +359,9 @@ pub fn validate(
         }
         if let SourceConnector::HttpClient(c) = &source.connector {
             v.check_http(&source.name, c)?;
+        }
+        if let SourceConnector::Postgres(c) = &source.connector {
+            v.check_postgres(&source.name, c)?;
         }
         if let SourceConnector::File(f) = &source.connector
             && f.batch_size == Some(0)
