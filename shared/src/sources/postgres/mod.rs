@@ -428,10 +428,15 @@ impl PostgresSource {
         Ok(())
     }
 
-    /// Mark the pass finished: what the next pass starts from.
+    /// Mark the pass finished, and stop reading.
     fn finish_pass(&mut self) {
         self.finished = true;
         self.rx = None;
+        self.reset_for_next_pass();
+    }
+
+    /// The state a finished pass leaves: what the next pass starts from.
+    fn reset_for_next_pass(&mut self) {
         self.state.in_pass = false;
         let incremental: Vec<bool> = match &self.options.query {
             Some(_) => vec![false],
@@ -489,6 +494,9 @@ impl PostgresSource {
         if chunk.end {
             at.done = true;
             self.tables_done += 1;
+        }
+        if chunk.last_of_pass {
+            self.reset_for_next_pass();
         }
         self.rows_done += batch.records.len() as u64;
         (!batch.records.is_empty()).then_some(batch)

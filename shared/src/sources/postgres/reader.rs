@@ -21,8 +21,52 @@ pub(super) struct Chunk {
     /// The key (as text) of the last row: `(cursor, primary key...)`, the primary key, or
     /// the `ctid`; for a query, nothing.
     pub last_key: Option<Vec<String>>,
-    /// No row of this table comes after these.
+    /// No row of this table comes after these in this pass.
     pub end: bool,
+    /// No row of any table comes after these in this pass: the state after this chunk is
+    /// the finished pass's.
+    pub last_of_pass: bool,
+}
+
+/// Sends pages one behind, so that each page sent knows whether it is its table's last and
+/// the pass's last (the checkpoint of the last batch of a pass then says the pass finished,
+/// with no empty batch needed to commit that). Empty pages are not sent.
+struct Out<'a> {
+    tx: &'a mpsc::Sender<Message>,
+    held: Option<Chunk>,
+}
+
+impl Out<'_> {
+    /// Queue a page; `Ok(false)`: the receiver is gone.
+    async fn push(&mut self, chunk: Chunk) -> bool {
+        if chunk.rows.is_empty() {
+            return true;
+        }
+        match self.held.replace(chunk) {
+            Some(before) => self.tx.send(Ok(before)).await.is_ok(),
+            None => true,
+        }
+    }
+
+    /// The table `index` has no more rows.
+    fn table_end(&mut self, index: usize) {
+        if let Some(held) = self.held.as_mut()
+            && held.table == index
+        {
+            held.end = true;
+        }
+    }
+
+    /// The pass read everything: send the last page, marked so.
+    async fn finish(&mut self) -> bool {
+        match self.held.take() {
+            Some(mut last) => {
+                last.last_of_pass = true;
+                self.tx.send(Ok(last)).await.is_ok()
+            }
+            None => true,
+        }
+    }
 }
 
 /// What the reader sends.
@@ -154,19 +198,22 @@ async fn read_all(
         .and_then(|row| row.try_get(0))
         .map_err(|e| pg_error(options, None, "cannot export the snapshot", &e))?;
     tracing::debug!(server = %options.server, %snapshot, "PostgreSQL snapshot taken");
+    let mut out = Out { tx, held: None };
     for (index, plan) in plans.iter().enumerate() {
         if plan.start.done {
             continue;
         }
         let sent = match &options.query {
-            Some(query) => read_query(&client, options, index, plan, query, tx).await?,
-            None => read_table(&client, options, index, plan, tx).await?,
+            Some(query) => read_query(&client, options, index, plan, query, &mut out).await?,
+            None => read_table(&client, options, index, plan, &mut out).await?,
         };
         if !sent {
             return Ok(());
         }
+        out.table_end(index);
     }
     let _ = client.batch_execute("COMMIT").await;
+    out.finish().await;
     Ok(())
 }
 
@@ -246,7 +293,7 @@ async fn read_table(
     options: &PostgresSourceOptions,
     index: usize,
     plan: &Plan,
-    tx: &mpsc::Sender<Message>,
+    out: &mut Out<'_>,
 ) -> Result<bool, SourceError> {
     let table = plan.name.as_str();
     let config = &options.tables[index];
@@ -403,9 +450,10 @@ async fn read_table(
             table: index,
             rows: records,
             last_key,
-            end,
+            end: false,
+            last_of_pass: false,
         };
-        if tx.send(Ok(chunk)).await.is_err() {
+        if !out.push(chunk).await {
             return Ok(false);
         }
         if end {
@@ -464,7 +512,7 @@ async fn read_query(
     index: usize,
     plan: &Plan,
     query: &str,
-    tx: &mpsc::Sender<Message>,
+    out: &mut Out<'_>,
 ) -> Result<bool, SourceError> {
     let table = plan.name.as_str();
     let from = format!("({query}) AS skipprd_query");
@@ -517,9 +565,10 @@ async fn read_query(
             table: index,
             rows: records,
             last_key: None,
-            end,
+            end: false,
+            last_of_pass: false,
         };
-        if tx.send(Ok(chunk)).await.is_err() {
+        if !out.push(chunk).await {
             return Ok(false);
         }
         if end {
