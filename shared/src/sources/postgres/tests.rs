@@ -22,7 +22,7 @@ fn numeric_text_is_exact() {
     assert_eq!(numeric(&num(&[1, 2345], 1, 0, 2)).unwrap(), "12345.00");
     assert_eq!(numeric(&num(&[12, 3400], 0, 0x4000, 3)).unwrap(), "-12.340");
     assert_eq!(numeric(&num(&[5], -1, 0, 4)).unwrap(), "0.0005");
-    assert_eq!(numeric(&num(&[50], -2, 0, 6)).unwrap(), "0.000050");
+    assert_eq!(numeric(&num(&[50], -2, 0, 8)).unwrap(), "0.00000050");
     assert_eq!(numeric(&num(&[], 0, 0, 0)).unwrap(), "0");
     assert_eq!(numeric(&num(&[1], 2, 0, 0)).unwrap(), "100000000");
     assert_eq!(numeric(&num(&[], 0, 0xC000, 0)).unwrap(), "NaN");
