@@ -594,3 +594,99 @@ fn bad_keys_fail_validation_with_exit_2_naming_the_key() {
         assert!(stderr.contains(key), "{source}: `{key}` not in {stderr}");
     }
 }
+
+#[test]
+fn discover_samples_each_table_and_doctor_reports_each_check_with_a_fix() {
+    let pg = pg();
+    let db = pg.database("doctor");
+    let role = format!("reader_{}", std::process::id());
+    let slot = format!("slot_{}", std::process::id());
+    pg.sql(
+        &db,
+        &format!(
+            "CREATE TABLE big (id int4 PRIMARY KEY, v text);
+             INSERT INTO big SELECT g, 'v' FROM generate_series(1, 12500) g;
+             CREATE TABLE small (id int4 PRIMARY KEY);
+             INSERT INTO small VALUES (1), (2);
+             CREATE TABLE hidden (id int4 PRIMARY KEY);
+             CREATE TABLE nokey (id int4, updated_at int8);
+             DROP ROLE IF EXISTS {role};
+             CREATE ROLE {role} LOGIN PASSWORD 'reader-pw';
+             GRANT SELECT ON big, small, nokey TO {role};
+             CREATE PUBLICATION pub_doctor FOR TABLE big, small;"
+        ),
+    );
+    // In a transaction of its own: a slot cannot be made after writes.
+    pg.sql(
+        &db,
+        &format!("SELECT pg_create_logical_replication_slot('{slot}', 'pgoutput')"),
+    );
+    let dir = tempfile::tempdir().unwrap();
+
+    // discover: at most 10,000 rows of each table.
+    write_config(
+        dir.path(),
+        &format!("{}tables: [big, small]\n", keys(&pg, &db)),
+    );
+    let out = skipprd_command(dir.path())
+        .args(["discover", "--output", "json"])
+        .env("PG_PASSWORD", &pg.password)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("\"namespace\":\"postgres_big\",\"records\":10000"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("\"namespace\":\"postgres_small\",\"records\":2"),
+        "{stdout}"
+    );
+
+    // doctor as a user who may read two tables, with no replication attribute.
+    write_config(
+        dir.path(),
+        &format!(
+            "host: {}\nport: {}\nuser: {role}\npassword: ${{PG_PASSWORD}}\ndatabase: {db}\n\
+             replication_slot_name: {slot}\npublication_name: pub_doctor\n\
+             tables: [big, hidden, absent, {{name: nokey, cursor_field: updated_at}}]\n",
+            pg.host, pg.port
+        ),
+    );
+    let out = skipprd_command(dir.path())
+        .args(["doctor"])
+        .env("PG_PASSWORD", "reader-pw")
+        .output()
+        .unwrap();
+    let report = String::from_utf8_lossy(&out.stdout);
+    pg.sql(&db, &format!("SELECT pg_drop_replication_slot('{slot}')"));
+    assert_eq!(out.status.code(), Some(1), "{report}");
+    for line in [
+        format!(
+            "[ok]   pg: source connection: connected to `{}:{}/{db}` as `{role}`",
+            pg.host, pg.port
+        ),
+        "[ok]   pg: source table public.big: readable, read whole each pass".to_owned(),
+        "[FAIL] pg: source table public.hidden: the user may not SELECT from it".to_owned(),
+        "fix: GRANT SELECT ON public.hidden TO <user>".to_owned(),
+        "[FAIL] pg: source table public.absent: no such table".to_owned(),
+        "[FAIL] pg: source table public.nokey: has no primary key".to_owned(),
+        "[ok]   pg: source wal_level: logical".to_owned(),
+        format!("[ok]   pg: source replication slot: `{slot}` exists (pgoutput)"),
+        format!("[FAIL] pg: source replication permission: `{role}` has no REPLICATION attribute"),
+        format!("fix: ALTER ROLE {role} WITH REPLICATION;"),
+        "[ok]   pg: source publication: `pub_doctor` exists".to_owned(),
+    ] {
+        assert!(report.contains(&line), "`{line}` not in:\n{report}");
+    }
+    assert!(!report.contains("reader-pw"), "{report}");
+    pg.sql(&db, "DROP PUBLICATION pub_doctor");
+    pg.sql(&db, &format!("DROP OWNED BY {role}; "));
+    pg.sql("postgres", &format!("DROP DATABASE {db} WITH (FORCE)"));
+    pg.sql("postgres", &format!("DROP ROLE {role}"));
+}

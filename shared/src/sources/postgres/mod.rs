@@ -64,6 +64,7 @@
 //! [`Source::checkpoint`]: crate::sources::Source::checkpoint
 
 mod decode;
+pub mod doctor;
 mod reader;
 #[cfg(test)]
 mod tests;
@@ -76,6 +77,9 @@ use serde::{Deserialize, Serialize};
 use self::reader::{Chunk, Message, Plan};
 use super::{Position, Progress, Source, SourceBatch, SourceError, SourceRecord};
 use crate::config::connectors::{PgSslMode, PostgresSourceConfig, PostgresTableConfig};
+
+/// The rows of each table `skipprd discover` samples.
+pub const DISCOVER_SAMPLE_ROWS: usize = 10_000;
 
 /// The version of [`PostgresCheckpoint`] this build writes and reads.
 pub const POSTGRES_CHECKPOINT_VERSION: u32 = 1;
@@ -95,6 +99,9 @@ pub struct PostgresSourceOptions {
     pub query: Option<String>,
     /// Rows per query and per batch (at least 1).
     pub batch_rows: usize,
+    /// Read at most this many rows of each table (the first in key order), for `discover`;
+    /// `None`: every row.
+    pub sample_rows: Option<usize>,
 }
 
 impl std::fmt::Debug for PostgresSourceOptions {
@@ -169,6 +176,7 @@ impl PostgresSourceOptions {
                 .batch_size_rows
                 .unwrap_or(PostgresSourceConfig::DEFAULT_BATCH_SIZE_ROWS)
                 .max(1),
+            sample_rows: None,
         })
     }
 }

@@ -392,7 +392,9 @@ async fn read_table(
         .cursor_field
         .as_ref()
         .map(|c| format!("skipprd_t.{} IS NOT NULL", ident(c)));
-    let limit = options.batch_rows;
+    let limit = options
+        .sample_rows
+        .map_or(options.batch_rows, |most| most.min(options.batch_rows));
     let base = format!("SELECT {} FROM {from} AS skipprd_t", select.join(", "));
     let first_sql = match &not_null {
         Some(cond) => format!("{base} WHERE {cond} ORDER BY {key_list} LIMIT {limit}"),
@@ -419,6 +421,7 @@ async fn read_table(
         .map(|c| c.decoder.clone().unwrap_or(Decoder::Text))
         .collect();
     let mut after = plan.start.key.clone();
+    let mut read = 0usize;
     loop {
         let rows = match &after {
             None => client.query(&first, &[]).await,
@@ -429,7 +432,8 @@ async fn read_table(
             }
         }
         .map_err(|e| pg_error(options, Some(table), "cannot read rows", &e))?;
-        let end = rows.len() < limit;
+        read += rows.len();
+        let end = rows.len() < limit || options.sample_rows.is_some_and(|most| read >= most);
         let mut records = Vec::with_capacity(rows.len());
         let mut last_key = None;
         for row in &rows {
@@ -551,12 +555,15 @@ async fn read_query(
         .iter()
         .map(|c| c.decoder.clone().unwrap_or(Decoder::Text))
         .collect();
+    let mut read = 0usize;
     loop {
         let rows = client
             .query(&fetch, &[])
             .await
             .map_err(|e| pg_error(options, Some(table), "cannot read rows", &e))?;
-        let end = rows.len() < options.batch_rows;
+        read += rows.len();
+        let end =
+            rows.len() < options.batch_rows || options.sample_rows.is_some_and(|most| read >= most);
         let records = rows
             .iter()
             .map(|row| record(options, table, &columns, &decoders, row))
