@@ -25,14 +25,14 @@ impl Validator<'_> {
                 Some(db) if db.trim().is_empty() => return bad("database", "must not be empty"),
                 Some(_) => {}
             }
-        } else if let Some(text) = c.connection_string.as_ref().map(|s| s.expose()) {
-            if text.parse::<tokio_postgres::Config>().is_err() {
-                // The parser's message may quote the text: never show it.
-                return bad(
-                    "connection_string",
-                    "is not a valid PostgreSQL connection string (`postgresql://user@host:port/db` or `host=... dbname=...`)",
-                );
-            }
+        } else if let Some(text) = c.connection_string.as_ref().map(|s| s.expose())
+            && text.parse::<tokio_postgres::Config>().is_err()
+        {
+            // The parser's message may quote the text: never show it.
+            return bad(
+                "connection_string",
+                "is not a valid PostgreSQL connection string (`postgresql://user@host:port/db` or `host=... dbname=...`)",
+            );
         }
         if let Some(host) = &c.host
             && host.trim().is_empty()
