@@ -55,13 +55,18 @@ impl Function {
             event,
             deadline_ms,
             margin,
-            &mut LogObserver,
+            &mut LogObserver::new("sync"),
         )
     }
 
     /// One discover invocation. Synchronous: run it on a blocking thread.
     pub fn discover(&self, event: &serde_json::Value) -> Result<DiscoverSummary, ServerlessError> {
-        discover_invocation(&self.config, &self.aws, event, &mut LogObserver)
+        discover_invocation(
+            &self.config,
+            &self.aws,
+            event,
+            &mut LogObserver::new("discover"),
+        )
     }
 }
 

@@ -42,6 +42,12 @@ pub struct Cli {
     #[arg(long, global = true, value_name = "disk|s3")]
     pub wal_storage: Option<String>,
 
+    /// Write no daily log file. Default: the log at `info` and every event go to
+    /// `logs/skipprd.<UTC date>.log` (the directory: SKIPPR_LOG_DIR; SKIPPR_LOG_FILE=off also
+    /// turns it off), 14 days kept.
+    #[arg(long, global = true)]
+    pub no_log_file: bool,
+
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
@@ -61,7 +67,9 @@ pub enum Command {
     Sync(SyncArgs),
     /// Run SQL over what the pipelines hold: one table `<pipeline>.<namespace>` per namespace
     /// (with one pipeline, `<namespace>` alone works too). Without `--sql`, an interactive
-    /// `sql>` prompt with history.
+    /// `sql>` prompt with history. Management statements: `SHOW PIPELINES`, `SHOW STATS
+    /// [pipeline]` (rows per table), `SCHEMA DUMP [pipeline]`, `RESET PIPELINE <name>` (as
+    /// `skipprd reset`; asks, or `--yes`); another statement of that kind exits 2.
     Query(QueryArgs),
     /// Maintain the pipeline's Iceberg tables now: expire old snapshots, compact small data
     /// files, delete files no snapshot references. (Deliveries also do this on their own once
@@ -87,6 +95,63 @@ pub enum Command {
     /// Work with the state store (`skippr.store`).
     #[command(subcommand)]
     Store(StoreCommand),
+    /// Show or apply a pipeline's schema metadata (the saved schema, in its JSON format).
+    #[command(subcommand)]
+    Metadata(MetadataCommand),
+}
+
+/// `metadata` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum MetadataCommand {
+    /// Print the saved schema as JSON (the format `metadata apply` reads), or with
+    /// `--namespace` that namespace's part. Exits 1 before the first `discover` or `sync`.
+    Show(MetadataShowArgs),
+    /// Merge a schema file (the saved JSON format, edited or written by hand) into the saved
+    /// schema, under the writer lease: namespaces and fields are added, types widen, nothing
+    /// saved is dropped or narrowed. Its `pipeline` and `workspace` must be this pipeline's.
+    Apply(MetadataApplyArgs),
+}
+
+/// `metadata show` flags.
+#[derive(Debug, Args)]
+pub struct MetadataShowArgs {
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub pipeline: PipelineArg,
+
+    /// Only this namespace (table).
+    #[arg(long, value_name = "NAME")]
+    pub namespace: Option<String>,
+}
+
+/// `metadata apply` flags.
+#[derive(Debug, Args)]
+pub struct MetadataApplyArgs {
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub pipeline: PipelineArg,
+
+    /// The schema file to apply (JSON, as `metadata show` prints it).
+    #[arg(long, value_name = "PATH")]
+    pub schema_json: PathBuf,
+}
+
+impl Command {
+    /// The `phase` field of the command's JSON events.
+    pub fn phase(&self) -> &'static str {
+        match self {
+            Command::Discover(_) => "discover",
+            Command::Schema(_) => "schema",
+            Command::Sync(_) => "sync",
+            Command::Query(_) => "query",
+            Command::Maintain(_) => "maintain",
+            Command::Doctor => "doctor",
+            Command::Reset(_) => "reset",
+            Command::Deadletters(DeadlettersCommand::Replay(_)) => "replay",
+            Command::Store(_) => "store",
+            Command::Metadata(_) => "metadata",
+        }
+    }
 }
 
 /// `store` subcommands.
@@ -158,6 +223,11 @@ pub struct QueryArgs {
     /// With `--engine athena`: stop a statement that has not finished after N seconds.
     #[arg(long, value_name = "N", default_value_t = 300)]
     pub athena_timeout: u64,
+
+    /// Run `RESET PIPELINE <name>` without asking. Without it, the statement asks at the
+    /// interactive prompt and is refused (exit 2) with `--sql`.
+    #[arg(long)]
+    pub yes: bool,
 }
 
 /// Query engines.

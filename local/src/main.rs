@@ -3,6 +3,7 @@
 //! Exit codes: 0 success, 1 failure, 2 bad command line or configuration.
 
 mod cli;
+mod logfile;
 mod output;
 mod query_cmd;
 mod sync;
@@ -13,10 +14,11 @@ use std::time::Duration;
 
 use clap::Parser;
 use skipprd::config::{self, ProcessEnv, ValidatedConfig};
+use skipprd::pipeline::events::RunStamp;
 use skipprd::pipeline::{self, DiscoverOptions, Event, PipelineError};
 use skipprd::schema::SchemaStore;
 
-use cli::{Cli, Command, DeadlettersCommand, OutputMode, StoreCommand};
+use cli::{Cli, Command, DeadlettersCommand, MetadataCommand, OutputMode, StoreCommand};
 
 /// Parsing allocates and frees many small values; mimalloc does that markedly faster than
 /// the system allocator (see bench/run).
@@ -31,10 +33,11 @@ fn main() -> ExitCode {
         OutputMode::Text
     });
     init_logging(&cli, mode);
+    let stamp = RunStamp::new(cli.command.phase());
     if matches!(cli.command, Command::Doctor) {
-        return doctor(&cli, mode);
+        return doctor(&cli, mode, &stamp);
     }
-    match run(&cli, mode) {
+    match run(&cli, mode, &stamp) {
         Ok(()) => ExitCode::SUCCESS,
         Err(PipelineError::Reported(e)) => ExitCode::from(if e.is_config() { 2 } else { 1 }),
         Err(e) => {
@@ -77,8 +80,16 @@ fn main() -> ExitCode {
                         message,
                         retryable,
                     },
+                    Command::Metadata(
+                        MetadataCommand::Show(cli::MetadataShowArgs { pipeline, .. })
+                        | MetadataCommand::Apply(cli::MetadataApplyArgs { pipeline, .. }),
+                    ) => Event::SchemaError {
+                        pipeline: named(&pipeline.pipeline),
+                        message,
+                        retryable,
+                    },
                 };
-                output::observer(mode).event(&event);
+                output::observer(mode, &stamp).event(&event);
             }
             eprintln!("error: {e}");
             ExitCode::from(if e.is_config() { 2 } else { 1 })
@@ -88,7 +99,7 @@ fn main() -> ExitCode {
 
 /// `skipprd doctor`: the config first (exit 2 when it does not load), then every pipeline's
 /// checks (exit 1 when one fails).
-fn doctor(cli: &Cli, mode: OutputMode) -> ExitCode {
+fn doctor(cli: &Cli, mode: OutputMode, stamp: &RunStamp) -> ExitCode {
     use skipprd::doctor::{Check, Status};
     let (checks, code) = match load_config(cli) {
         Ok(config) => {
@@ -109,13 +120,13 @@ fn doctor(cli: &Cli, mode: OutputMode) -> ExitCode {
             2,
         ),
     };
+    let event = stamp.stamp_at(
+        skipprd::doctor::report_json(&checks, code == 0),
+        chrono::Utc::now(),
+    );
+    tracing::info!(target: output::EVENT_TARGET, event = %event, "event");
     if mode == OutputMode::Json {
-        let event = serde_json::json!({
-            "event": "doctor_complete",
-            "ok": code == 0,
-            "checks": checks,
-        });
-        println!("{event}");
+        output::emit(&event.to_string());
     } else {
         for check in &checks {
             let label = match check.status {
@@ -132,21 +143,41 @@ fn doctor(cli: &Cli, mode: OutputMode) -> ExitCode {
     ExitCode::from(code)
 }
 
+/// The log: standard error at `--log` (else RUST_LOG, else `warn`), and the daily log file
+/// ([`logfile`]) at `info` (or the `--log` level) with every event's JSON line.
 fn init_logging(cli: &Cli, mode: OutputMode) {
-    use tracing_subscriber::EnvFilter;
-    let filter = match cli.log {
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    use tracing_subscriber::{EnvFilter, Layer, filter, fmt};
+    let stderr_filter = match cli.log {
         Some(level) => EnvFilter::new(level.as_str()),
         None => EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn")),
     };
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    // Events are shown by the observer; on standard error they would be said twice.
+    let not_events = filter::filter_fn(|meta| meta.target() != output::EVENT_TARGET);
+    let stderr = fmt::layer()
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal());
-    if mode == OutputMode::Json {
-        builder.json().init();
+    let stderr = if mode == OutputMode::Json {
+        stderr.json().boxed()
     } else {
-        builder.with_target(false).init();
-    }
+        stderr.with_target(false).boxed()
+    };
+    let stderr = stderr.with_filter(stderr_filter).with_filter(not_events);
+    let file = logfile::directory(cli.no_log_file, |name| std::env::var(name).ok()).map(|dir| {
+        let directive = match cli.log {
+            Some(level) => format!("{},{}=info", level.as_str(), output::EVENT_TARGET),
+            None => "warn,skipprd=info".to_owned(),
+        };
+        fmt::layer()
+            .with_writer(logfile::DailyLog::new(dir))
+            .with_ansi(false)
+            .with_filter(EnvFilter::new(directive))
+    });
+    tracing_subscriber::registry()
+        .with(stderr)
+        .with(file)
+        .init();
 }
 
 /// Load and validate the config (all errors exit 2).
@@ -161,7 +192,7 @@ fn load_config(cli: &Cli) -> Result<ValidatedConfig, PipelineError> {
     Ok(config::validate(&loaded, cli.wal_storage.as_deref())?)
 }
 
-fn run(cli: &Cli, mode: OutputMode) -> Result<(), PipelineError> {
+fn run(cli: &Cli, mode: OutputMode, stamp: &RunStamp) -> Result<(), PipelineError> {
     let config = load_config(cli)?;
     match &cli.command {
         Command::Discover(args) => {
@@ -172,15 +203,15 @@ fn run(cli: &Cli, mode: OutputMode) -> Result<(), PipelineError> {
                 lease_wait: skipprd::state::DEFAULT_LEASE_WAIT,
                 aws: None,
             };
-            let mut observer = output::observer(mode);
+            let mut observer = output::observer(mode, stamp);
             pipeline::discover(&config, pipeline, &options, observer.as_mut())?;
             Ok(())
         }
         Command::Query(args) => query(&config, args),
-        Command::Sync(args) => sync::run(&config, args, mode),
+        Command::Sync(args) => sync::run(&config, args, mode, stamp),
         Command::Deadletters(DeadlettersCommand::Replay(args)) => {
             let pipeline = config.pipeline(args.pipeline.pipeline.as_deref())?;
-            let mut observer = output::observer(mode);
+            let mut observer = output::observer(mode, stamp);
             let options = pipeline::sync::SyncOptions {
                 replay: true,
                 ..pipeline::sync::SyncOptions::default()
@@ -193,7 +224,7 @@ fn run(cli: &Cli, mode: OutputMode) -> Result<(), PipelineError> {
         Command::Doctor => Ok(()),
         Command::Maintain(args) => {
             let pipeline = config.pipeline(args.pipeline.pipeline.as_deref())?;
-            let mut observer = output::observer(mode);
+            let mut observer = output::observer(mode, stamp);
             pipeline::maintain(
                 &config,
                 pipeline,
@@ -204,7 +235,7 @@ fn run(cli: &Cli, mode: OutputMode) -> Result<(), PipelineError> {
         }
         Command::Reset(args) => {
             let pipeline = config.pipeline(args.pipeline.pipeline.as_deref())?;
-            let mut observer = output::observer(mode);
+            let mut observer = output::observer(mode, stamp);
             let options = pipeline::ResetOptions {
                 confirm: args.yes,
                 ..pipeline::ResetOptions::default()
@@ -212,8 +243,47 @@ fn run(cli: &Cli, mode: OutputMode) -> Result<(), PipelineError> {
             pipeline::reset(&config, pipeline, &options, observer.as_mut())?;
             Ok(())
         }
+        Command::Metadata(MetadataCommand::Show(args)) => {
+            let pipeline = config.pipeline(args.pipeline.pipeline.as_deref())?;
+            let store = pipeline::discover::schema_store(&config.settings, pipeline, None)?;
+            let schema = store.load().map_err(|source| PipelineError::Schema {
+                pipeline: pipeline.name.clone(),
+                source,
+            })?;
+            let text = match &args.namespace {
+                None => schema.to_json_pretty(),
+                Some(namespace) => schema_namespace_json(&schema, namespace).ok_or_else(|| {
+                    PipelineError::NoSuchNamespace {
+                        pipeline: pipeline.name.clone(),
+                        namespace: namespace.clone(),
+                        known: schema.namespaces.keys().cloned().collect(),
+                    }
+                })?,
+            };
+            output::emit(text.trim_end());
+            Ok(())
+        }
+        Command::Metadata(MetadataCommand::Apply(args)) => {
+            let pipeline = config.pipeline(args.pipeline.pipeline.as_deref())?;
+            let mut observer = output::observer(mode, stamp);
+            let file = if args.schema_json.is_absolute() {
+                args.schema_json.clone()
+            } else {
+                std::env::current_dir()
+                    .map(|cwd| cwd.join(&args.schema_json))
+                    .unwrap_or_else(|_| args.schema_json.clone())
+            };
+            pipeline::metadata::apply(
+                &config,
+                pipeline,
+                &file,
+                skipprd::state::DEFAULT_LEASE_WAIT,
+                observer.as_mut(),
+            )?;
+            Ok(())
+        }
         Command::Store(StoreCommand::Create) => {
-            let mut observer = output::observer(mode);
+            let mut observer = output::observer(mode, stamp);
             pipeline::create_store(&config.settings, observer.as_mut())
         }
         Command::Schema(args) => {
@@ -233,13 +303,29 @@ fn run(cli: &Cli, mode: OutputMode) -> Result<(), PipelineError> {
     }
 }
 
+/// One namespace of a saved schema as JSON (the saved format's namespace object, with its
+/// name), `None` when the schema has no such namespace.
+fn schema_namespace_json(
+    schema: &skipprd::schema::PipelineSchema,
+    namespace: &str,
+) -> Option<String> {
+    let whole: serde_json::Value = serde_json::from_str(&schema.to_json_pretty()).ok()?;
+    let part = whole.get("namespaces")?.get(namespace)?.clone();
+    let mut out = serde_json::Map::new();
+    out.insert("namespace".to_owned(), namespace.into());
+    if let serde_json::Value::Object(fields) = part {
+        out.extend(fields);
+    }
+    serde_json::to_string_pretty(&serde_json::Value::Object(out)).ok()
+}
+
 /// `query`: open the engine on the chosen pipelines and run the statement, the watch loop or
 /// the prompt. Statement errors are printed where they happen; exit 1 if any failed.
 fn query(config: &ValidatedConfig, args: &cli::QueryArgs) -> Result<(), PipelineError> {
     use skipprd::query::QueryError;
     use skipprd::query::athena::{AthenaEngine, AthenaOptions, AthenaTarget};
     let pipelines = config.pipelines_or_all(args.pipeline.as_deref())?;
-    let mut engine = match args.engine {
+    let engine = match args.engine {
         cli::EngineKind::Local => {
             query_cmd::Engine::Local(skipprd::query::QueryEngine::open(&pipelines)?)
         }
@@ -263,15 +349,30 @@ fn query(config: &ValidatedConfig, args: &cli::QueryArgs) -> Result<(), Pipeline
             tracing::warn!(error = %e, "Could not install the SIGINT handler.");
         }
     }
+    let mut session = query_cmd::Session {
+        engine,
+        config,
+        pipelines,
+        yes: args.yes,
+        interactive: false,
+    };
     match query_cmd::run(
-        &mut engine,
+        &mut session,
         args.sql.as_deref(),
         args.plain,
         args.watch,
         &stop,
     ) {
-        Ok(false) => Ok(()),
-        Ok(true) => Err(PipelineError::Reported(Box::new(PipelineError::Session {
+        Ok(outcome) if !outcome.failed => Ok(()),
+        // Already printed; a usage error (not supported, not confirmed) exits 2.
+        Ok(outcome) if outcome.usage => Err(PipelineError::Reported(Box::new(
+            PipelineError::Query(QueryError::Management {
+                message: "a statement could not run as written".to_owned(),
+                config: true,
+                retryable: false,
+            }),
+        ))),
+        Ok(_) => Err(PipelineError::Reported(Box::new(PipelineError::Session {
             message: "a statement failed".to_owned(),
         }))),
         Err(e) => Err(PipelineError::Session {

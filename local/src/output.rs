@@ -4,6 +4,7 @@ use std::io::Write;
 use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use skipprd::pipeline::events::RunStamp;
 use skipprd::pipeline::sync::SyncReport;
 use skipprd::pipeline::{Event, Observer};
 
@@ -15,24 +16,48 @@ pub fn emit(line: &str) {
     let _ = writeln!(out, "{line}");
 }
 
-/// The observer for a mode.
-pub fn observer(mode: OutputMode) -> Box<dyn Observer> {
-    match mode {
-        OutputMode::Json => Box::new(JsonLines),
+/// The observer for a mode; JSON lines carry `stamp`'s fields. Every event also goes to the
+/// log (at `info`: the daily log file keeps them, see [`crate::logfile`]).
+pub fn observer(mode: OutputMode, stamp: &RunStamp) -> Box<dyn Observer> {
+    let shown: Box<dyn Observer> = match mode {
+        OutputMode::Json => Box::new(JsonLines(stamp.clone())),
         OutputMode::Text => Box::new(Text),
         OutputMode::Progress => Box::new(Progress::default()),
-    }
+    };
+    Box::new(Logged {
+        stamp: stamp.clone(),
+        shown,
+    })
 }
 
-/// One JSON object per event on standard output.
-pub struct JsonLines;
+/// The `tracing` target events are logged under (the log file keeps them; standard error
+/// leaves them to the observer).
+pub const EVENT_TARGET: &str = "skipprd::event";
+
+/// One JSON object per event on standard output, stamped with its run.
+pub struct JsonLines(pub RunStamp);
 
 impl Observer for JsonLines {
     fn event(&mut self, event: &Event) {
-        match serde_json::to_string(event) {
+        match self.0.json_line(event) {
             Ok(line) => emit(&line),
             Err(e) => tracing::error!(error = %e, "Could not encode an event."),
         }
+    }
+}
+
+/// Logs each event (its stamped JSON at `info`), then shows it.
+struct Logged {
+    stamp: RunStamp,
+    shown: Box<dyn Observer>,
+}
+
+impl Observer for Logged {
+    fn event(&mut self, event: &Event) {
+        if let Ok(line) = self.stamp.json_line(event) {
+            tracing::info!(target: EVENT_TARGET, event = %line, "event");
+        }
+        self.shown.event(event);
     }
 }
 
@@ -272,6 +297,27 @@ fn describe(event: &Event) -> Option<String> {
             plural(*files_deleted),
             human_bytes(*bytes_freed)
         ),
+        Event::MetadataApplied {
+            pipeline,
+            changed,
+            version,
+            namespaces,
+            schema_path,
+        } => {
+            if *changed {
+                format!(
+                    "Applied the schema to '{pipeline}': {namespaces} namespace{} saved in {} (version {})",
+                    plural(*namespaces),
+                    schema_path.display(),
+                    version.map_or_else(|| "-".to_owned(), |v| v.to_string())
+                )
+            } else {
+                format!(
+                    "The saved schema of '{pipeline}' ({}) already holds everything in the file; nothing changed.",
+                    schema_path.display()
+                )
+            }
+        }
         Event::StoreReady {
             table,
             region,

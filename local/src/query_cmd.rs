@@ -9,8 +9,11 @@ use std::time::{Duration, Instant};
 
 use rustyline::DefaultEditor;
 use rustyline::error::ReadlineError;
+use skipprd::config::{ValidatedConfig, ValidatedPipeline};
 use skipprd::query::athena::AthenaEngine;
+use skipprd::query::manage::{self, Statement};
 use skipprd::query::{QueryEngine, QueryError, QueryOutput};
+use skipprd::schema::{SchemaError, SchemaStore};
 
 /// The engine statements run on.
 #[derive(Debug)]
@@ -63,6 +66,156 @@ impl Engine {
     }
 }
 
+/// An engine with what the management statements ([`manage`]) need: the config and the
+/// pipelines queried.
+pub struct Session<'a> {
+    /// Where SQL runs.
+    pub engine: Engine,
+    /// The config (for `SCHEMA DUMP`, `RESET PIPELINE`).
+    pub config: &'a ValidatedConfig,
+    /// The pipelines queried.
+    pub pipelines: Vec<&'a ValidatedPipeline>,
+    /// `--yes`: `RESET PIPELINE` runs without asking.
+    pub yes: bool,
+    /// At the interactive prompt: `RESET PIPELINE` asks on the terminal.
+    pub interactive: bool,
+}
+
+impl Session<'_> {
+    /// Run one statement: a management statement here, anything else on the engine.
+    fn sql(&mut self, sql: &str) -> Result<QueryOutput, QueryError> {
+        match manage::parse(sql)? {
+            None => self.engine.sql(sql),
+            Some(statement) => self.manage(statement),
+        }
+    }
+
+    fn refresh(&mut self) -> Result<(), QueryError> {
+        self.engine.refresh()
+    }
+
+    fn manage(&mut self, statement: Statement) -> Result<QueryOutput, QueryError> {
+        match statement {
+            Statement::ShowPipelines => manage::show_pipelines(&self.pipelines),
+            Statement::ShowStats(name) => {
+                let chosen = manage::chosen(&self.pipelines, name.as_deref())?;
+                match &self.engine {
+                    Engine::Local(engine) => manage::stats(&manage::row_counts(engine, &chosen)?),
+                    Engine::Athena(_) => Err(QueryError::NotSupported {
+                        statement: "SHOW STATS with --engine athena (run it with the local engine)"
+                            .to_owned(),
+                    }),
+                }
+            }
+            Statement::SchemaDump(name) => {
+                let chosen = manage::chosen(&self.pipelines, name.as_deref())?;
+                let mut rows = Vec::with_capacity(chosen.len());
+                for pipeline in chosen {
+                    let store = skipprd::pipeline::discover::schema_store(
+                        &self.config.settings,
+                        pipeline,
+                        None,
+                    )
+                    .map_err(failed)?;
+                    let schema = match store.load() {
+                        Ok(schema) => Some(schema.to_json_pretty()),
+                        Err(SchemaError::NotFound { .. }) => None,
+                        Err(e) => {
+                            return Err(QueryError::Management {
+                                message: format!("pipeline '{}': {e}", pipeline.name),
+                                config: false,
+                                retryable: false,
+                            });
+                        }
+                    };
+                    rows.push((pipeline.name.clone(), schema));
+                }
+                manage::schema_dump(&rows)
+            }
+            Statement::ResetPipeline(name) => {
+                let chosen = manage::chosen(&self.pipelines, Some(&name))?;
+                let Some(pipeline) = chosen.first() else {
+                    return manage::fields(&[]);
+                };
+                if !self.yes && !self.confirmed(&pipeline.name) {
+                    return Err(QueryError::Management {
+                        message: format!(
+                            "RESET PIPELINE {name} was not confirmed: it deletes the source position and the acknowledgements together and empties the WAL, so the next sync reads the source from its start (rows that landed are written again); run it with `query --yes`, or type y at the prompt"
+                        ),
+                        config: true,
+                        retryable: false,
+                    });
+                }
+                let options = skipprd::pipeline::ResetOptions {
+                    confirm: true,
+                    ..skipprd::pipeline::ResetOptions::default()
+                };
+                let report = skipprd::pipeline::reset(
+                    self.config,
+                    pipeline,
+                    &options,
+                    &mut skipprd::pipeline::events::Silent,
+                )
+                .map_err(failed)?;
+                // The WAL was emptied under the engine: read it again.
+                let _ = self.engine.refresh();
+                let id = |v: Option<u64>| v.map_or_else(|| "none".to_owned(), |v| v.to_string());
+                manage::fields(&[
+                    ("pipeline", pipeline.name.clone()),
+                    ("position_batch", id(report.position_batch)),
+                    ("acked", id(report.acked)),
+                    ("deadletters_acked", id(report.deadletters_acked)),
+                    ("wal_batches", report.wal_batches.to_string()),
+                    ("floor", report.floor.to_string()),
+                ])
+            }
+        }
+    }
+
+    /// Ask on the terminal whether to reset `pipeline` (never without one).
+    fn confirmed(&self, pipeline: &str) -> bool {
+        use std::io::{BufRead, IsTerminal};
+        if !self.interactive || !std::io::stdin().is_terminal() {
+            return false;
+        }
+        eprint!(
+            "Reset pipeline '{pipeline}'? Its source position and acknowledgements are deleted and its WAL emptied; the next sync reads the source from its start. [y/N] "
+        );
+        let mut answer = String::new();
+        if std::io::stdin().lock().read_line(&mut answer).is_err() {
+            return false;
+        }
+        matches!(answer.trim().to_ascii_lowercase().as_str(), "y" | "yes")
+    }
+}
+
+/// A pipeline command's error as a statement's.
+fn failed(error: skipprd::pipeline::PipelineError) -> QueryError {
+    QueryError::Management {
+        message: error.to_string(),
+        config: error.is_config(),
+        retryable: error.is_retryable(),
+    }
+}
+
+/// How a run of statements ended.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Outcome {
+    /// A statement failed.
+    pub failed: bool,
+    /// A statement failed for a usage reason (exit 2: not supported, not confirmed).
+    pub usage: bool,
+}
+
+impl Outcome {
+    fn add(&mut self, error: Option<&QueryError>) {
+        if let Some(error) = error {
+            self.failed = true;
+            self.usage |= error.is_config();
+        }
+    }
+}
+
 /// Run `skipprd query`. With `sql`, run that one statement (every `watch` seconds, reading the
 /// WALs again first, until `stop` is set); without it, read statements at an interactive
 /// prompt. Results go to standard output (an aligned table, or with `plain` one JSON line per
@@ -72,18 +225,18 @@ impl Engine {
 ///
 /// `--watch` without `--sql`, or a prompt that cannot be started.
 pub fn run(
-    engine: &mut Engine,
+    session: &mut Session<'_>,
     sql: Option<&str>,
     plain: bool,
     watch: Option<u64>,
     stop: &AtomicBool,
-) -> anyhow::Result<bool> {
+) -> anyhow::Result<Outcome> {
     let mut out = std::io::stdout();
     let mut err = std::io::stderr();
     match (sql, watch) {
-        (Some(sql), None) => Ok(run_once(engine, sql, plain, &mut out, &mut err)),
+        (Some(sql), None) => Ok(run_once(session, sql, plain, &mut out, &mut err)),
         (Some(sql), Some(every)) => Ok(run_watch(
-            engine,
+            session,
             sql,
             plain,
             Duration::from_secs(every.max(1)),
@@ -92,48 +245,50 @@ pub fn run(
             &mut err,
         )),
         (None, Some(_)) => anyhow::bail!("--watch needs a statement to run: give it with --sql"),
-        (None, None) => prompt(engine, plain, stop),
+        (None, None) => {
+            session.interactive = true;
+            prompt(session, plain, stop)
+        }
     }
 }
 
-/// Run `sql` and print its result; on failure print the error. Returns whether it failed.
+/// Run `sql` and print its result; on failure print the error. Returns how it ended.
 fn run_once(
-    engine: &Engine,
+    session: &mut Session<'_>,
     sql: &str,
     plain: bool,
     out: &mut dyn Write,
     err: &mut dyn Write,
-) -> bool {
-    match engine.sql(sql) {
-        Ok(output) => {
-            print_output(&output, plain, out);
-            false
-        }
+) -> Outcome {
+    let mut outcome = Outcome::default();
+    match session.sql(sql) {
+        Ok(output) => print_output(&output, plain, out),
         Err(error) => {
             print_error(&error, err);
-            true
+            outcome.add(Some(&error));
         }
     }
+    outcome
 }
 
 /// Re-run `sql` every `every` until `stop` is set. A statement that can never succeed (bad SQL,
 /// an unknown table) stops the loop; a retryable failure (a segment reclaimed mid-read) does not.
 fn run_watch(
-    engine: &mut Engine,
+    session: &mut Session<'_>,
     sql: &str,
     plain: bool,
     every: Duration,
     stop: &AtomicBool,
     out: &mut dyn Write,
     err: &mut dyn Write,
-) -> bool {
-    let mut failed = false;
+) -> Outcome {
+    let mut outcome = Outcome::default();
     let mut first = true;
     while !stop.load(Ordering::Relaxed) {
         let started = Instant::now();
-        let result = if first { Ok(()) } else { engine.refresh() };
+        let result = if first { Ok(()) } else { session.refresh() };
         first = false;
-        let result = result.and_then(|()| engine.sql(sql));
+        let result = result.and_then(|()| session.sql(sql));
         match result {
             Ok(output) => {
                 if !plain {
@@ -148,9 +303,9 @@ fn run_watch(
             }
             Err(error) => {
                 print_error(&error, err);
-                failed = true;
+                outcome.add(Some(&error));
                 if !error.is_retryable() {
-                    return true;
+                    return outcome;
                 }
             }
         }
@@ -158,7 +313,7 @@ fn run_watch(
             std::thread::sleep(Duration::from_millis(50).min(every - started.elapsed().min(every)));
         }
     }
-    failed
+    outcome
 }
 
 fn print_output(output: &QueryOutput, plain: bool, out: &mut dyn Write) {
@@ -248,7 +403,7 @@ impl Buffer {
 
 /// The interactive prompt. Before each statement the WALs are read again, so it sees batches a
 /// running `sync` commits.
-fn prompt(engine: &mut Engine, plain: bool, stop: &AtomicBool) -> anyhow::Result<bool> {
+fn prompt(session: &mut Session<'_>, plain: bool, stop: &AtomicBool) -> anyhow::Result<Outcome> {
     let mut editor = DefaultEditor::new()?;
     let history = history_file();
     if let Some(path) = &history {
@@ -259,11 +414,11 @@ fn prompt(engine: &mut Engine, plain: bool, stop: &AtomicBool) -> anyhow::Result
     let mut err = std::io::stderr();
     let _ = writeln!(
         err,
-        "{}\nEnd a statement with ; or an empty line. \\d lists the tables; exit, quit or Ctrl-D leaves.",
-        engine.banner()
+        "{}\nEnd a statement with ; or an empty line. \\d lists the tables; SHOW PIPELINES, SHOW STATS, SCHEMA DUMP and RESET PIPELINE <name> manage; exit, quit or Ctrl-D leaves.",
+        session.engine.banner()
     );
     let mut buffer = Buffer::default();
-    let mut failed = false;
+    let mut outcome = Outcome::default();
     while !stop.load(Ordering::Relaxed) {
         let prompt = if buffer.is_empty() { "sql> " } else { "  -> " };
         let line = match editor.readline(prompt) {
@@ -280,11 +435,12 @@ fn prompt(engine: &mut Engine, plain: bool, stop: &AtomicBool) -> anyhow::Result
             Step::More | Step::Nothing => {}
             Step::Exit => break,
             Step::Tables => {
-                if let Engine::Athena(_) = engine {
-                    failed |= run_once(engine, "SHOW TABLES", plain, &mut out, &mut err);
+                if let Engine::Athena(_) = session.engine {
+                    let once = run_once(session, "SHOW TABLES", plain, &mut out, &mut err);
+                    outcome.failed |= once.failed;
                 } else {
-                    refresh(engine, &mut err);
-                    if let Engine::Local(local) = engine {
+                    refresh(session, &mut err);
+                    if let Engine::Local(local) = &session.engine {
                         for table in local.tables() {
                             let _ = writeln!(out, "{table}");
                         }
@@ -293,8 +449,10 @@ fn prompt(engine: &mut Engine, plain: bool, stop: &AtomicBool) -> anyhow::Result
             }
             Step::Run(statement) => {
                 let _ = editor.add_history_entry(statement.as_str());
-                refresh(engine, &mut err);
-                failed |= run_once(engine, &statement, plain, &mut out, &mut err);
+                refresh(session, &mut err);
+                let once = run_once(session, &statement, plain, &mut out, &mut err);
+                outcome.failed |= once.failed;
+                outcome.usage |= once.usage;
             }
         }
     }
@@ -306,12 +464,12 @@ fn prompt(engine: &mut Engine, plain: bool, stop: &AtomicBool) -> anyhow::Result
             tracing::debug!(path = %path.display(), %error, "Could not save the query history.");
         }
     }
-    Ok(failed)
+    Ok(outcome)
 }
 
 /// Read the WALs again; on failure say so and keep the tables as they were.
-fn refresh(engine: &mut Engine, err: &mut dyn Write) {
-    if let Err(error) = engine.refresh() {
+fn refresh(session: &mut Session<'_>, err: &mut dyn Write) {
+    if let Err(error) = session.refresh() {
         let _ = writeln!(
             err,
             "warning: could not re-read the WAL, showing the data read before: {error}"
@@ -348,7 +506,7 @@ mod tests {
         assert_eq!(buffer.push("exit"), Step::More);
     }
 
-    fn engine_over_empty_project() -> (tempfile::TempDir, Engine) {
+    fn engine_over_empty_project() -> (tempfile::TempDir, ValidatedConfig) {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("events.jsonl"), "").unwrap();
         std::fs::write(
@@ -366,41 +524,39 @@ mod tests {
         for pipeline in config.pipelines.values_mut() {
             pipeline.data_dir = dir.path().join("data");
         }
+        (dir, config)
+    }
+
+    fn session(config: &ValidatedConfig) -> Session<'_> {
         let pipeline = config.pipeline(None).unwrap();
-        let engine = QueryEngine::open(&[pipeline]).unwrap();
-        (dir, Engine::Local(engine))
+        Session {
+            engine: Engine::Local(QueryEngine::open(&[pipeline]).unwrap()),
+            config,
+            pipelines: vec![pipeline],
+            yes: false,
+            interactive: false,
+        }
     }
 
     #[test]
     fn one_statement_prints_a_table_or_json_and_bad_sql_prints_datafusions_error() {
-        let (_dir, engine) = engine_over_empty_project();
+        let (_dir, config) = engine_over_empty_project();
+        let mut engine = session(&config);
         let (mut out, mut err) = (Vec::new(), Vec::new());
-        assert!(!run_once(
-            &engine,
-            "select 1 as one",
-            false,
-            &mut out,
-            &mut err
-        ));
+        assert!(!run_once(&mut engine, "select 1 as one", false, &mut out, &mut err).failed);
         assert_eq!(
             String::from_utf8(out).unwrap(),
             "+-----+\n| one |\n+-----+\n| 1   |\n+-----+\n(1 row)\n"
         );
         let mut out = Vec::new();
-        assert!(!run_once(
-            &engine,
-            "select 1 as one",
-            true,
-            &mut out,
-            &mut err
-        ));
+        assert!(!run_once(&mut engine, "select 1 as one", true, &mut out, &mut err).failed);
         assert_eq!(
             String::from_utf8(out).unwrap(),
             "{\"header\":[\"one\"],\"rows\":[[1]]}\n"
         );
         assert!(err.is_empty());
         let mut out = Vec::new();
-        assert!(run_once(&engine, "selec 1", false, &mut out, &mut err));
+        assert!(run_once(&mut engine, "selec 1", false, &mut out, &mut err).failed);
         assert!(out.is_empty());
         let err = String::from_utf8(err).unwrap();
         assert!(err.starts_with("error: SQL error: "), "{err}");
@@ -408,18 +564,22 @@ mod tests {
 
     #[test]
     fn watch_reruns_until_stopped_and_stops_at_once_on_bad_sql() {
-        let (_dir, mut engine) = engine_over_empty_project();
+        let (_dir, config) = engine_over_empty_project();
+        let mut engine = session(&config);
         let (mut out, mut err) = (Vec::new(), Vec::new());
         let stop = AtomicBool::new(false);
-        assert!(run_watch(
-            &mut engine,
-            "select * from p.nope",
-            true,
-            Duration::from_secs(1),
-            &stop,
-            &mut out,
-            &mut err
-        ));
+        assert!(
+            run_watch(
+                &mut engine,
+                "select * from p.nope",
+                true,
+                Duration::from_secs(1),
+                &stop,
+                &mut out,
+                &mut err
+            )
+            .failed
+        );
         assert!(
             String::from_utf8(err)
                 .unwrap()
@@ -428,15 +588,18 @@ mod tests {
 
         let stop = AtomicBool::new(true);
         let (mut out, mut err) = (Vec::new(), Vec::new());
-        assert!(!run_watch(
-            &mut engine,
-            "select 1",
-            true,
-            Duration::from_secs(1),
-            &stop,
-            &mut out,
-            &mut err
-        ));
+        assert!(
+            !run_watch(
+                &mut engine,
+                "select 1",
+                true,
+                Duration::from_secs(1),
+                &stop,
+                &mut out,
+                &mut err
+            )
+            .failed
+        );
         assert!(out.is_empty());
     }
 }

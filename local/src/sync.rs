@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use skipprd::config::validate::ValidatedConfig;
+use skipprd::pipeline::events::RunStamp;
 use skipprd::pipeline::sync::{SyncOptions, sync_pass};
 use skipprd::pipeline::{Event, PipelineError};
 
@@ -17,6 +18,7 @@ pub fn run(
     config: &ValidatedConfig,
     args: &SyncArgs,
     mode: OutputMode,
+    stamp: &RunStamp,
 ) -> Result<(), PipelineError> {
     let pipelines = config.pipelines_or_all(args.pipeline.as_deref())?;
     let stop = Arc::new(AtomicBool::new(false));
@@ -31,9 +33,10 @@ pub fn run(
     }
     let options = SyncOptions {
         stop: Arc::clone(&stop),
+        progress_interval: status_interval(mode),
         ..SyncOptions::default()
     };
-    let mut observer = output::observer(mode);
+    let mut observer = output::observer(mode, stamp);
     let mut first_error: Option<PipelineError> = None;
     let mut next_due: Vec<Instant> = vec![Instant::now(); pipelines.len()];
     loop {
@@ -71,6 +74,15 @@ pub fn run(
         // Already reported; the error itself decides the exit code.
         Some(e) => Err(PipelineError::Reported(Box::new(e))),
         None => Ok(()),
+    }
+}
+
+/// How often a long pass says `sync_status`: the progress display redraws twice a second;
+/// lines for scripts and logs come every 10 s.
+fn status_interval(mode: OutputMode) -> Duration {
+    match mode {
+        OutputMode::Progress => Duration::from_millis(500),
+        OutputMode::Text | OutputMode::Json => Duration::from_secs(10),
     }
 }
 

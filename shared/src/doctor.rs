@@ -79,6 +79,37 @@ impl Check {
     }
 }
 
+/// The `doctor_complete` event: `{event, ok, checks}`, each check with the real product's
+/// fields (`ok`, `severity`: `info`, `warning` or `error`; `message`; `suggested_fix_command`,
+/// `null` when there is nothing to do) and ours (`name`, `status`, `detail`, `fix`).
+pub fn report_json(checks: &[Check], ok: bool) -> serde_json::Value {
+    let checks: Vec<serde_json::Value> = checks
+        .iter()
+        .map(|check| {
+            let severity = match check.status {
+                Status::Ok => "info",
+                Status::Warn => "warning",
+                Status::Fail => "error",
+            };
+            serde_json::json!({
+                "name": check.name,
+                "ok": check.status != Status::Fail,
+                "severity": severity,
+                "message": format!("{}: {}", check.name, check.detail),
+                "suggested_fix_command": check.fix,
+                "status": check.status,
+                "detail": check.detail,
+                "fix": check.fix,
+            })
+        })
+        .collect();
+    serde_json::json!({
+        "event": "doctor_complete",
+        "ok": ok,
+        "checks": checks,
+    })
+}
+
 /// Run every check of every pipeline of `config`, in order.
 pub fn diagnose(config: &ValidatedConfig) -> Vec<Check> {
     let mut checks = Vec::new();

@@ -24,6 +24,8 @@ pub const SCRUBBED: &[&str] = &[
     "TRANSFORM_NAMESPACE_FIELDS",
     "SKIPPR_FAILPOINT",
     "DELIVER_THRESHOLD_BYTES",
+    "SKIPPR_LOG_FILE",
+    "SKIPPR_LOG_DIR",
 ];
 
 /// `skipprd` ([`skipprd_bin`]) to run in `dir`, without the [`SCRUBBED`] variables.

@@ -273,12 +273,15 @@ fn discover_with(
         tracing::info!(pipeline = %name, "The saved schema already holds everything discover found.");
     }
     let schema = saved.schema;
+    let mut total_fields = 0u64;
     for (namespace, ns) in &schema.namespaces {
+        let fields = field_paths(&ns.fields);
+        total_fields += fields.len() as u64;
         observer.event(&Event::NamespaceDiscovered {
             pipeline: name.clone(),
             namespace: namespace.clone(),
             records: ns.records,
-            fields: field_paths(&ns.fields),
+            fields,
         });
     }
     let elapsed = started.elapsed();
@@ -300,6 +303,9 @@ fn discover_with(
         bytes,
         seconds: (elapsed.as_secs_f64() * 1000.0).round() / 1000.0,
         schema_path: store.location().into(),
+        namespaces_discovered: schema.namespaces.len() as u64,
+        total_fields,
+        elapsed_ms: u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX),
     });
     Ok(DiscoverReport {
         schema,

@@ -66,6 +66,16 @@ pub enum PipelineError {
         /// What went wrong.
         message: String,
     },
+    /// A command named a namespace the pipeline's saved schema does not have.
+    #[error("pipeline '{pipeline}' has no namespace '{namespace}' (it has: {})", .known.join(", "))]
+    NoSuchNamespace {
+        /// The pipeline.
+        pipeline: String,
+        /// The namespace as given.
+        namespace: String,
+        /// The namespaces it has.
+        known: Vec<String>,
+    },
     /// The state store or the writer lease failed.
     #[error("pipeline '{pipeline}': {source}")]
     State {
@@ -152,7 +162,8 @@ impl PipelineError {
             | PipelineError::Aws { pipeline, .. }
             | PipelineError::Wal { pipeline, .. }
             | PipelineError::Sink { pipeline, .. }
-            | PipelineError::Maintain { pipeline, .. } => Some(pipeline),
+            | PipelineError::Maintain { pipeline, .. }
+            | PipelineError::NoSuchNamespace { pipeline, .. } => Some(pipeline),
             PipelineError::Reported(inner) => inner.pipeline(),
         }
     }
@@ -166,7 +177,8 @@ impl PipelineError {
             PipelineError::NothingRead { .. }
             | PipelineError::Io { .. }
             | PipelineError::WalRestarted { .. }
-            | PipelineError::ResetNotConfirmed { .. } => false,
+            | PipelineError::ResetNotConfirmed { .. }
+            | PipelineError::NoSuchNamespace { .. } => false,
             PipelineError::Aws { source, .. } => source.is_retryable(),
             PipelineError::State { source, .. } | PipelineError::Store(source) => {
                 source.is_retryable()
@@ -184,7 +196,9 @@ impl PipelineError {
     /// Whether the input (config or command line) must change: exit code 2.
     pub fn is_config(&self) -> bool {
         match self {
-            PipelineError::Config(_) | PipelineError::ResetNotConfirmed { .. } => true,
+            PipelineError::Config(_)
+            | PipelineError::ResetNotConfirmed { .. }
+            | PipelineError::NoSuchNamespace { .. } => true,
             PipelineError::Sink { source, .. } | PipelineError::Maintain { source, .. } => {
                 matches!(**source, crate::sinks::SinkError::Config { .. })
             }

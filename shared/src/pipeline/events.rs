@@ -4,11 +4,19 @@
 //! (`discover_start`, `discover_progress`, `namespace_discovered`, `discover_complete`,
 //! `discover_error`; `sync_start`, `sync_status`, `schema_evolved`, `sync_complete`,
 //! `sync_error`; `lease_waiting`; `maintain_complete`, `maintain_error`; `reset`,
-//! `reset_error`; `schema_error`; `store_ready`, `store_error`). Field names are stable: scripts depend on them.
+//! `reset_error`; `metadata_applied`; `schema_error`; `store_ready`, `store_error`). Field names are stable: scripts depend on them.
+//!
+//! Every JSON line also carries the fields of its run ([`RunStamp`]): `timestamp` (RFC 3339,
+//! UTC, to the millisecond), `run_id` (one per run of a command: a CLI process, a Lambda
+//! invocation) and `phase` (the command the event belongs to: `discover`, `sync`, `schema`,
+//! `query`, `maintain`, `reset`, `replay`, `store`, `doctor`, `metadata`), right after
+//! `event`.
 
 use std::path::PathBuf;
 
+use chrono::{DateTime, SecondsFormat, Utc};
 use serde::Serialize;
+use serde_json::{Map, Value};
 
 /// Something that happened while a command ran.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -68,6 +76,12 @@ pub enum Event {
         seconds: f64,
         /// Where the schema was saved.
         schema_path: PathBuf,
+        /// The same as `namespaces`, under the real product's name.
+        namespaces_discovered: u64,
+        /// Fields in all namespaces, nested struct fields counted one each.
+        total_fields: u64,
+        /// Wall time in milliseconds.
+        elapsed_ms: u64,
     },
     /// `discover` failed.
     DiscoverError {
@@ -212,6 +226,19 @@ pub enum Event {
         /// Whether running again unchanged might succeed.
         retryable: bool,
     },
+    /// `metadata apply` merged a schema into the saved one.
+    MetadataApplied {
+        /// The pipeline.
+        pipeline: String,
+        /// Whether the saved schema changed (`false`: it already held everything).
+        changed: bool,
+        /// The schema version after the save.
+        version: Option<u32>,
+        /// Namespaces in the saved schema now.
+        namespaces: u64,
+        /// Where the schema is saved.
+        schema_path: PathBuf,
+    },
     /// `schema` failed.
     SchemaError {
         /// The pipeline, when known.
@@ -221,6 +248,60 @@ pub enum Event {
         /// Whether running again unchanged might succeed.
         retryable: bool,
     },
+}
+
+/// The fields every JSON event line of one run carries besides the event's own.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunStamp {
+    /// One id per run of a command (a CLI process, a Lambda invocation).
+    pub run_id: String,
+    /// The command the events belong to (`discover`, `sync`, ...).
+    pub phase: &'static str,
+}
+
+impl RunStamp {
+    /// A stamp with a fresh random run id.
+    pub fn new(phase: &'static str) -> RunStamp {
+        RunStamp {
+            run_id: uuid::Uuid::new_v4().simple().to_string(),
+            phase,
+        }
+    }
+
+    /// `event` as one JSON line, stamped now.
+    pub fn json_line(&self, event: &Event) -> Result<String, serde_json::Error> {
+        let value = serde_json::to_value(event)?;
+        Ok(self.stamp_at(value, Utc::now()).to_string())
+    }
+
+    /// A JSON object with the stamp's fields put right after its `event` field (first when it
+    /// has none); a field of the object's own under one of those names is kept and wins.
+    /// Anything but an object is returned as it is.
+    pub fn stamp_at(&self, value: Value, now: DateTime<Utc>) -> Value {
+        let Value::Object(fields) = value else {
+            return value;
+        };
+        let mut out = Map::with_capacity(fields.len() + 3);
+        let mut fields = fields;
+        if let Some(event) = fields.shift_remove("event") {
+            out.insert("event".to_owned(), event);
+        }
+        let stamp = [
+            (
+                "timestamp",
+                Value::from(now.to_rfc3339_opts(SecondsFormat::Millis, true)),
+            ),
+            ("run_id", Value::from(self.run_id.clone())),
+            ("phase", Value::from(self.phase)),
+        ];
+        for (key, value) in stamp {
+            if !fields.contains_key(key) {
+                out.insert(key.to_owned(), value);
+            }
+        }
+        out.extend(fields);
+        Value::Object(out)
+    }
 }
 
 /// Receives events as a command runs.
@@ -246,3 +327,6 @@ impl Observer for Recorder {
         self.0.push(event.clone());
     }
 }
+
+#[cfg(test)]
+mod tests;

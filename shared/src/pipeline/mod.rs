@@ -10,6 +10,7 @@ pub mod error;
 pub mod events;
 mod held;
 pub mod maintain;
+pub mod metadata;
 mod replay;
 pub mod reset;
 mod schema_save;

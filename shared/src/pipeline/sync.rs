@@ -24,7 +24,7 @@
 //! (SIGINT/SIGTERM) and the [`SyncOptions::deadline`] are honoured between batches: the batch
 //! being committed is finished, nothing is half-written.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -93,6 +93,12 @@ impl Default for SyncOptions {
 pub struct SyncReport {
     /// Rows committed to the WAL.
     pub rows: u64,
+    /// The same as `rows`, under the name the real product's scripts read.
+    pub total_rows: u64,
+    /// Namespaces (tables) that got rows in this pass.
+    pub namespaces_synced: u64,
+    /// Wall time of the pass in milliseconds (the real product's name; `seconds` too).
+    pub elapsed_ms: u64,
     /// Batches committed.
     pub batches: u64,
     /// Input bytes read.
@@ -116,6 +122,9 @@ pub struct SyncReport {
     /// (and left out of the JSON) without AWS backends.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub aws_requests: BTreeMap<String, u64>,
+    /// The namespaces behind [`SyncReport::namespaces_synced`].
+    #[serde(skip)]
+    pub namespaces: BTreeSet<String>,
 }
 
 /// Minimum free bytes on the data dir's file system before reading pauses.
@@ -412,6 +421,9 @@ pub fn sync_pass(
                     let rows = builder.len() as u64;
                     let batch = builder.finish().map_err(schema_err)?;
                     report.rows += rows;
+                    if !report.namespaces.contains(&namespace) {
+                        report.namespaces.insert(namespace.clone());
+                    }
                     parts.push(BatchPart {
                         namespace,
                         schema_version,
@@ -528,7 +540,11 @@ pub fn sync_pass(
     if let (Some(aws), Some(before)) = (&aws, &requests_before) {
         report.aws_requests = requests_since(aws, before);
     }
-    report.seconds = (started.elapsed().as_secs_f64() * 1000.0).round() / 1000.0;
+    let elapsed = started.elapsed();
+    report.seconds = (elapsed.as_secs_f64() * 1000.0).round() / 1000.0;
+    report.elapsed_ms = u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX);
+    report.total_rows = report.rows;
+    report.namespaces_synced = report.namespaces.len() as u64;
     observer.event(&Event::SyncComplete {
         pipeline: name.clone(),
         report: report.clone(),
@@ -753,6 +769,9 @@ mod tests {
                 "event",
                 "pipeline",
                 "rows",
+                "total_rows",
+                "namespaces_synced",
+                "elapsed_ms",
                 "batches",
                 "bytes",
                 "deadletters",

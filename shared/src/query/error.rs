@@ -69,6 +69,32 @@ pub enum QueryError {
     /// The runtime that runs queries could not be started.
     #[error("could not start the query runtime: {0}")]
     Runtime(#[source] std::io::Error),
+    /// A management statement this build does not have (see [`super::manage`]).
+    #[error(
+        "`{statement}` is not supported: the management statements are SHOW PIPELINES, SHOW STATS [pipeline], SCHEMA DUMP [pipeline] and RESET PIPELINE <pipeline>"
+    )]
+    NotSupported {
+        /// The statement as typed.
+        statement: String,
+    },
+    /// A management statement names a pipeline that is not among those queried.
+    #[error("pipeline '{pipeline}' is not one of the pipelines queried ({})", .known.join(", "))]
+    UnknownPipeline {
+        /// The name as typed.
+        pipeline: String,
+        /// The pipelines queried.
+        known: Vec<String>,
+    },
+    /// A management statement failed while it ran (`RESET PIPELINE`, `SCHEMA DUMP`).
+    #[error("{message}")]
+    Management {
+        /// The error, one line.
+        message: String,
+        /// Whether it is a usage error (exit 2: not confirmed, a bad config).
+        config: bool,
+        /// Whether running it again unchanged might succeed.
+        retryable: bool,
+    },
     /// A statement run through Athena (`--engine athena`) failed, or Athena cannot be used
     /// for the pipelines chosen.
     #[error(transparent)]
@@ -83,15 +109,19 @@ impl QueryError {
             QueryError::Wal { source, .. } => source.is_retryable(),
             QueryError::Scan { retryable, .. } => *retryable,
             QueryError::Athena(error) => error.is_retryable(),
+            QueryError::Management { retryable, .. } => *retryable,
             _ => false,
         }
     }
 
     /// Whether the command line or configuration must change (exit code 2): Athena asked for
-    /// pipelines without an `AthenaIceberg` sink.
+    /// pipelines without an `AthenaIceberg` sink, a management statement this build does not
+    /// have, an unknown pipeline, a reset not confirmed.
     pub fn is_config(&self) -> bool {
         match self {
             QueryError::Athena(error) => error.is_config(),
+            QueryError::NotSupported { .. } | QueryError::UnknownPipeline { .. } => true,
+            QueryError::Management { config, .. } => *config,
             _ => false,
         }
     }

@@ -20,6 +20,7 @@
 pub mod athena;
 mod error;
 mod lake;
+pub mod manage;
 mod output;
 pub mod s3_objects;
 mod table;
