@@ -195,7 +195,6 @@ impl Pipeline<'_> {
                 let part = self.name(&format!("source {}", check.part));
                 self.push(match check.fix {
                     None => Check::ok(part, check.detail),
-                    Some(fix) if check.warn => Check::warn(part, check.detail, fix),
                     Some(fix) => Check::fail(part, check.detail, fix),
                 });
             }

@@ -16,10 +16,8 @@ pub struct PgCheck {
     pub part: String,
     /// What was found.
     pub detail: String,
-    /// What to do, for a check that did not pass.
+    /// What to do, for a check that failed (`None`: it passed).
     pub fix: Option<String>,
-    /// A warning rather than a failure.
-    pub warn: bool,
 }
 
 impl PgCheck {
@@ -28,7 +26,6 @@ impl PgCheck {
             part: part.into(),
             detail: detail.into(),
             fix: None,
-            warn: false,
         }
     }
 
@@ -37,7 +34,6 @@ impl PgCheck {
             part: part.into(),
             detail: detail.into(),
             fix: Some(fix.into()),
-            warn: false,
         }
     }
 }

@@ -103,3 +103,131 @@ fn arrays_nest_per_dimension_with_null_elements() {
         json!([])
     );
 }
+
+mod checkpoint {
+    use super::super::reader::Chunk;
+    use super::super::*;
+    use crate::config::connectors::PostgresTableConfig;
+    use serde_json::{Map, Value, json};
+
+    fn options(tables: &[(&str, Option<&str>)]) -> PostgresSourceOptions {
+        let mut config = tokio_postgres::Config::new();
+        config
+            .host("h")
+            .port(1)
+            .dbname("db")
+            .user("u")
+            .password("pw-secret");
+        PostgresSourceOptions {
+            server: server_name(&config),
+            config,
+            schema: "public".into(),
+            tables: tables
+                .iter()
+                .map(|(name, cursor)| PostgresTableConfig {
+                    name: (*name).into(),
+                    cursor_field: cursor.map(str::to_owned),
+                    primary_key: Some(vec!["id".into()]),
+                })
+                .collect(),
+            query: None,
+            batch_rows: 2,
+            sample_rows: None,
+        }
+    }
+
+    fn rows(n: usize) -> Vec<Map<String, Value>> {
+        (0..n)
+            .map(|i| json!({"id": i}).as_object().unwrap().clone())
+            .collect()
+    }
+
+    /// Plan the pass as `start` would, without a server.
+    fn planned(source: &mut PostgresSource) {
+        let names: Vec<String> = source
+            .options
+            .tables
+            .iter()
+            .map(|t| format!("public.{}", t.name))
+            .collect();
+        source.plans = Some(
+            names
+                .iter()
+                .map(|name| reader::Plan {
+                    name: name.clone(),
+                    start: TableStart::default(),
+                })
+                .collect(),
+        );
+        source.state.in_pass = true;
+    }
+
+    #[test]
+    fn the_last_batch_of_a_pass_leaves_the_next_pass_start_and_keeps_cursor_keys() {
+        let mut source =
+            PostgresSource::open_at(options(&[("full", None), ("inc", Some("at"))]), None).unwrap();
+        assert_eq!(source.options.server, "h:1/db");
+        planned(&mut source);
+        let batch = source
+            .take(Chunk {
+                table: 0,
+                rows: rows(2),
+                last_key: Some(vec!["2".into()]),
+                end: true,
+                last_of_pass: false,
+            })
+            .unwrap();
+        assert_eq!(batch.records.len(), 2);
+        assert_eq!(
+            batch.records[1].position.uri,
+            "postgres://h:1/db/public.full"
+        );
+        assert_eq!(batch.records[1].namespace.as_deref(), Some("postgres_full"));
+        let mid: PostgresCheckpoint =
+            serde_json::from_slice(&source.checkpoint().unwrap()).unwrap();
+        assert!(mid.in_pass);
+        assert!(mid.tables["public.full"].done);
+        source.take(Chunk {
+            table: 1,
+            rows: rows(1),
+            last_key: Some(vec!["t9".into(), "9".into()]),
+            end: true,
+            last_of_pass: true,
+        });
+        let bytes = source.checkpoint().unwrap();
+        let done: PostgresCheckpoint = serde_json::from_slice(&bytes).unwrap();
+        assert!(!done.in_pass);
+        assert_eq!(done.tables["public.full"].key, None);
+        assert!(!done.tables["public.full"].done);
+        assert_eq!(
+            done.tables["public.inc"].key,
+            Some(vec!["t9".to_owned(), "9".to_owned()])
+        );
+        assert!(!String::from_utf8_lossy(&bytes).contains("pw-secret"));
+    }
+
+    #[test]
+    fn a_checkpoint_of_another_version_is_refused_and_of_another_server_starts_over() {
+        let opts = options(&[("t", None)]);
+        let other = PostgresCheckpoint {
+            version: POSTGRES_CHECKPOINT_VERSION + 1,
+            ..PostgresCheckpoint::default()
+        };
+        let e = PostgresSource::open_at(opts.clone(), Some(&serde_json::to_vec(&other).unwrap()))
+            .unwrap_err();
+        assert!(matches!(e, SourceError::BadCheckpoint { .. }), "{e}");
+        assert!(e.to_string().contains("h:1/db/public"), "{e}");
+        let e = PostgresSource::open_at(opts.clone(), Some(b"not json")).unwrap_err();
+        assert!(matches!(e, SourceError::BadCheckpoint { .. }), "{e}");
+        let elsewhere = PostgresCheckpoint {
+            version: POSTGRES_CHECKPOINT_VERSION,
+            source: "other:5432/db/public".into(),
+            in_pass: true,
+            ..PostgresCheckpoint::default()
+        };
+        let source =
+            PostgresSource::open_at(opts, Some(&serde_json::to_vec(&elsewhere).unwrap())).unwrap();
+        assert!(!source.state.in_pass);
+        assert_eq!(source.state.source, "h:1/db/public");
+    }
+}
