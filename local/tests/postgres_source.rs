@@ -6,7 +6,8 @@
 //! - six tables covering every mapped type (and one unmapped, read as text), NULLs included,
 //!   read without a `tables` list: every value exact in both readers;
 //! - incremental: 10,000 rows sharing one `updated_at`, `batch_size_rows: 1000`, each lands
-//!   once; rows inserted between passes land in the next pass; a `query` source;
+//!   once; rows inserted between passes land in the next pass, a column added upstream evolves
+//!   the table; a `query` source; `discover` samples each table; `doctor` reports each check;
 //! - kill -9 at random moments (30 kills) while rows keep arriving, and crashes injected at
 //!   the commit steps: every row exactly once;
 //! - connection refused, wrong password (also through `connection_string`), missing table:
@@ -296,14 +297,21 @@ fn incremental_rows_sharing_one_cursor_value_land_once_and_new_rows_land_next_pa
     // New rows: some with the same cursor value (ids above the last), some later.
     pg.sql(
         &db,
-        "INSERT INTO events SELECT g, '2026-03-01 00:00:00+00', 'late' FROM generate_series(10001, 10500) g;
-         INSERT INTO events SELECT g, '2026-03-02 00:00:00+00', 'new' FROM generate_series(10501, 11000) g;",
+        "ALTER TABLE events ADD COLUMN extra int4;
+         INSERT INTO events SELECT g, '2026-03-01 00:00:00+00', 'late', g FROM generate_series(10001, 10500) g;
+         INSERT INTO events SELECT g, '2026-03-02 00:00:00+00', 'new', g FROM generate_series(10501, 11000) g;",
     );
     let second = sync_ok(dir.path(), &pg.password, "second pass");
     let summary = String::from_utf8_lossy(&second.stdout);
     // 1,000 new events, and the 5 rows of the table without a cursor, read whole again.
     assert!(summary.contains("\"rows\":1005"), "{summary}");
     rows_once(dir.path(), "postgres_events", 11_000);
+    // The column added upstream evolved the table, in both readers.
+    let report = read(dir.path(), "postgres_events", false);
+    for reader in ["duckdb", "pyiceberg"] {
+        let columns = report[reader]["columns"].to_string();
+        assert!(columns.contains("\"extra\""), "{reader}: {columns}");
+    }
     // A pass with nothing new reads no event.
     let third = sync_ok(dir.path(), &pg.password, "third pass");
     assert!(
