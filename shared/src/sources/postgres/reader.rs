@@ -519,6 +519,8 @@ async fn read_query(
     out: &mut Out<'_>,
 ) -> Result<bool, SourceError> {
     let table = plan.name.as_str();
+    // A trailing `;` is common in hand-written SQL and would end the wrapping SELECT.
+    let query = query.trim().trim_end_matches(';');
     let from = format!("({query}) AS skipprd_query");
     let columns = columns_of(client, options, table, &from).await?;
     let select: Vec<String> = columns
