@@ -1,6 +1,8 @@
 //! `skipprd doctor`: checks that a validated config can run, without reading or writing any
 //! data. For each pipeline: the source opens (a File source's path or glob matches; an S3
-//! source's bucket answers a one-key listing), the local state directory is writable and its
+//! source's bucket answers a one-key listing; a Postgres source connects, its tables are
+//! readable, and `wal_level`, the replication slot and the publication are reported, see
+//! [`crate::sources::postgres::doctor`]), the local state directory is writable and its
 //! disk has room (the thresholds of the sync's disk guard), the S3 WAL bucket, the DynamoDB
 //! state table, the destination (warehouse directory or bucket, Glue database), the skippr
 //! bucket for schemas and the S3 deadletter bucket answer. Each check is `ok`, `warn` or
@@ -188,6 +190,16 @@ impl Pipeline<'_> {
 
     fn source(&mut self) {
         let name = self.name("source");
+        if let SourceConnector::Postgres(c) = &self.pipeline.source.connector {
+            for check in crate::sources::postgres::doctor::diagnose(c) {
+                let part = self.name(&format!("source {}", check.part));
+                self.push(match check.fix {
+                    None => Check::ok(part, check.detail),
+                    Some(fix) => Check::fail(part, check.detail, fix),
+                });
+            }
+            return;
+        }
         if let SourceConnector::S3(c) = &self.pipeline.source.connector {
             let prefix = c.s3_prefix.clone().unwrap_or_default();
             self.bucket("source", &c.s3_bucket.clone(), &prefix);

@@ -26,6 +26,9 @@ pub use super::http::{
     AuthStrategy, HttpAuth, HttpClientSourceConfig, HttpFormat, HttpIncremental, HttpMethod,
     HttpPaginator, HttpPaginatorConfig, ResolvedAuth,
 };
+pub use super::postgres::{
+    CdcMode, PgSslMode, PostgresSourceConfig, PostgresTable, PostgresTableConfig,
+};
 use super::secret::Secret;
 
 /// A family of connector types that can appear under one section.
@@ -236,7 +239,7 @@ connector_set! {
         /// Objects under an S3 prefix.
         S3(S3SourceConfig) = true,
         /// PostgreSQL tables, incremental by cursor column and primary key.
-        Postgres(PostgresSourceConfig) = false,
+        Postgres(Box<PostgresSourceConfig>) = true,
         /// A paginated JSON REST API.
         HttpClient(Box<HttpClientSourceConfig>) = true,
         /// JSON lines on standard input (a push source: lost on a crash before commit).
@@ -335,52 +338,6 @@ pub enum S3Listing {
     StartAfter,
     /// Every key under the prefix, every pass.
     Full,
-}
-
-/// `Postgres` source: reads tables incrementally.
-#[derive(Debug, Clone, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct PostgresSourceConfig {
-    /// Connector version pin. Accepted for compatibility.
-    #[serde(default)]
-    pub version: Option<String>,
-    /// Server host name or address.
-    pub host: String,
-    /// Server port. Default 5432.
-    #[serde(default)]
-    pub port: Option<u16>,
-    /// Database name.
-    pub database: String,
-    /// User name.
-    pub user: String,
-    /// Password: a `${NAME}` reference. Default: none (trust or peer authentication).
-    #[serde(default)]
-    pub password: Option<Secret>,
-    /// Schema the tables live in. Default `public`.
-    #[serde(default)]
-    pub schema: Option<String>,
-    /// Tables to read. Default: every table in `schema`.
-    #[serde(default)]
-    pub tables: Vec<PostgresTableConfig>,
-    /// libpq `sslmode` (`disable`, `prefer`, `require`, `verify-full`). Default `prefer`.
-    #[serde(default)]
-    pub sslmode: Option<String>,
-}
-
-/// One table of a `Postgres` source.
-#[derive(Debug, Clone, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct PostgresTableConfig {
-    /// Table name.
-    pub name: String,
-    /// Column that grows with every change (an `updated_at` or serial id). Default: read the
-    /// whole table every pass.
-    #[serde(default)]
-    pub cursor_field: Option<String>,
-    /// Primary key columns; with a cursor they break ties, so rows sharing a cursor value are
-    /// never lost. Default: the table's primary key.
-    #[serde(default)]
-    pub primary_key: Option<Vec<String>>,
 }
 
 /// `Stdin` source: records on standard input.

@@ -20,6 +20,7 @@ pub mod env;
 pub mod error;
 pub mod http;
 pub mod load;
+pub mod postgres;
 pub mod reference;
 pub mod secret;
 pub mod validate;

@@ -4,6 +4,8 @@
 //! reads every record, which makes the result independent of record and file order (the
 //! inference is order-independent; see [`crate::schema`]); `limit` stops after that many
 //! records, for a quick look at a large source (the result then depends on what came first).
+//! A Postgres source is sampled: at most [`crate::sources::postgres::DISCOVER_SAMPLE_ROWS`]
+//! rows of each table (the first in key order).
 //!
 //! The inference is merged into the saved schema, never replacing it: a column and its widest
 //! type, once saved, stay (committed batches and the tables use them), and the save is fenced
@@ -171,7 +173,25 @@ fn discover_with(
 ) -> Result<DiscoverReport, PipelineError> {
     let started = Instant::now();
     let name = pipeline.name.clone();
-    let source = open_source(pipeline, &config.settings, &config.base_dir)?;
+    let source = match &pipeline.source.connector {
+        // A database is sampled: the first rows of each table in key order, not every row.
+        crate::config::SourceConnector::Postgres(c) => {
+            let mut options = crate::sources::postgres::PostgresSourceOptions::from_config(c)
+                .map_err(|source| PipelineError::Source {
+                    pipeline: name.clone(),
+                    source,
+                })?;
+            options.sample_rows = Some(crate::sources::postgres::DISCOVER_SAMPLE_ROWS);
+            let source = crate::sources::postgres::PostgresSource::open_at(options, None).map_err(
+                |source| PipelineError::Source {
+                    pipeline: name.clone(),
+                    source,
+                },
+            )?;
+            Box::new(source) as Box<dyn crate::sources::Source>
+        }
+        _ => open_source(pipeline, &config.settings, &config.base_dir)?,
+    };
     let progress = source.progress();
     observer.event(&Event::DiscoverStart {
         pipeline: name.clone(),
@@ -218,7 +238,9 @@ fn discover_with(
                 if options.limit.is_some_and(|limit| records >= limit) {
                     return Ok(());
                 }
-                inferrer.add(&record.value).map_err(schema_err)?;
+                inferrer
+                    .add_or(&record.value, record.namespace.as_deref())
+                    .map_err(schema_err)?;
                 records += 1;
             }
             if last_progress.elapsed() >= options.progress_interval {

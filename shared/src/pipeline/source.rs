@@ -8,6 +8,7 @@ use crate::config::validate::{Settings, ValidatedPipeline};
 use crate::config::{ConfigError, ConnectorSet, SourceConnector};
 use crate::sources::file::{FileFormat, FileSource, FileSourceOptions};
 use crate::sources::http::{HttpSource, HttpSourceOptions};
+use crate::sources::postgres::{PostgresSource, PostgresSourceOptions};
 use crate::sources::s3::{S3Source, S3SourceOptions};
 use crate::sources::{Progress, Source, SourceBatch, SourceError};
 
@@ -148,6 +149,11 @@ fn open_connector(
             )
             .map_err(source_error)?;
             let source = HttpSource::open_at(options, checkpoint).map_err(source_error)?;
+            Ok(Box::new(source))
+        }
+        SourceConnector::Postgres(c) => {
+            let options = PostgresSourceOptions::from_config(c).map_err(source_error)?;
+            let source = PostgresSource::open_at(options, checkpoint).map_err(source_error)?;
             Ok(Box::new(source))
         }
         other => Err(PipelineError::Config(ConfigError::Unsupported {

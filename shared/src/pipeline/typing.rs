@@ -22,7 +22,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use crate::deadletter::Deadletter;
 use crate::schema::{
     JsonLineTyper, PipelineSchema, RecordBatchBuilder, SchemaChange, SchemaError, SchemaInferrer,
-    TransformOptions, evolve, namespace_for,
+    TransformOptions, evolve, namespace_for_record,
 };
 use crate::sources::file::parse_json_object;
 use crate::sources::{SourceBatch, SourceRecord};
@@ -154,7 +154,7 @@ fn type_as_is(
                 }
             }
         }
-        let ns = namespace_for(&record.value, transform);
+        let ns = namespace_for_record(record, transform);
         let builder = match builders.get_mut(&ns) {
             Some(builder) => builder,
             None => {
@@ -207,7 +207,7 @@ pub(crate) fn infer_and_type(
     let changes = evolve(schema, &inferrer.finish(pipeline, workspace));
     let mut builders = Builders::new();
     for (record, _) in records.iter().zip(&rejected).filter(|(_, r)| !**r) {
-        let ns = namespace_for(&record.value, transform);
+        let ns = namespace_for_record(record, transform);
         let Some(ns_schema) = schema.namespaces.get(&ns) else {
             reject(untypeable(
                 record,
@@ -248,7 +248,7 @@ fn infer_batch(
             if rejected[i] {
                 continue;
             }
-            if let Err(e) = inferrer.add(&record.value) {
+            if let Err(e) = inferrer.add_or(&record.value, record.namespace.as_deref()) {
                 if retries == MAX_INFERENCE_RETRIES {
                     return Err(e);
                 }
@@ -315,6 +315,7 @@ mod tests {
                     // Half the earlier deadletters come before the first line.
                     deadletters_before: if index == 0 { before / 2 } else { before },
                 }),
+                namespace: None,
             });
         }
         batch

@@ -19,7 +19,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde_json::{Map, Value};
 
 use super::error::SchemaError;
-use super::namespace::{TransformOptions, flatten, route};
+use super::namespace::{TransformOptions, flatten, route_or};
 use super::saved::PipelineSchema;
 use super::{Field, FieldType, MAX_DEPTH, NamespaceSchema};
 
@@ -539,7 +539,17 @@ impl SchemaInferrer {
     /// namespace more than `max_fields_per_struct` distinct top-level fields
     /// ([`SchemaError::TooManyFields`]).
     pub fn add(&mut self, record: &Map<String, Value>) -> Result<&str, SchemaError> {
-        let name = route(record, &self.options);
+        self.add_or(record, None)
+    }
+
+    /// [`SchemaInferrer::add`] for a record whose source named its namespace (`default`, used
+    /// where no namespace field routes it; see [`crate::sources::SourceRecord::namespace`]).
+    pub fn add_or(
+        &mut self,
+        record: &Map<String, Value>,
+        default: Option<&str>,
+    ) -> Result<&str, SchemaError> {
+        let name = route_or(record, &self.options, default);
         let existing = self.namespaces.get(name.as_ref());
         if existing.is_none() && self.namespaces.len() >= self.options.max_namespaces {
             return Err(SchemaError::TooManyNamespaces {

@@ -247,7 +247,9 @@ pub use self::error::SchemaError;
 pub use self::evolve::{ChangeKind, SchemaChange, evolve};
 pub use self::infer::SchemaInferrer;
 pub(crate) use self::line_typer::JsonLineTyper;
-pub use self::namespace::{TransformOptions, namespace_for, sanitize_namespace};
+pub use self::namespace::{
+    TransformOptions, namespace_for, namespace_for_record, sanitize_namespace,
+};
 pub use self::saved::PipelineSchema;
 pub use self::store::{
     LocalSchemaStore, MemorySchemaStore, PipelineSchemaStore, S3SchemaStore, SchemaStore,

@@ -61,13 +61,33 @@ pub(crate) fn route<'a>(
     record: &Map<String, Value>,
     options: &'a TransformOptions,
 ) -> Cow<'a, str> {
+    route_or(record, options, None)
+}
+
+/// The namespace of a record read from a source: [`namespace_for`], with the namespace the
+/// source named for it (see [`crate::sources::SourceRecord::namespace`]) in place of
+/// `options.default_namespace`.
+pub fn namespace_for_record(
+    record: &crate::sources::SourceRecord,
+    options: &TransformOptions,
+) -> String {
+    route_or(&record.value, options, record.namespace.as_deref()).into_owned()
+}
+
+/// [`route`], with `default` (when given) in place of `options.default_namespace`.
+pub(crate) fn route_or<'a>(
+    record: &Map<String, Value>,
+    options: &'a TransformOptions,
+    default: Option<&'a str>,
+) -> Cow<'a, str> {
+    let default = default.unwrap_or(&options.default_namespace);
     if options.namespace_fields.is_empty() {
-        return Cow::Borrowed(&options.default_namespace);
+        return Cow::Borrowed(default);
     }
     let mut joined = String::new();
     for (index, path) in options.namespace_fields.iter().enumerate() {
         let Some(value) = lookup_path(record, path) else {
-            return Cow::Borrowed(&options.default_namespace);
+            return Cow::Borrowed(default);
         };
         if index > 0 {
             joined.push('_');
@@ -77,7 +97,7 @@ pub(crate) fn route<'a>(
             Value::Number(number) => joined.push_str(&number.to_string()),
             Value::Bool(flag) => joined.push_str(if *flag { "true" } else { "false" }),
             Value::Null | Value::Object(_) | Value::Array(_) => {
-                return Cow::Borrowed(&options.default_namespace);
+                return Cow::Borrowed(default);
             }
         }
     }

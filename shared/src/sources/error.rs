@@ -161,6 +161,22 @@ pub enum SourceError {
         retryable: bool,
     },
 
+    /// Reading a PostgreSQL server failed: connecting, authenticating, a missing table or
+    /// column, or a query the server refused. Names the server (`host:port/database`, never
+    /// the password or connection string) and the table when there is one.
+    #[error("PostgreSQL `{server}`{}: {message}", .table.as_ref().map(|t| format!(", table `{t}`")).unwrap_or_default())]
+    Postgres {
+        /// `host:port/database`.
+        server: String,
+        /// The table (`schema.table`), when the error is about one.
+        table: Option<String>,
+        /// What went wrong, with the server's message.
+        message: String,
+        /// Whether a later attempt may succeed (connection lost or refused, server shutting
+        /// down, serialization failures).
+        retryable: bool,
+    },
+
     /// The CSV reader failed in a way that is not tied to one row.
     #[error("cannot read CSV file `{path}` at line {line}: {message}")]
     Csv {
@@ -204,6 +220,7 @@ impl SourceError {
             SourceError::S3 { failure, .. } => failure.retryable,
             SourceError::Deadletter { source, .. } => source.is_retryable(),
             SourceError::Http { retryable, .. } => *retryable,
+            SourceError::Postgres { retryable, .. } => *retryable,
             SourceError::EmptyPath
             | SourceError::NotFound { .. }
             | SourceError::NoFiles { .. }
@@ -239,6 +256,7 @@ impl SourceError {
             SourceError::NoFiles { pattern } | SourceError::BadPattern { pattern, .. } => pattern,
             SourceError::S3 { key, .. } | SourceError::ObjectChanged { key, .. } => key,
             SourceError::Http { url, .. } => url,
+            SourceError::Postgres { server, table, .. } => table.as_deref().unwrap_or(server),
         }
     }
 }

@@ -11,6 +11,7 @@
 pub mod error;
 pub mod file;
 pub mod http;
+pub mod postgres;
 pub mod replay;
 pub mod s3;
 pub mod shaped;
@@ -47,6 +48,10 @@ pub struct SourceRecord {
     /// File source with [`file::FileSourceOptions::unparsed_json_lines`]) hands records out
     /// this way; [`SourceBatch::parse_unparsed`] parses them into `value` (or deadletters).
     pub unparsed: Option<UnparsedJson>,
+    /// The namespace the source names for this record (table-safe already, such as
+    /// `postgres_orders`), used where `transform.namespace_fields` route nothing; `None`: the
+    /// pipeline's default namespace.
+    pub namespace: Option<String>,
 }
 
 /// The text of a JSON-lines record that was not parsed when it was read.

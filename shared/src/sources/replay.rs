@@ -110,6 +110,7 @@ impl Source for ReplaySource {
                         record: line_no,
                     },
                     unparsed: None,
+                    namespace: None,
                 }),
                 Ok(_) => batch.deadletters.push(Deadletter {
                     code: FailureCode::NotAnObject,

@@ -75,6 +75,7 @@ impl Shape {
                                     value: inner,
                                     position: record.position.clone(),
                                     unparsed: None,
+                                    namespace: record.namespace.clone(),
                                 });
                             }
                         }
@@ -201,6 +202,7 @@ mod tests {
                 record: line,
             },
             unparsed: None,
+            namespace: None,
         }
     }
 

@@ -13,6 +13,7 @@ mod destination;
 mod files;
 mod http;
 mod placement;
+mod postgres;
 mod settings;
 #[cfg(test)]
 mod tests;
@@ -414,6 +415,9 @@ pub fn validate_with(
         }
         if let SourceConnector::HttpClient(c) = &source.connector {
             v.check_http(&source.name, c)?;
+        }
+        if let SourceConnector::Postgres(c) = &source.connector {
+            v.check_postgres(&source.name, c)?;
         }
         let sizes = match &source.connector {
             SourceConnector::File(f) => Some((

@@ -71,6 +71,7 @@ impl FileContext {
                 record,
             },
             unparsed: None,
+            namespace: None,
         })
     }
 
@@ -123,6 +124,7 @@ impl FileContext {
                 start,
                 deadletters_before: 0,
             }),
+            namespace: None,
         })
     }
 

@@ -562,6 +562,7 @@ impl Source for HttpSource {
                         value,
                         position,
                         unparsed: None,
+                        namespace: None,
                     });
                 }
                 Item::Bad(raw, error, code) => batch.deadletters.push(Deadletter {

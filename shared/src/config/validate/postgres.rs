@@ -1,0 +1,110 @@
+//! Checks of a `Postgres` source's keys: each error names the key at fault. Pure: nothing
+//! here connects to the server (`skipprd doctor` does).
+
+use super::Validator;
+use crate::config::ConfigError;
+use crate::config::connectors::{CdcMode, PgSslMode, PostgresSourceConfig};
+
+impl Validator<'_> {
+    /// Check the `Postgres` source `name`'s keys.
+    pub(super) fn check_postgres(
+        &self,
+        name: &str,
+        c: &PostgresSourceConfig,
+    ) -> Result<(), ConfigError> {
+        let at = |key: &str| format!("data_sources.{name}.Postgres.{key}");
+        let bad = |key: &str, message: &str| Err(self.bad_value(&at(key), message));
+        if c.connection_string.is_none() {
+            match c.database.as_deref() {
+                None => {
+                    return bad(
+                        "database",
+                        "is required (or give `connection_string`, which names it)",
+                    );
+                }
+                Some(db) if db.trim().is_empty() => return bad("database", "must not be empty"),
+                Some(_) => {}
+            }
+        } else if let Some(text) = c.connection_string.as_ref().map(|s| s.expose())
+            && text.parse::<tokio_postgres::Config>().is_err()
+        {
+            // The parser's message may quote the text: never show it.
+            return bad(
+                "connection_string",
+                "is not a valid PostgreSQL connection string (`postgresql://user@host:port/db` or `host=... dbname=...`)",
+            );
+        }
+        if let Some(host) = &c.host
+            && host.trim().is_empty()
+        {
+            return bad("host", "must not be empty");
+        }
+        if c.port == Some(0) {
+            return bad("port", "must be between 1 and 65535");
+        }
+        if let Some(user) = &c.user
+            && user.trim().is_empty()
+        {
+            return bad("user", "must not be empty");
+        }
+        if let Some(schema) = &c.schema
+            && schema.trim().is_empty()
+        {
+            return bad("schema", "must not be empty");
+        }
+        if c.batch_size_rows == Some(0) {
+            return bad("batch_size_rows", "must be at least 1");
+        }
+        if c.query.is_some() && !c.tables.is_empty() {
+            return bad("query", "reads instead of `tables`: give one of them");
+        }
+        if let Some(query) = &c.query
+            && query.trim().is_empty()
+        {
+            return bad("query", "must not be empty");
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        for (index, table) in c.tables.iter().enumerate() {
+            let t = table.config();
+            let key = |k: &str| format!("tables[{index}]{k}");
+            if t.name.trim().is_empty() {
+                return bad(&key(".name"), "must not be empty");
+            }
+            if !seen.insert(t.name.clone()) {
+                return bad(&key(""), &format!("names table `{}` a second time", t.name));
+            }
+            if let Some(cursor) = &t.cursor_field
+                && cursor.trim().is_empty()
+            {
+                return bad(&key(".cursor_field"), "must not be empty");
+            }
+            if let Some(pk) = &t.primary_key {
+                if pk.is_empty() {
+                    return bad(&key(".primary_key"), "must name at least one column");
+                }
+                if pk.iter().any(|c| c.trim().is_empty()) {
+                    return bad(&key(".primary_key"), "must not hold an empty column name");
+                }
+            }
+        }
+        if c.cdc_idle_timeout_seconds == Some(0) {
+            return bad("cdc_idle_timeout_seconds", "must be at least 1");
+        }
+        match c.cdc_mode {
+            None | Some(CdcMode::Snapshot) => {}
+            Some(CdcMode::SnapshotThenCdc | CdcMode::CdcOnly) => {
+                return bad(
+                    "cdc_mode",
+                    "`snapshot_then_cdc` and `cdc_only` (logical replication) are not supported yet by this build: use `snapshot` (with `cursor_field` for incremental reads)",
+                );
+            }
+        }
+        if matches!(c.sslmode, Some(PgSslMode::Require | PgSslMode::VerifyFull)) {
+            return bad(
+                "sslmode",
+                "`require` and `verify-full` (TLS) are not supported yet by this build: use `disable` or `prefer`",
+            );
+        }
+        Ok(())
+    }
+}

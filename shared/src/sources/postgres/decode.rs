@@ -1,0 +1,309 @@
+//! Column values from PostgreSQL's binary wire format to JSON values (the mapping is in the
+//! [module docs](super#types)).
+
+use std::fmt::Write as _;
+
+use serde_json::{Number, Value};
+use tokio_postgres::types::{FromSql, Kind, Type};
+
+/// How one column's values are decoded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Decoder {
+    /// `bool`.
+    Bool,
+    /// `int2`.
+    Int2,
+    /// `int4`.
+    Int4,
+    /// `int8`.
+    Int8,
+    /// `oid`.
+    Oid,
+    /// `float4`.
+    Float4,
+    /// `float8`.
+    Float8,
+    /// `numeric`, to its exact decimal text.
+    Numeric,
+    /// UTF-8 text: `text`, `varchar`, `bpchar`, `name`, enums, and columns read as `::text`.
+    Text,
+    /// `"char"`: one byte.
+    Char,
+    /// `date`, to `YYYY-MM-DD`.
+    Date,
+    /// `timestamp`, to ISO 8601 without a zone.
+    Timestamp,
+    /// `timestamptz`, to ISO 8601 in UTC (`Z`).
+    Timestamptz,
+    /// `time`, to `HH:MM:SS.ffffff`.
+    Time,
+    /// `uuid`, to its hyphenated form.
+    Uuid,
+    /// `json`, its text.
+    Json,
+    /// `jsonb`, its text.
+    Jsonb,
+    /// `bytea`, to `\x` and lowercase hex (PostgreSQL's own text form).
+    Bytea,
+    /// An array of values of one decodable type, to a JSON array (nested per dimension).
+    Array(Box<Decoder>),
+}
+
+impl Decoder {
+    /// The decoder for a column of type `ty`; `None` for a type this source does not map (the
+    /// column is then read as `::text`).
+    pub(crate) fn for_type(ty: &Type) -> Option<Decoder> {
+        let decoder = match *ty {
+            Type::BOOL => Decoder::Bool,
+            Type::INT2 => Decoder::Int2,
+            Type::INT4 => Decoder::Int4,
+            Type::INT8 => Decoder::Int8,
+            Type::OID => Decoder::Oid,
+            Type::FLOAT4 => Decoder::Float4,
+            Type::FLOAT8 => Decoder::Float8,
+            Type::NUMERIC => Decoder::Numeric,
+            Type::TEXT | Type::VARCHAR | Type::BPCHAR | Type::NAME | Type::UNKNOWN => Decoder::Text,
+            Type::CHAR => Decoder::Char,
+            Type::DATE => Decoder::Date,
+            Type::TIMESTAMP => Decoder::Timestamp,
+            Type::TIMESTAMPTZ => Decoder::Timestamptz,
+            Type::TIME => Decoder::Time,
+            Type::UUID => Decoder::Uuid,
+            Type::JSON => Decoder::Json,
+            Type::JSONB => Decoder::Jsonb,
+            Type::BYTEA => Decoder::Bytea,
+            _ => match ty.kind() {
+                Kind::Enum(_) => Decoder::Text,
+                Kind::Domain(base) => return Decoder::for_type(base),
+                Kind::Array(member) => {
+                    let member = Decoder::for_type(member)?;
+                    if matches!(member, Decoder::Array(_)) {
+                        return None;
+                    }
+                    Decoder::Array(Box::new(member))
+                }
+                _ => return None,
+            },
+        };
+        Some(decoder)
+    }
+
+    /// The JSON value of one non-null value's bytes; a malformed value is an error naming why.
+    pub(crate) fn decode(&self, raw: &[u8]) -> Result<Value, String> {
+        Ok(match self {
+            Decoder::Bool => Value::Bool(*raw.first().ok_or("empty bool")? != 0),
+            Decoder::Int2 => Value::from(i16::from_be_bytes(fixed(raw)?)),
+            Decoder::Int4 => Value::from(i32::from_be_bytes(fixed(raw)?)),
+            Decoder::Int8 => Value::from(i64::from_be_bytes(fixed(raw)?)),
+            Decoder::Oid => Value::from(u32::from_be_bytes(fixed(raw)?)),
+            Decoder::Float4 => float(f64::from(f32::from_be_bytes(fixed(raw)?))),
+            Decoder::Float8 => float(f64::from_be_bytes(fixed(raw)?)),
+            Decoder::Numeric => Value::String(numeric(raw)?),
+            Decoder::Text => Value::String(text(raw)),
+            Decoder::Char => Value::String(text(raw)),
+            Decoder::Date => Value::String(date(i32::from_be_bytes(fixed(raw)?))),
+            Decoder::Timestamp => Value::String(timestamp(i64::from_be_bytes(fixed(raw)?), "")),
+            Decoder::Timestamptz => Value::String(timestamp(i64::from_be_bytes(fixed(raw)?), "Z")),
+            Decoder::Time => Value::String(time(i64::from_be_bytes(fixed(raw)?))),
+            Decoder::Uuid => {
+                Value::String(uuid::Uuid::from_bytes(fixed(raw)?).hyphenated().to_string())
+            }
+            Decoder::Json => Value::String(text(raw)),
+            Decoder::Jsonb => match raw.split_first() {
+                Some((1, rest)) => Value::String(text(rest)),
+                Some((version, _)) => return Err(format!("jsonb version {version}")),
+                None => return Err("empty jsonb".into()),
+            },
+            Decoder::Bytea => {
+                let mut out = String::with_capacity(2 + raw.len() * 2);
+                out.push_str("\\x");
+                for byte in raw {
+                    let _ = write!(out, "{byte:02x}");
+                }
+                Value::String(out)
+            }
+            Decoder::Array(member) => array(member, raw)?,
+        })
+    }
+}
+
+/// A column's raw value bytes, whatever its type (`None` for NULL).
+pub(crate) struct RawValue<'a>(pub(crate) &'a [u8]);
+
+impl<'a> FromSql<'a> for RawValue<'a> {
+    fn from_sql(_: &Type, raw: &'a [u8]) -> Result<Self, Box<dyn std::error::Error + Sync + Send>> {
+        Ok(RawValue(raw))
+    }
+
+    fn accepts(_: &Type) -> bool {
+        true
+    }
+}
+
+fn fixed<const N: usize>(raw: &[u8]) -> Result<[u8; N], String> {
+    raw.try_into()
+        .map_err(|_| format!("{} bytes where {N} were expected", raw.len()))
+}
+
+fn text(raw: &[u8]) -> String {
+    String::from_utf8_lossy(raw).into_owned()
+}
+
+/// A finite float as a JSON number; NaN and the infinities as PostgreSQL spells them.
+fn float(value: f64) -> Value {
+    match Number::from_f64(value) {
+        Some(number) => Value::Number(number),
+        None if value.is_nan() => Value::String("NaN".into()),
+        None if value > 0.0 => Value::String("Infinity".into()),
+        None => Value::String("-Infinity".into()),
+    }
+}
+
+/// Days, microseconds: PostgreSQL's epoch is 2000-01-01.
+fn pg_epoch() -> chrono::NaiveDateTime {
+    chrono::NaiveDate::from_ymd_opt(2000, 1, 1)
+        .and_then(|d| d.and_hms_opt(0, 0, 0))
+        .unwrap_or_default()
+}
+
+fn date(days: i32) -> String {
+    match days {
+        i32::MAX => "infinity".into(),
+        i32::MIN => "-infinity".into(),
+        _ => match pg_epoch()
+            .date()
+            .checked_add_signed(chrono::TimeDelta::days(i64::from(days)))
+        {
+            Some(day) => day.format("%Y-%m-%d").to_string(),
+            None => format!("{days} days after 2000-01-01"),
+        },
+    }
+}
+
+fn timestamp(micros: i64, zone: &str) -> String {
+    match micros {
+        i64::MAX => "infinity".into(),
+        i64::MIN => "-infinity".into(),
+        _ => match pg_epoch().checked_add_signed(chrono::TimeDelta::microseconds(micros)) {
+            Some(at) => format!("{}{zone}", at.format("%Y-%m-%dT%H:%M:%S%.6f")),
+            None => format!("{micros} microseconds after 2000-01-01"),
+        },
+    }
+}
+
+fn time(micros: i64) -> String {
+    let secs = micros.div_euclid(1_000_000);
+    let frac = micros.rem_euclid(1_000_000);
+    format!(
+        "{:02}:{:02}:{:02}.{frac:06}",
+        secs / 3600,
+        (secs / 60) % 60,
+        secs % 60
+    )
+}
+
+/// The exact decimal text of a binary `numeric`: base-10000 digit groups, a weight (the
+/// power of 10000 of the first group), a sign and the display scale.
+pub(crate) fn numeric(raw: &[u8]) -> Result<String, String> {
+    let word = |at: usize| -> Result<u16, String> {
+        raw.get(at..at + 2)
+            .map(|b| u16::from_be_bytes([b[0], b[1]]))
+            .ok_or_else(|| format!("numeric cut short at byte {at}"))
+    };
+    let ndigits = usize::from(word(0)?);
+    let weight = i64::from(word(2)? as i16);
+    let sign = word(4)?;
+    let dscale = usize::from(word(6)?);
+    match sign {
+        0x0000 | 0x4000 => {}
+        0xC000 => return Ok("NaN".into()),
+        0xD000 => return Ok("Infinity".into()),
+        0xF000 => return Ok("-Infinity".into()),
+        other => return Err(format!("numeric sign {other:#x}")),
+    }
+    let digits = (0..ndigits)
+        .map(|i| word(8 + 2 * i))
+        .collect::<Result<Vec<u16>, String>>()?;
+    let group = |index: i64| -> u16 {
+        usize::try_from(index)
+            .ok()
+            .and_then(|i| digits.get(i).copied())
+            .unwrap_or(0)
+    };
+    let mut out = String::new();
+    if sign == 0x4000 {
+        out.push('-');
+    }
+    if weight < 0 {
+        out.push('0');
+    } else {
+        for index in 0..=weight {
+            if index == 0 {
+                let _ = write!(out, "{}", group(index));
+            } else {
+                let _ = write!(out, "{:04}", group(index));
+            }
+        }
+    }
+    if dscale > 0 {
+        out.push('.');
+        let mut fraction = String::with_capacity(dscale + 4);
+        let mut index = weight + 1;
+        while fraction.len() < dscale {
+            let _ = write!(fraction, "{:04}", group(index));
+            index += 1;
+        }
+        fraction.truncate(dscale);
+        out.push_str(&fraction);
+    }
+    if out == "-0" || (out.starts_with("-0.") && out[3..].bytes().all(|b| b == b'0')) {
+        out.remove(0);
+    }
+    Ok(out)
+}
+
+/// A binary array: dimensions, then the elements in row-major order.
+fn array(member: &Decoder, raw: &[u8]) -> Result<Value, String> {
+    let int = |at: usize| -> Result<i32, String> {
+        raw.get(at..at + 4)
+            .map(|b| i32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+            .ok_or_else(|| format!("array cut short at byte {at}"))
+    };
+    let ndim = usize::try_from(int(0)?).map_err(|_| "negative array dimensions")?;
+    if ndim == 0 {
+        return Ok(Value::Array(Vec::new()));
+    }
+    if ndim > 6 {
+        return Err(format!("{ndim} array dimensions"));
+    }
+    let mut dims = Vec::with_capacity(ndim);
+    for d in 0..ndim {
+        dims.push(usize::try_from(int(12 + 8 * d)?).map_err(|_| "negative array length")?);
+    }
+    let mut at = 12 + 8 * ndim;
+    let total: usize = dims.iter().product();
+    let mut flat = Vec::with_capacity(total.min(1 << 16));
+    for _ in 0..total {
+        let len = int(at)?;
+        at += 4;
+        if len < 0 {
+            flat.push(Value::Null);
+            continue;
+        }
+        let len = usize::try_from(len).map_err(|_| "bad element length")?;
+        let bytes = raw
+            .get(at..at + len)
+            .ok_or_else(|| format!("array element cut short at byte {at}"))?;
+        flat.push(member.decode(bytes)?);
+        at += len;
+    }
+    Ok(nest(&dims, &mut flat.into_iter()))
+}
+
+fn nest(dims: &[usize], items: &mut impl Iterator<Item = Value>) -> Value {
+    match dims.split_first() {
+        None => items.next().unwrap_or(Value::Null),
+        Some((&len, [])) => Value::Array(items.take(len).collect()),
+        Some((&len, rest)) => Value::Array((0..len).map(|_| nest(rest, items)).collect()),
+    }
+}

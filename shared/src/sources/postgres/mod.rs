@@ -1,0 +1,562 @@
+//! The Postgres source: tables of a PostgreSQL database (or one custom query), read through
+//! one consistent snapshot per pass, in key order, a bounded page at a time.
+//!
+//! # Reading
+//!
+//! A pass opens one connection (`tokio-postgres`, driven on the source's own runtime, the
+//! way the HTTP source drives `reqwest`), begins a `REPEATABLE READ READ ONLY` transaction and
+//! exports its snapshot (`pg_export_snapshot`, logged at debug level); every table of the pass
+//! is read inside that one transaction, so all of them show the same instant. Each table is
+//! read by keyset pagination: `SELECT ... WHERE (key) > (last key) ORDER BY key LIMIT
+//! batch_size_rows`, where the key is `(cursor_field, primary key...)` for an incremental
+//! table, else the primary key (configured, or the table's own), else `ctid` for a table with
+//! neither. A page is sent to the reading side through a channel of one, so memory holds at
+//! most two pages whatever the table's size. A custom `query` is read through a cursor
+//! (`DECLARE ... NO SCROLL CURSOR`, `FETCH FORWARD batch_size_rows`). Without `tables`, the
+//! pass reads every ordinary and partitioned table of `schema`, by name.
+//!
+//! # Types
+//!
+//! Rows are decoded from the binary wire format straight into JSON values, which the
+//! pipeline types into Arrow as it does any source's records (a direct-to-Arrow decoder is
+//! future work):
+//!
+//! | PostgreSQL | record value |
+//! | --- | --- |
+//! | `bool` | boolean |
+//! | `int2`, `int4`, `int8`, `oid` | integer |
+//! | `float4`, `float8` | number (`NaN`, `Infinity`, `-Infinity` as strings) |
+//! | `numeric` | its exact decimal text, as a string (never rounded through a float) |
+//! | `text`, `varchar`, `char(n)`, `name`, `"char"`, enums | string |
+//! | `date` | `YYYY-MM-DD` (typed `date`); `infinity`, `-infinity` as they are |
+//! | `timestamp` | `YYYY-MM-DDTHH:MM:SS.ffffff`, a string |
+//! | `timestamptz` | `YYYY-MM-DDTHH:MM:SS.ffffffZ` (UTC), a string |
+//! | `time` | `HH:MM:SS.ffffff` |
+//! | `uuid` | hyphenated lowercase |
+//! | `json`, `jsonb` | the JSON text, as a string |
+//! | `bytea` | `\x` and lowercase hex, PostgreSQL's own text form |
+//! | arrays of the above | lists (nested per dimension); NULL elements as null |
+//! | domains | as their base type |
+//! | anything else (`interval`, `inet`, ranges, geometric, ...) | its text (`::text`), with a warning naming the column |
+//!
+//! NULL is null. Timestamps are strings (the pipeline's JSON typing reads only integer
+//! seconds as timestamps), and integer columns whose values all lie in 2010-2100 as Unix
+//! seconds are typed `timestamp` by that inference: both are limits of the JSON path.
+//!
+//! # Incremental reading and checkpoint
+//!
+//! [`Source::checkpoint`] returns a [`PostgresCheckpoint`] as JSON: per table the key (as
+//! text) of the last row handed out and the rows handed out this pass, and whether the pass
+//! finished the table. A table with a `cursor_field` keeps its key across passes: each pass
+//! reads only the rows whose `(cursor_field, primary key)` is greater, in that order, so rows
+//! sharing a cursor value are never lost or repeated, and rows with a NULL cursor are never
+//! read. Other tables start over each pass. Reopening at a checkpoint taken mid-pass goes on
+//! with the table being read, after its last key, in a new snapshot (the tables finished
+//! before the crash are not read again in that pass). A custom query resumes by skipping the
+//! rows already handed out, which is exact when it has an `ORDER BY` and the data did not
+//! change.
+//!
+//! # Errors
+//!
+//! Every error is a [`SourceError::Postgres`] naming the server as `host:port/database` and
+//! the table; the password and the connection string are never part of it.
+//!
+//! [`Source::checkpoint`]: crate::sources::Source::checkpoint
+
+mod decode;
+pub mod doctor;
+mod reader;
+#[cfg(test)]
+mod tests;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use self::reader::{Chunk, Message, Plan};
+use super::{Position, Progress, Source, SourceBatch, SourceError, SourceRecord};
+use crate::config::connectors::{PgSslMode, PostgresSourceConfig, PostgresTableConfig};
+
+/// The rows of each table `skipprd discover` samples.
+pub const DISCOVER_SAMPLE_ROWS: usize = 10_000;
+
+/// The version of [`PostgresCheckpoint`] this build writes and reads.
+pub const POSTGRES_CHECKPOINT_VERSION: u32 = 1;
+
+/// What the Postgres source reads and how.
+#[derive(Clone)]
+pub struct PostgresSourceOptions {
+    /// The connection (password inside; never printed).
+    pub config: tokio_postgres::Config,
+    /// `host:port/database`, for messages.
+    pub server: String,
+    /// The schema of the tables.
+    pub schema: String,
+    /// The tables; empty: every table of `schema`.
+    pub tables: Vec<PostgresTableConfig>,
+    /// A custom query instead of tables.
+    pub query: Option<String>,
+    /// Rows per query and per batch (at least 1).
+    pub batch_rows: usize,
+    /// Read at most this many rows of each table (the first in key order), for `discover`;
+    /// `None`: every row.
+    pub sample_rows: Option<usize>,
+}
+
+impl std::fmt::Debug for PostgresSourceOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PostgresSourceOptions")
+            .field("server", &self.server)
+            .field("schema", &self.schema)
+            .field("tables", &self.tables)
+            .field("batch_rows", &self.batch_rows)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PostgresSourceOptions {
+    /// Options from a validated connector config.
+    pub fn from_config(c: &PostgresSourceConfig) -> Result<PostgresSourceOptions, SourceError> {
+        let mut config = match &c.connection_string {
+            Some(text) => text
+                .expose()
+                .parse::<tokio_postgres::Config>()
+                .map_err(|_| SourceError::Postgres {
+                    server: "connection_string".into(),
+                    table: None,
+                    message: "`connection_string` is not a valid PostgreSQL connection string"
+                        .into(),
+                    retryable: false,
+                })?,
+            None => {
+                let mut config = tokio_postgres::Config::new();
+                config
+                    .host(
+                        c.host
+                            .as_deref()
+                            .unwrap_or(PostgresSourceConfig::DEFAULT_HOST),
+                    )
+                    .port(c.port.unwrap_or(PostgresSourceConfig::DEFAULT_PORT))
+                    .user(
+                        c.user
+                            .as_deref()
+                            .unwrap_or(PostgresSourceConfig::DEFAULT_USER),
+                    )
+                    .dbname(c.database.as_deref().unwrap_or_default());
+                if let Some(password) = &c.password {
+                    config.password(password.expose());
+                }
+                config.ssl_mode(match c.sslmode {
+                    Some(PgSslMode::Disable) => tokio_postgres::config::SslMode::Disable,
+                    _ => tokio_postgres::config::SslMode::Prefer,
+                });
+                config
+            }
+        };
+        if config.get_user().is_none() {
+            config.user(PostgresSourceConfig::DEFAULT_USER);
+        }
+        if config.get_hosts().is_empty() {
+            config.host(PostgresSourceConfig::DEFAULT_HOST);
+        }
+        config.connect_timeout(Duration::from_secs(30));
+        config.application_name("skipprd");
+        let server = server_name(&config);
+        Ok(PostgresSourceOptions {
+            config,
+            server,
+            schema: c
+                .schema
+                .clone()
+                .unwrap_or_else(|| PostgresSourceConfig::DEFAULT_SCHEMA.to_owned()),
+            tables: c.tables.iter().map(|t| t.config()).collect(),
+            query: c.query.clone(),
+            batch_rows: c
+                .batch_size_rows
+                .unwrap_or(PostgresSourceConfig::DEFAULT_BATCH_SIZE_ROWS)
+                .max(1),
+            sample_rows: None,
+        })
+    }
+}
+
+/// `host:port/database` of a connection config (the first host), for messages.
+pub fn server_name(config: &tokio_postgres::Config) -> String {
+    let host = match config.get_hosts().first() {
+        Some(tokio_postgres::config::Host::Tcp(host)) => host.clone(),
+        #[cfg(unix)]
+        Some(tokio_postgres::config::Host::Unix(path)) => path.display().to_string(),
+        None => PostgresSourceConfig::DEFAULT_HOST.to_owned(),
+    };
+    let port = config
+        .get_ports()
+        .first()
+        .copied()
+        .unwrap_or(PostgresSourceConfig::DEFAULT_PORT);
+    let db = config
+        .get_dbname()
+        .or(config.get_user())
+        .unwrap_or_default();
+    format!("{host}:{port}/{db}")
+}
+
+/// The Postgres source's checkpoint (see the [module docs](self#incremental-reading-and-checkpoint)).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct PostgresCheckpoint {
+    /// [`POSTGRES_CHECKPOINT_VERSION`].
+    pub version: u32,
+    /// `host:port/database/schema` (or `.../query`): a checkpoint of another source is not
+    /// resumed.
+    pub source: String,
+    /// Whether a pass is part-way.
+    pub in_pass: bool,
+    /// Per table (`schema.table`, or `query`).
+    pub tables: BTreeMap<String, TableAt>,
+}
+
+/// Where one table stands.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct TableAt {
+    /// The key columns the key is of (`cursor, pk...`, the primary key, or `ctid`), as
+    /// configured: a key of other columns is not resumed.
+    pub key_of: Vec<String>,
+    /// The key (as text) of the last row handed out: for an incremental table across
+    /// passes, for others in this pass.
+    pub key: Option<Vec<String>>,
+    /// Rows handed out in this pass.
+    pub rows: u64,
+    /// The pass read the table to its end.
+    pub done: bool,
+}
+
+/// Where a table starts in a pass.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct TableStart {
+    key: Option<Vec<String>>,
+    rows: u64,
+    done: bool,
+}
+
+/// Reads a PostgreSQL database; see the [module documentation](self).
+pub struct PostgresSource {
+    options: PostgresSourceOptions,
+    runtime: Option<tokio::runtime::Runtime>,
+    state: PostgresCheckpoint,
+    /// The pass's tables, once known.
+    plans: Option<Vec<Plan>>,
+    rx: Option<tokio::sync::mpsc::Receiver<Message>>,
+    finished: bool,
+    rows_done: u64,
+    tables_done: u64,
+}
+
+impl std::fmt::Debug for PostgresSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PostgresSource")
+            .field("server", &self.options.server)
+            .field("rows_done", &self.rows_done)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for PostgresSource {
+    fn drop(&mut self) {
+        self.rx = None;
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
+        }
+    }
+}
+
+impl PostgresSource {
+    /// Open the source at `checkpoint` (bytes from [`Source::checkpoint`]) or at its start.
+    /// Nothing is read yet.
+    pub fn open_at(
+        options: PostgresSourceOptions,
+        checkpoint: Option<&[u8]>,
+    ) -> Result<PostgresSource, SourceError> {
+        let source_key = match &options.query {
+            Some(_) => format!("{}/query", options.server),
+            None => format!("{}/{}", options.server, options.schema),
+        };
+        let bad = |message: String| SourceError::BadCheckpoint {
+            path: source_key.clone(),
+            message,
+        };
+        let mut state = match checkpoint {
+            None => PostgresCheckpoint::default(),
+            Some(bytes) => {
+                let c: PostgresCheckpoint = serde_json::from_slice(bytes)
+                    .map_err(|e| bad(format!("not a Postgres source checkpoint: {e}")))?;
+                if c.version != POSTGRES_CHECKPOINT_VERSION {
+                    return Err(bad(format!(
+                        "written by checkpoint version {}, this build reads {POSTGRES_CHECKPOINT_VERSION}",
+                        c.version
+                    )));
+                }
+                if c.source == source_key {
+                    c
+                } else {
+                    tracing::warn!(
+                        was = %c.source,
+                        now = %source_key,
+                        "the Postgres source now reads `{source_key}` instead of `{}`: reading it from the start",
+                        c.source
+                    );
+                    PostgresCheckpoint::default()
+                }
+            }
+        };
+        state.version = POSTGRES_CHECKPOINT_VERSION;
+        state.source = source_key;
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("skipprd-postgres")
+            .enable_all()
+            .build()
+            .map_err(|e| SourceError::Postgres {
+                server: options.server.clone(),
+                table: None,
+                message: format!("cannot start the PostgreSQL runtime: {e}"),
+                retryable: false,
+            })?;
+        Ok(PostgresSource {
+            options,
+            runtime: Some(runtime),
+            state,
+            plans: None,
+            rx: None,
+            finished: false,
+            rows_done: 0,
+            tables_done: 0,
+        })
+    }
+
+    fn runtime(&self) -> Result<&tokio::runtime::Runtime, SourceError> {
+        self.runtime.as_ref().ok_or_else(|| SourceError::Postgres {
+            server: self.options.server.clone(),
+            table: None,
+            message: "the source was shut down".into(),
+            retryable: false,
+        })
+    }
+
+    /// The key columns of a table as configured, for the checkpoint (the table's own primary
+    /// key is `pk`).
+    fn key_of(table: &PostgresTableConfig) -> Vec<String> {
+        let mut key = Vec::new();
+        if let Some(cursor) = &table.cursor_field {
+            key.push(cursor.clone());
+        }
+        match &table.primary_key {
+            Some(pk) => key.extend(pk.iter().cloned()),
+            None => key.push("(primary key)".into()),
+        }
+        key
+    }
+
+    /// Work out the pass's tables and start the reader.
+    fn start(&mut self) -> Result<(), SourceError> {
+        if self.options.query.is_none() && self.options.tables.is_empty() {
+            let options = self.options.clone();
+            let names = self.runtime()?.block_on(async move {
+                let client = reader::connect(&options).await?;
+                reader::list_tables(&client, &options).await
+            })?;
+            self.options.tables = names
+                .into_iter()
+                .map(|name| PostgresTableConfig {
+                    name,
+                    cursor_field: None,
+                    primary_key: None,
+                })
+                .collect();
+        }
+        let entries: Vec<(String, Vec<String>, bool)> = match &self.options.query {
+            Some(_) => vec![("query".to_owned(), Vec::new(), false)],
+            None => self
+                .options
+                .tables
+                .iter()
+                .map(|t| {
+                    (
+                        format!("{}.{}", self.options.schema, t.name),
+                        Self::key_of(t),
+                        t.cursor_field.is_some(),
+                    )
+                })
+                .collect(),
+        };
+        let in_pass = self.state.in_pass;
+        let mut plans = Vec::with_capacity(entries.len());
+        let mut tables = BTreeMap::new();
+        for (name, key_of, incremental) in entries {
+            let mut at = self.state.tables.remove(&name).unwrap_or_default();
+            if at.key_of != key_of {
+                if at.key.is_some() {
+                    tracing::warn!(
+                        table = %name,
+                        "the key of `{name}` is now ({}) instead of ({}): reading it from the start",
+                        key_of.join(", "),
+                        at.key_of.join(", ")
+                    );
+                }
+                at = TableAt {
+                    key_of,
+                    ..TableAt::default()
+                };
+            }
+            if !in_pass {
+                // A new pass: incremental tables go on after their key, others start over.
+                if !incremental {
+                    at.key = None;
+                }
+                at.rows = 0;
+                at.done = false;
+            }
+            plans.push(Plan {
+                name: name.clone(),
+                start: TableStart {
+                    key: at.key.clone(),
+                    rows: at.rows,
+                    done: at.done,
+                },
+            });
+            tables.insert(name, at);
+        }
+        self.state.tables = tables;
+        self.state.in_pass = true;
+        let (tx, rx) = tokio::sync::mpsc::channel(1);
+        let options = self.options.clone();
+        let task_plans = plans.clone();
+        self.runtime()?.spawn(reader::run(options, task_plans, tx));
+        self.plans = Some(plans);
+        self.rx = Some(rx);
+        Ok(())
+    }
+
+    /// Mark the pass finished, and stop reading.
+    fn finish_pass(&mut self) {
+        self.finished = true;
+        self.rx = None;
+        self.reset_for_next_pass();
+    }
+
+    /// The state a finished pass leaves: what the next pass starts from.
+    fn reset_for_next_pass(&mut self) {
+        self.state.in_pass = false;
+        let incremental: Vec<bool> = match &self.options.query {
+            Some(_) => vec![false],
+            None => self
+                .options
+                .tables
+                .iter()
+                .map(|t| t.cursor_field.is_some())
+                .collect(),
+        };
+        if let Some(plans) = &self.plans {
+            for (plan, incremental) in plans.iter().zip(incremental) {
+                if let Some(at) = self.state.tables.get_mut(&plan.name) {
+                    at.rows = 0;
+                    at.done = false;
+                    if !incremental {
+                        at.key = None;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Turn a chunk into a batch (or nothing, for an empty last page) and move the state on.
+    fn take(&mut self, chunk: Chunk) -> Option<SourceBatch> {
+        let name = self
+            .plans
+            .as_ref()
+            .and_then(|p| p.get(chunk.table))
+            .map(|p| p.name.clone())
+            .unwrap_or_default();
+        let namespace = crate::schema::sanitize_namespace(&format!(
+            "postgres.{}",
+            name.rsplit('.').next().unwrap_or(&name)
+        ));
+        let uri = format!("postgres://{}/{name}", self.options.server);
+        let at = self.state.tables.entry(name).or_default();
+        let mut batch = SourceBatch::default();
+        for value in chunk.rows {
+            at.rows += 1;
+            batch.records.push(SourceRecord {
+                value,
+                position: Position {
+                    uri: uri.clone(),
+                    offset: at.rows,
+                    record: at.rows,
+                },
+                unparsed: None,
+                namespace: Some(namespace.clone()),
+            });
+        }
+        if chunk.last_key.is_some() {
+            at.key = chunk.last_key;
+        }
+        if chunk.end {
+            at.done = true;
+            self.tables_done += 1;
+        }
+        if chunk.last_of_pass {
+            self.reset_for_next_pass();
+        }
+        self.rows_done += batch.records.len() as u64;
+        (!batch.records.is_empty()).then_some(batch)
+    }
+}
+
+impl Source for PostgresSource {
+    fn next_batch(&mut self) -> Result<Option<SourceBatch>, SourceError> {
+        if self.finished {
+            return Ok(None);
+        }
+        if self.rx.is_none() {
+            self.start()?;
+        }
+        loop {
+            let Some(mut rx) = self.rx.take() else {
+                return Ok(None);
+            };
+            let message = self.runtime()?.block_on(rx.recv());
+            self.rx = Some(rx);
+            match message {
+                None => {
+                    self.finish_pass();
+                    return Ok(None);
+                }
+                Some(Err(e)) => {
+                    self.rx = None;
+                    self.finished = true;
+                    return Err(e);
+                }
+                Some(Ok(chunk)) => {
+                    if let Some(batch) = self.take(chunk) {
+                        return Ok(Some(batch));
+                    }
+                }
+            }
+        }
+    }
+
+    fn progress(&self) -> Progress {
+        Progress {
+            bytes_done: 0,
+            bytes_total: None,
+            files_done: self.tables_done,
+            files_total: self.plans.as_ref().map(|p| p.len() as u64),
+        }
+    }
+
+    fn checkpoint(&self) -> Result<Vec<u8>, SourceError> {
+        serde_json::to_vec(&self.state).map_err(|e| SourceError::BadCheckpoint {
+            path: self.state.source.clone(),
+            message: format!("cannot encode the checkpoint: {e}"),
+        })
+    }
+}

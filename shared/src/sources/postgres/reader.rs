@@ -1,0 +1,587 @@
+//! The async side of the Postgres source: one connection, one `REPEATABLE READ` snapshot per
+//! pass, tables read in key order by keyset pagination, each page sent as a [`Chunk`] through
+//! a channel of one, so memory holds at most two pages.
+
+use serde_json::{Map, Value};
+use tokio::sync::mpsc;
+use tokio_postgres::types::{ToSql, Type};
+use tokio_postgres::{Client, NoTls};
+
+use super::decode::{Decoder, RawValue};
+use super::{PostgresSourceOptions, TableStart};
+use crate::sources::SourceError;
+
+/// One page of one table.
+#[derive(Debug)]
+pub(super) struct Chunk {
+    /// The index of the table in the pass's plan.
+    pub table: usize,
+    /// The rows, as records.
+    pub rows: Vec<Map<String, Value>>,
+    /// The key (as text) of the last row: `(cursor, primary key...)`, the primary key, or
+    /// the `ctid`; for a query, nothing.
+    pub last_key: Option<Vec<String>>,
+    /// No row of this table comes after these in this pass.
+    pub end: bool,
+    /// No row of any table comes after these in this pass: the state after this chunk is
+    /// the finished pass's.
+    pub last_of_pass: bool,
+}
+
+/// Sends pages one behind, so that each page sent knows whether it is its table's last and
+/// the pass's last (the checkpoint of the last batch of a pass then says the pass finished,
+/// with no empty batch needed to commit that). Empty pages are not sent.
+struct Out<'a> {
+    tx: &'a mpsc::Sender<Message>,
+    held: Option<Chunk>,
+}
+
+impl Out<'_> {
+    /// Queue a page; `Ok(false)`: the receiver is gone.
+    async fn push(&mut self, chunk: Chunk) -> bool {
+        if chunk.rows.is_empty() {
+            return true;
+        }
+        match self.held.replace(chunk) {
+            Some(before) => self.tx.send(Ok(before)).await.is_ok(),
+            None => true,
+        }
+    }
+
+    /// The table `index` has no more rows.
+    fn table_end(&mut self, index: usize) {
+        if let Some(held) = self.held.as_mut()
+            && held.table == index
+        {
+            held.end = true;
+        }
+    }
+
+    /// The pass read everything: send the last page, marked so.
+    async fn finish(&mut self) -> bool {
+        match self.held.take() {
+            Some(mut last) => {
+                last.last_of_pass = true;
+                self.tx.send(Ok(last)).await.is_ok()
+            }
+            None => true,
+        }
+    }
+}
+
+/// What the reader sends.
+pub(super) type Message = Result<Chunk, SourceError>;
+
+/// How one table is read in a pass.
+#[derive(Debug, Clone)]
+pub(super) struct Plan {
+    /// `schema.table` (or `query`).
+    pub name: String,
+    /// Where to start.
+    pub start: TableStart,
+}
+
+/// Connection and query errors, with the server's message and whether retrying may help.
+pub(super) fn pg_error(
+    options: &PostgresSourceOptions,
+    table: Option<&str>,
+    doing: &str,
+    e: &tokio_postgres::Error,
+) -> SourceError {
+    let (message, retryable) = match e.as_db_error() {
+        Some(db) => {
+            let code = db.code().code();
+            let retryable = code.starts_with("08")
+                || code.starts_with("57P")
+                || code == "40001"
+                || code == "40P01"
+                || code.starts_with("53");
+            let mut message = format!("{doing}: {} (SQLSTATE {code})", db.message());
+            if let Some(hint) = db.hint() {
+                message.push_str(&format!("; hint: {hint}"));
+            }
+            (message, retryable)
+        }
+        None => {
+            let mut message = format!("{doing}: {e}");
+            let mut source = std::error::Error::source(e);
+            while let Some(inner) = source {
+                let text = inner.to_string();
+                if !message.contains(&text) {
+                    message.push_str(&format!(": {text}"));
+                }
+                source = inner.source();
+            }
+            (message, true)
+        }
+    };
+    SourceError::Postgres {
+        server: options.server.clone(),
+        table: table.map(str::to_owned),
+        message,
+        retryable,
+    }
+}
+
+/// Quote an identifier for SQL.
+pub(super) fn ident(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}
+
+/// Connect and set the session up so text casts are stable (ISO dates, UTC, exact floats).
+pub(super) async fn connect(options: &PostgresSourceOptions) -> Result<Client, SourceError> {
+    let (client, connection) = options
+        .config
+        .connect(NoTls)
+        .await
+        .map_err(|e| pg_error(options, None, "cannot connect", &e))?;
+    tokio::spawn(async move {
+        if let Err(e) = connection.await {
+            tracing::debug!(error = %e, "PostgreSQL connection ended");
+        }
+    });
+    client
+        .batch_execute(
+            "SET DateStyle = 'ISO, YMD'; SET TimeZone = 'UTC'; SET extra_float_digits = 3; \
+             SET IntervalStyle = 'iso_8601'; SET bytea_output = 'hex'",
+        )
+        .await
+        .map_err(|e| pg_error(options, None, "cannot set the session up", &e))?;
+    Ok(client)
+}
+
+/// The tables of `schema` (ordinary and partitioned, not partitions), by name.
+pub(super) async fn list_tables(
+    client: &Client,
+    options: &PostgresSourceOptions,
+) -> Result<Vec<String>, SourceError> {
+    let rows = client
+        .query(
+            "SELECT c.relname::text FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
+             WHERE n.nspname = $1 AND c.relkind IN ('r', 'p') AND NOT c.relispartition \
+             ORDER BY c.relname",
+            &[&options.schema],
+        )
+        .await
+        .map_err(|e| pg_error(options, None, "cannot list the tables", &e))?;
+    rows.iter()
+        .map(|row| row.try_get::<_, String>(0))
+        .collect::<Result<_, _>>()
+        .map_err(|e| pg_error(options, None, "cannot list the tables", &e))
+}
+
+/// Read every planned table (or the query) inside one snapshot, sending pages to `tx`.
+/// Ends quietly when the receiver is gone.
+pub(super) async fn run(
+    options: PostgresSourceOptions,
+    plans: Vec<Plan>,
+    tx: mpsc::Sender<Message>,
+) {
+    if let Err(e) = read_all(&options, &plans, &tx).await {
+        let _ = tx.send(Err(e)).await;
+    }
+}
+
+async fn read_all(
+    options: &PostgresSourceOptions,
+    plans: &[Plan],
+    tx: &mpsc::Sender<Message>,
+) -> Result<(), SourceError> {
+    let client = connect(options).await?;
+    client
+        .batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        .await
+        .map_err(|e| pg_error(options, None, "cannot begin the snapshot", &e))?;
+    let snapshot: String = client
+        .query_one("SELECT pg_export_snapshot()", &[])
+        .await
+        .and_then(|row| row.try_get(0))
+        .map_err(|e| pg_error(options, None, "cannot export the snapshot", &e))?;
+    tracing::debug!(server = %options.server, %snapshot, "PostgreSQL snapshot taken");
+    let mut out = Out { tx, held: None };
+    for (index, plan) in plans.iter().enumerate() {
+        if plan.start.done {
+            continue;
+        }
+        let sent = match &options.query {
+            Some(query) => read_query(&client, options, index, plan, query, &mut out).await?,
+            None => read_table(&client, options, index, plan, &mut out).await?,
+        };
+        if !sent {
+            return Ok(());
+        }
+        out.table_end(index);
+    }
+    let _ = client.batch_execute("COMMIT").await;
+    out.finish().await;
+    Ok(())
+}
+
+/// A table's columns: name, type, decoder (`None`: read as `::text`).
+struct Column {
+    name: String,
+    ty: Type,
+    decoder: Option<Decoder>,
+}
+
+async fn columns_of(
+    client: &Client,
+    options: &PostgresSourceOptions,
+    table: &str,
+    from: &str,
+) -> Result<Vec<Column>, SourceError> {
+    let statement = client
+        .prepare(&format!("SELECT * FROM {from} LIMIT 0"))
+        .await
+        .map_err(|e| pg_error(options, Some(table), "cannot read the columns", &e))?;
+    let columns = statement
+        .columns()
+        .iter()
+        .map(|c| {
+            let decoder = Decoder::for_type(c.type_());
+            if decoder.is_none() {
+                tracing::warn!(
+                    table,
+                    column = c.name(),
+                    r#type = c.type_().name(),
+                    "column `{}` of `{table}` has type `{}`, which this source does not map: it is read as its text",
+                    c.name(),
+                    c.type_().name()
+                );
+            }
+            Column {
+                name: c.name().to_owned(),
+                ty: c.type_().clone(),
+                decoder,
+            }
+        })
+        .collect();
+    Ok(columns)
+}
+
+/// The primary key columns of `schema.table`, in key order (empty when it has none).
+async fn primary_key(
+    client: &Client,
+    options: &PostgresSourceOptions,
+    table: &str,
+    name: &str,
+) -> Result<Vec<String>, SourceError> {
+    let rows = client
+        .query(
+            "SELECT a.attname::text FROM pg_index i \
+             JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY (i.indkey) \
+             WHERE i.indrelid = (quote_ident($1) || '.' || quote_ident($2))::regclass \
+             AND i.indisprimary ORDER BY array_position(i.indkey::int2[], a.attnum)",
+            &[&options.schema, &name],
+        )
+        .await
+        .map_err(|e| pg_error(options, Some(table), "cannot read the primary key", &e))?;
+    rows.iter()
+        .map(|row| row.try_get::<_, String>(0))
+        .collect::<Result<_, _>>()
+        .map_err(|e| pg_error(options, Some(table), "cannot read the primary key", &e))
+}
+
+/// The SQL name of a type, schema-qualified, for a cast.
+fn type_name(ty: &Type) -> String {
+    format!("{}.{}", ident(ty.schema()), ident(ty.name()))
+}
+
+/// Read one table from its start key, page by page. `Ok(false)`: the receiver is gone.
+async fn read_table(
+    client: &Client,
+    options: &PostgresSourceOptions,
+    index: usize,
+    plan: &Plan,
+    out: &mut Out<'_>,
+) -> Result<bool, SourceError> {
+    let table = plan.name.as_str();
+    let config = &options.tables[index];
+    let from = format!("{}.{}", ident(&options.schema), ident(&config.name));
+    let exists = client
+        .query_one(
+            "SELECT to_regclass(quote_ident($1) || '.' || quote_ident($2)) IS NOT NULL",
+            &[&options.schema, &config.name],
+        )
+        .await
+        .and_then(|row| row.try_get::<_, bool>(0))
+        .map_err(|e| pg_error(options, Some(table), "cannot look the table up", &e))?;
+    if !exists {
+        return Err(SourceError::Postgres {
+            server: options.server.clone(),
+            table: Some(table.to_owned()),
+            message: format!(
+                "no such table in schema `{}` (or the user may not see it)",
+                options.schema
+            ),
+            retryable: false,
+        });
+    }
+    let columns = columns_of(client, options, table, &from).await?;
+    let find = |name: &str| columns.iter().find(|c| c.name == name);
+    let pk = match &config.primary_key {
+        Some(pk) => pk.clone(),
+        None => primary_key(client, options, table, &config.name).await?,
+    };
+    // The key columns (name and cast type), in order.
+    let mut key: Vec<(String, String)> = Vec::new();
+    if let Some(cursor) = &config.cursor_field {
+        let Some(column) = find(cursor) else {
+            return Err(missing_column(options, table, "cursor_field", cursor));
+        };
+        key.push((
+            format!("skipprd_t.{}", ident(cursor)),
+            type_name(&column.ty),
+        ));
+    }
+    for name in &pk {
+        let Some(column) = find(name) else {
+            return Err(missing_column(options, table, "primary_key", name));
+        };
+        key.push((format!("skipprd_t.{}", ident(name)), type_name(&column.ty)));
+    }
+    if pk.is_empty() {
+        if config.cursor_field.is_some() {
+            return Err(SourceError::Postgres {
+                server: options.server.clone(),
+                table: Some(table.to_owned()),
+                message: "has no primary key, which incremental reading needs to order rows that share a cursor value: give `primary_key` in its `tables` entry".into(),
+                retryable: false,
+            });
+        }
+        key.push(("skipprd_t.ctid".into(), "pg_catalog.tid".into()));
+    }
+    if plan
+        .start
+        .key
+        .as_ref()
+        .is_some_and(|k| k.len() != key.len())
+    {
+        return Err(SourceError::Postgres {
+            server: options.server.clone(),
+            table: Some(table.to_owned()),
+            message: "the checkpoint's key has another number of columns than the table's key"
+                .into(),
+            retryable: false,
+        });
+    }
+    let select: Vec<String> = columns
+        .iter()
+        .map(|c| match c.decoder {
+            Some(_) => format!("skipprd_t.{}", ident(&c.name)),
+            None => format!("skipprd_t.{}::text", ident(&c.name)),
+        })
+        .chain(
+            key.iter()
+                .enumerate()
+                .map(|(i, (name, _))| format!("{name}::text AS skipprd_key_{i}")),
+        )
+        .collect();
+    let key_list = key
+        .iter()
+        .map(|(n, _)| n.as_str())
+        .collect::<Vec<_>>()
+        .join(", ");
+    let params_list = key
+        .iter()
+        .enumerate()
+        .map(|(i, (_, ty))| format!("${}::text::{ty}", i + 1))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let not_null = config
+        .cursor_field
+        .as_ref()
+        .map(|c| format!("skipprd_t.{} IS NOT NULL", ident(c)));
+    let limit = options
+        .sample_rows
+        .map_or(options.batch_rows, |most| most.min(options.batch_rows));
+    let base = format!("SELECT {} FROM {from} AS skipprd_t", select.join(", "));
+    let first_sql = match &not_null {
+        Some(cond) => format!("{base} WHERE {cond} ORDER BY {key_list} LIMIT {limit}"),
+        None => format!("{base} ORDER BY {key_list} LIMIT {limit}"),
+    };
+    let next_sql = match &not_null {
+        Some(cond) => format!(
+            "{base} WHERE {cond} AND ({key_list}) > ({params_list}) ORDER BY {key_list} LIMIT {limit}"
+        ),
+        None => {
+            format!("{base} WHERE ({key_list}) > ({params_list}) ORDER BY {key_list} LIMIT {limit}")
+        }
+    };
+    let first = client
+        .prepare(&first_sql)
+        .await
+        .map_err(|e| pg_error(options, Some(table), "cannot prepare the read", &e))?;
+    let next = client
+        .prepare(&next_sql)
+        .await
+        .map_err(|e| pg_error(options, Some(table), "cannot prepare the read", &e))?;
+    let decoders: Vec<Decoder> = columns
+        .iter()
+        .map(|c| c.decoder.clone().unwrap_or(Decoder::Text))
+        .collect();
+    let mut after = plan.start.key.clone();
+    let mut read = 0usize;
+    loop {
+        let rows = match &after {
+            None => client.query(&first, &[]).await,
+            Some(key) => {
+                let params: Vec<&(dyn ToSql + Sync)> =
+                    key.iter().map(|k| k as &(dyn ToSql + Sync)).collect();
+                client.query(&next, &params).await
+            }
+        }
+        .map_err(|e| pg_error(options, Some(table), "cannot read rows", &e))?;
+        read += rows.len();
+        let end = rows.len() < limit || options.sample_rows.is_some_and(|most| read >= most);
+        let mut records = Vec::with_capacity(rows.len());
+        let mut last_key = None;
+        for row in &rows {
+            records.push(record(options, table, &columns, &decoders, row)?);
+            let mut k = Vec::with_capacity(key.len());
+            for i in 0..key.len() {
+                let text: Option<String> = row
+                    .try_get(columns.len() + i)
+                    .map_err(|e| pg_error(options, Some(table), "cannot read a key", &e))?;
+                k.push(text.unwrap_or_default());
+            }
+            last_key = Some(k);
+        }
+        if last_key.is_some() {
+            after.clone_from(&last_key);
+        }
+        let chunk = Chunk {
+            table: index,
+            rows: records,
+            last_key,
+            end: false,
+            last_of_pass: false,
+        };
+        if !out.push(chunk).await {
+            return Ok(false);
+        }
+        if end {
+            return Ok(true);
+        }
+    }
+}
+
+fn missing_column(
+    options: &PostgresSourceOptions,
+    table: &str,
+    key: &str,
+    column: &str,
+) -> SourceError {
+    SourceError::Postgres {
+        server: options.server.clone(),
+        table: Some(table.to_owned()),
+        message: format!("has no column `{column}` (named by `{key}`)"),
+        retryable: false,
+    }
+}
+
+/// One row as a record, columns in table order.
+fn record(
+    options: &PostgresSourceOptions,
+    table: &str,
+    columns: &[Column],
+    decoders: &[Decoder],
+    row: &tokio_postgres::Row,
+) -> Result<Map<String, Value>, SourceError> {
+    let mut out = Map::with_capacity(columns.len());
+    for (i, (column, decoder)) in columns.iter().zip(decoders).enumerate() {
+        let raw: Option<RawValue<'_>> = row
+            .try_get(i)
+            .map_err(|e| pg_error(options, Some(table), "cannot read a value", &e))?;
+        let value = match raw {
+            None => Value::Null,
+            Some(RawValue(bytes)) => {
+                decoder.decode(bytes).map_err(|why| SourceError::Postgres {
+                    server: options.server.clone(),
+                    table: Some(table.to_owned()),
+                    message: format!("cannot decode column `{}`: {why}", column.name),
+                    retryable: false,
+                })?
+            }
+        };
+        out.insert(column.name.clone(), value);
+    }
+    Ok(out)
+}
+
+/// Read the custom query with a cursor, skipping the rows a resumed pass handed out already.
+async fn read_query(
+    client: &Client,
+    options: &PostgresSourceOptions,
+    index: usize,
+    plan: &Plan,
+    query: &str,
+    out: &mut Out<'_>,
+) -> Result<bool, SourceError> {
+    let table = plan.name.as_str();
+    // A trailing `;` is common in hand-written SQL and would end the wrapping SELECT.
+    let query = query.trim().trim_end_matches(';');
+    let from = format!("({query}) AS skipprd_query");
+    let columns = columns_of(client, options, table, &from).await?;
+    let select: Vec<String> = columns
+        .iter()
+        .map(|c| match c.decoder {
+            Some(_) => format!("skipprd_query.{}", ident(&c.name)),
+            None => format!("skipprd_query.{}::text", ident(&c.name)),
+        })
+        .collect();
+    client
+        .batch_execute(&format!(
+            "DECLARE skipprd_cursor NO SCROLL CURSOR FOR SELECT {} FROM {from}",
+            select.join(", ")
+        ))
+        .await
+        .map_err(|e| pg_error(options, Some(table), "cannot open the query", &e))?;
+    if plan.start.rows > 0 {
+        client
+            .batch_execute(&format!(
+                "MOVE FORWARD {} IN skipprd_cursor",
+                plan.start.rows
+            ))
+            .await
+            .map_err(|e| pg_error(options, Some(table), "cannot skip rows", &e))?;
+    }
+    let fetch = client
+        .prepare(&format!(
+            "FETCH FORWARD {} FROM skipprd_cursor",
+            options.batch_rows
+        ))
+        .await
+        .map_err(|e| pg_error(options, Some(table), "cannot prepare the fetch", &e))?;
+    let decoders: Vec<Decoder> = columns
+        .iter()
+        .map(|c| c.decoder.clone().unwrap_or(Decoder::Text))
+        .collect();
+    let mut read = 0usize;
+    loop {
+        let rows = client
+            .query(&fetch, &[])
+            .await
+            .map_err(|e| pg_error(options, Some(table), "cannot read rows", &e))?;
+        read += rows.len();
+        let end =
+            rows.len() < options.batch_rows || options.sample_rows.is_some_and(|most| read >= most);
+        let records = rows
+            .iter()
+            .map(|row| record(options, table, &columns, &decoders, row))
+            .collect::<Result<Vec<_>, _>>()?;
+        let chunk = Chunk {
+            table: index,
+            rows: records,
+            last_key: None,
+            end: false,
+            last_of_pass: false,
+        };
+        if !out.push(chunk).await {
+            return Ok(false);
+        }
+        if end {
+            return Ok(true);
+        }
+    }
+}

@@ -1,0 +1,233 @@
+#![allow(clippy::unwrap_used, reason = "tests")]
+
+use serde_json::{Value, json};
+
+use super::decode::{Decoder, numeric};
+
+/// A binary numeric: digit groups, weight, sign, display scale.
+fn num(digits: &[u16], weight: i16, sign: u16, dscale: u16) -> Vec<u8> {
+    let mut out = Vec::new();
+    out.extend_from_slice(&(digits.len() as u16).to_be_bytes());
+    out.extend_from_slice(&weight.to_be_bytes());
+    out.extend_from_slice(&sign.to_be_bytes());
+    out.extend_from_slice(&dscale.to_be_bytes());
+    for d in digits {
+        out.extend_from_slice(&d.to_be_bytes());
+    }
+    out
+}
+
+#[test]
+fn numeric_text_is_exact() {
+    assert_eq!(numeric(&num(&[1, 2345], 1, 0, 2)).unwrap(), "12345.00");
+    assert_eq!(numeric(&num(&[12, 3400], 0, 0x4000, 3)).unwrap(), "-12.340");
+    assert_eq!(numeric(&num(&[5], -1, 0, 4)).unwrap(), "0.0005");
+    assert_eq!(numeric(&num(&[50], -2, 0, 8)).unwrap(), "0.00000050");
+    assert_eq!(numeric(&num(&[], 0, 0, 0)).unwrap(), "0");
+    assert_eq!(numeric(&num(&[1], 2, 0, 0)).unwrap(), "100000000");
+    assert_eq!(numeric(&num(&[], 0, 0xC000, 0)).unwrap(), "NaN");
+    // 40 digits: past what a decimal(38) or a float holds.
+    let forty = num(&[1234; 10], 9, 0, 0);
+    assert_eq!(numeric(&forty).unwrap(), "1234".repeat(10));
+    assert!(numeric(&[0, 1]).is_err());
+}
+
+#[test]
+fn dates_timestamps_and_times_are_iso() {
+    let days = |d: i32| Decoder::Date.decode(&d.to_be_bytes()).unwrap();
+    assert_eq!(days(0), json!("2000-01-01"));
+    assert_eq!(days(-1), json!("1999-12-31"));
+    assert_eq!(days(i32::MAX), json!("infinity"));
+    let micros = 86_400_000_000i64 + 1_234_567;
+    assert_eq!(
+        Decoder::Timestamptz.decode(&micros.to_be_bytes()).unwrap(),
+        json!("2000-01-02T00:00:01.234567Z")
+    );
+    assert_eq!(
+        Decoder::Timestamp.decode(&(-1i64).to_be_bytes()).unwrap(),
+        json!("1999-12-31T23:59:59.999999")
+    );
+    assert_eq!(
+        Decoder::Time
+            .decode(&(3_723_000_001i64).to_be_bytes())
+            .unwrap(),
+        json!("01:02:03.000001")
+    );
+}
+
+#[test]
+fn scalars_and_bad_lengths() {
+    assert_eq!(
+        Decoder::Int8.decode(&(-5i64).to_be_bytes()).unwrap(),
+        json!(-5)
+    );
+    assert_eq!(
+        Decoder::Float8.decode(&f64::NAN.to_be_bytes()).unwrap(),
+        json!("NaN")
+    );
+    assert_eq!(Decoder::Bool.decode(&[1]).unwrap(), json!(true));
+    assert_eq!(Decoder::Bytea.decode(&[0, 255]).unwrap(), json!("\\x00ff"));
+    assert_eq!(
+        Decoder::Jsonb.decode(b"\x01{\"a\":1}").unwrap(),
+        json!("{\"a\":1}")
+    );
+    let e = Decoder::Int4.decode(&[1, 2]).unwrap_err();
+    assert!(e.contains("2 bytes where 4"), "{e}");
+}
+
+#[test]
+fn arrays_nest_per_dimension_with_null_elements() {
+    // int4[][] {{1,NULL},{3,4}}
+    let mut raw = Vec::new();
+    for v in [2i32, 1, 23, 2, 1, 2, 1] {
+        raw.extend_from_slice(&v.to_be_bytes());
+    }
+    for v in [Some(1i32), None, Some(3), Some(4)] {
+        match v {
+            Some(v) => {
+                raw.extend_from_slice(&4i32.to_be_bytes());
+                raw.extend_from_slice(&v.to_be_bytes());
+            }
+            None => raw.extend_from_slice(&(-1i32).to_be_bytes()),
+        }
+    }
+    let got = Decoder::Array(Box::new(Decoder::Int4))
+        .decode(&raw)
+        .unwrap();
+    assert_eq!(got, json!([[1, Value::Null], [3, 4]]));
+    let empty = [0u8; 12];
+    assert_eq!(
+        Decoder::Array(Box::new(Decoder::Text))
+            .decode(&empty)
+            .unwrap(),
+        json!([])
+    );
+}
+
+mod checkpoint {
+    use super::super::reader::Chunk;
+    use super::super::*;
+    use crate::config::connectors::PostgresTableConfig;
+    use serde_json::{Map, Value, json};
+
+    fn options(tables: &[(&str, Option<&str>)]) -> PostgresSourceOptions {
+        let mut config = tokio_postgres::Config::new();
+        config
+            .host("h")
+            .port(1)
+            .dbname("db")
+            .user("u")
+            .password("pw-secret");
+        PostgresSourceOptions {
+            server: server_name(&config),
+            config,
+            schema: "public".into(),
+            tables: tables
+                .iter()
+                .map(|(name, cursor)| PostgresTableConfig {
+                    name: (*name).into(),
+                    cursor_field: cursor.map(str::to_owned),
+                    primary_key: Some(vec!["id".into()]),
+                })
+                .collect(),
+            query: None,
+            batch_rows: 2,
+            sample_rows: None,
+        }
+    }
+
+    fn rows(n: usize) -> Vec<Map<String, Value>> {
+        (0..n)
+            .map(|i| json!({"id": i}).as_object().unwrap().clone())
+            .collect()
+    }
+
+    /// Plan the pass as `start` would, without a server.
+    fn planned(source: &mut PostgresSource) {
+        let names: Vec<String> = source
+            .options
+            .tables
+            .iter()
+            .map(|t| format!("public.{}", t.name))
+            .collect();
+        source.plans = Some(
+            names
+                .iter()
+                .map(|name| reader::Plan {
+                    name: name.clone(),
+                    start: TableStart::default(),
+                })
+                .collect(),
+        );
+        source.state.in_pass = true;
+    }
+
+    #[test]
+    fn the_last_batch_of_a_pass_leaves_the_next_pass_start_and_keeps_cursor_keys() {
+        let mut source =
+            PostgresSource::open_at(options(&[("full", None), ("inc", Some("at"))]), None).unwrap();
+        assert_eq!(source.options.server, "h:1/db");
+        planned(&mut source);
+        let batch = source
+            .take(Chunk {
+                table: 0,
+                rows: rows(2),
+                last_key: Some(vec!["2".into()]),
+                end: true,
+                last_of_pass: false,
+            })
+            .unwrap();
+        assert_eq!(batch.records.len(), 2);
+        assert_eq!(
+            batch.records[1].position.uri,
+            "postgres://h:1/db/public.full"
+        );
+        assert_eq!(batch.records[1].namespace.as_deref(), Some("postgres_full"));
+        let mid: PostgresCheckpoint =
+            serde_json::from_slice(&source.checkpoint().unwrap()).unwrap();
+        assert!(mid.in_pass);
+        assert!(mid.tables["public.full"].done);
+        source.take(Chunk {
+            table: 1,
+            rows: rows(1),
+            last_key: Some(vec!["t9".into(), "9".into()]),
+            end: true,
+            last_of_pass: true,
+        });
+        let bytes = source.checkpoint().unwrap();
+        let done: PostgresCheckpoint = serde_json::from_slice(&bytes).unwrap();
+        assert!(!done.in_pass);
+        assert_eq!(done.tables["public.full"].key, None);
+        assert!(!done.tables["public.full"].done);
+        assert_eq!(
+            done.tables["public.inc"].key,
+            Some(vec!["t9".to_owned(), "9".to_owned()])
+        );
+        assert!(!String::from_utf8_lossy(&bytes).contains("pw-secret"));
+    }
+
+    #[test]
+    fn a_checkpoint_of_another_version_is_refused_and_of_another_server_starts_over() {
+        let opts = options(&[("t", None)]);
+        let other = PostgresCheckpoint {
+            version: POSTGRES_CHECKPOINT_VERSION + 1,
+            ..PostgresCheckpoint::default()
+        };
+        let e = PostgresSource::open_at(opts.clone(), Some(&serde_json::to_vec(&other).unwrap()))
+            .unwrap_err();
+        assert!(matches!(e, SourceError::BadCheckpoint { .. }), "{e}");
+        assert!(e.to_string().contains("h:1/db/public"), "{e}");
+        let e = PostgresSource::open_at(opts.clone(), Some(b"not json")).unwrap_err();
+        assert!(matches!(e, SourceError::BadCheckpoint { .. }), "{e}");
+        let elsewhere = PostgresCheckpoint {
+            version: POSTGRES_CHECKPOINT_VERSION,
+            source: "other:5432/db/public".into(),
+            in_pass: true,
+            ..PostgresCheckpoint::default()
+        };
+        let source =
+            PostgresSource::open_at(opts, Some(&serde_json::to_vec(&elsewhere).unwrap())).unwrap();
+        assert!(!source.state.in_pass);
+        assert_eq!(source.state.source, "h:1/db/public");
+    }
+}
