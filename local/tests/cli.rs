@@ -8,29 +8,11 @@
 
 #[path = "common/bin.rs"]
 mod bin;
-use bin::skipprd_command;
+#[path = "common/run.rs"]
+mod run;
+use run::{Run, skipprd};
 
 use std::path::{Path, PathBuf};
-
-struct Run {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
-fn skipprd(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Run {
-    let mut cmd = skipprd_command(dir);
-    cmd.args(args);
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    let out = cmd.output().expect("run skipprd");
-    Run {
-        code: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
-}
 
 fn project(config: &str, files: &[(&str, &str)]) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
@@ -596,7 +578,7 @@ fn a_second_writer_waits_for_the_lease_instead_of_failing_on_the_store() {
     for _ in 0..5 {
         let children: Vec<_> = (0..3)
             .map(|_| {
-                let mut cmd = skipprd_command(dir.path());
+                let mut cmd = bin::skipprd_command(dir.path());
                 cmd.args(["sync", "--once"])
                     .stdout(std::process::Stdio::null());
                 cmd.stderr(std::process::Stdio::piped()).spawn().unwrap()

@@ -9,30 +9,19 @@
 
 #[path = "common/bin.rs"]
 mod bin;
-use bin::skipprd_command;
+#[path = "common/run.rs"]
+mod run;
+use run::Run;
 
 use std::path::Path;
 
 use serde_json::Value;
 
-struct Run {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
+/// `skipprd args --no-log-file` in `dir`.
 fn skipprd(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Run {
-    let mut cmd = skipprd_command(dir);
-    cmd.args(args).arg("--no-log-file");
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    let out = cmd.output().expect("run skipprd");
-    Run {
-        code: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
+    let mut args = args.to_vec();
+    args.push("--no-log-file");
+    run::skipprd(dir, &args, env)
 }
 
 const CONFIG: &str = "\

@@ -113,7 +113,11 @@ fn sync_needs_the_table_created_on_request_then_resumes_from_dynamodb() {
     );
     let run = skipprd(dir.path(), &["store", "create", "--output", "json"]);
     assert_eq!(run.code, 0, "{}", run.stderr);
-    let event: serde_json::Value = serde_json::from_str(run.stdout.trim()).unwrap();
+    let mut event: serde_json::Value = serde_json::from_str(run.stdout.trim()).unwrap();
+    // The run's stamp (checked in output.rs), then the event's own fields.
+    let stamp = event.as_object_mut().unwrap();
+    assert_eq!(stamp.remove("phase"), Some("store".into()));
+    assert!(stamp.remove("timestamp").is_some() && stamp.remove("run_id").is_some());
     assert_eq!(
         event,
         serde_json::json!({"event": "store_ready", "table": table, "region": "us-east-1", "created": false})

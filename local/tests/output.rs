@@ -10,31 +10,11 @@
 
 #[path = "common/bin.rs"]
 mod bin;
-use bin::skipprd_command;
-
-use std::path::Path;
+#[path = "common/run.rs"]
+mod run;
+use run::{Run, skipprd};
 
 use serde_json::Value;
-
-struct Run {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
-fn skipprd(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Run {
-    let mut cmd = skipprd_command(dir);
-    cmd.args(args);
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    let out = cmd.output().expect("run skipprd");
-    Run {
-        code: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
-}
 
 const CONFIG: &str = "\
 pipelines:

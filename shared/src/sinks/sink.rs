@@ -43,6 +43,30 @@ pub struct Delivered {
     pub skipped_rows: u64,
 }
 
+impl Delivered {
+    /// Whether `meta`'s batch has rows to write: a part with rows for a table being written
+    /// (`landed` gives its landed id; `None`: not written here) that has not landed it yet.
+    /// When it has none, its parts with rows for such tables are counted as skipped, landed
+    /// before.
+    pub fn wants(&mut self, meta: &BatchMeta, landed: impl Fn(&str) -> Option<u64>) -> bool {
+        let wanted = meta
+            .parts
+            .iter()
+            .any(|p| p.rows > 0 && landed(&p.namespace).is_some_and(|l| meta.id.0 > l));
+        if !wanted {
+            for part in meta
+                .parts
+                .iter()
+                .filter(|p| p.rows > 0 && landed(&p.namespace).is_some())
+            {
+                self.skipped_parts += 1;
+                self.skipped_rows += part.rows;
+            }
+        }
+        wanted
+    }
+}
+
 /// A destination of committed WAL batches, exactly once by batch id.
 ///
 /// A table of the destination holds one namespace's rows ([`crate::wal::PartKind::Data`]

@@ -367,18 +367,7 @@ impl Sink for FileSink {
         }
         let names = self.key_names();
         for meta in batches {
-            let wanted = meta.parts.iter().any(|p| {
-                p.rows > 0 && open.get(&p.namespace).is_some_and(|o| meta.id.0 > o.landed)
-            });
-            if !wanted {
-                for p in meta
-                    .parts
-                    .iter()
-                    .filter(|p| p.rows > 0 && open.contains_key(&p.namespace))
-                {
-                    delivered.skipped_parts += 1;
-                    delivered.skipped_rows += p.rows;
-                }
+            if !delivered.wants(meta, |ns| open.get(ns).map(|o| o.landed)) {
                 continue;
             }
             let parts = read(meta.id).map_err(|source| SinkError::Wal {
