@@ -252,7 +252,7 @@ fn run(cli: &Cli, mode: OutputMode, stamp: &RunStamp) -> Result<(), PipelineErro
             })?;
             let text = match &args.namespace {
                 None => schema.to_json_pretty(),
-                Some(namespace) => schema_namespace_json(&schema, namespace).ok_or_else(|| {
+                Some(namespace) => schema.namespace_json(namespace).ok_or_else(|| {
                     PipelineError::NoSuchNamespace {
                         pipeline: pipeline.name.clone(),
                         namespace: namespace.clone(),
@@ -301,22 +301,6 @@ fn run(cli: &Cli, mode: OutputMode, stamp: &RunStamp) -> Result<(), PipelineErro
             Ok(())
         }
     }
-}
-
-/// One namespace of a saved schema as JSON (the saved format's namespace object, with its
-/// name), `None` when the schema has no such namespace.
-fn schema_namespace_json(
-    schema: &skipprd::schema::PipelineSchema,
-    namespace: &str,
-) -> Option<String> {
-    let whole: serde_json::Value = serde_json::from_str(&schema.to_json_pretty()).ok()?;
-    let part = whole.get("namespaces")?.get(namespace)?.clone();
-    let mut out = serde_json::Map::new();
-    out.insert("namespace".to_owned(), namespace.into());
-    if let serde_json::Value::Object(fields) = part {
-        out.extend(fields);
-    }
-    serde_json::to_string_pretty(&serde_json::Value::Object(out)).ok()
 }
 
 /// `query`: open the engine on the chosen pipelines and run the statement, the watch loop or

@@ -54,7 +54,10 @@ struct Logged {
 
 impl Observer for Logged {
     fn event(&mut self, event: &Event) {
-        if let Ok(line) = self.stamp.json_line(event) {
+        // Encoded only when some layer keeps it (the log file is on).
+        if tracing::enabled!(target: EVENT_TARGET, tracing::Level::INFO)
+            && let Ok(line) = self.stamp.json_line(event)
+        {
             tracing::info!(target: EVENT_TARGET, event = %line, "event");
         }
         self.shown.event(event);

@@ -38,15 +38,22 @@ impl PipelineSchema {
         }
     }
 
+    /// One namespace as pretty JSON: its `namespace` name, then its entry of the saved file
+    /// (`records`, `fields`); `None` when the schema has no such namespace.
+    pub fn namespace_json(&self, name: &str) -> Option<String> {
+        let schema = self.namespaces.get(name)?;
+        let mut out = Map::new();
+        out.insert("namespace".into(), Value::from(name));
+        out.extend(namespace_entry(schema));
+        serde_json::to_string_pretty(&Value::Object(out)).ok()
+    }
+
     /// The saved file's text: pretty JSON with keys in a fixed order and a trailing newline.
     /// The same schema always gives the same bytes.
     pub fn to_json_pretty(&self) -> String {
         let mut namespaces = Map::new();
         for (name, schema) in &self.namespaces {
-            let mut entry = Map::new();
-            entry.insert("records".into(), Value::from(schema.records));
-            entry.insert("fields".into(), fields_to_json(&schema.fields));
-            namespaces.insert(name.clone(), Value::Object(entry));
+            namespaces.insert(name.clone(), Value::Object(namespace_entry(schema)));
         }
         let mut root = Map::new();
         root.insert("format_version".into(), Value::from(self.format_version));
@@ -164,6 +171,14 @@ fn render_fields(out: &mut String, fields: &[Field], depth: usize) {
             render_fields(out, children, depth + 1);
         }
     }
+}
+
+/// A namespace's entry in the saved file: `records`, `fields`.
+fn namespace_entry(schema: &NamespaceSchema) -> Map<String, Value> {
+    let mut entry = Map::new();
+    entry.insert("records".into(), Value::from(schema.records));
+    entry.insert("fields".into(), fields_to_json(&schema.fields));
+    entry
 }
 
 fn fields_to_json(fields: &[Field]) -> Value {
