@@ -103,6 +103,11 @@ pub enum Command {
     /// [pipeline]` (rows per table), `SCHEMA DUMP [pipeline]`, `RESET PIPELINE <name>` (as
     /// `skipprd reset`; asks, or `--yes`); another statement of that kind exits 2.
     Query(QueryArgs),
+    /// Print a pipeline's rows as tables: every namespace (or with `--namespace` one), each as
+    /// `SELECT * FROM <pipeline>.<namespace>` in `query` would show it (the landed table plus
+    /// the WAL batches not landed yet, each row once). The same rows as the Python
+    /// `Session.df()`.
+    Df(DfArgs),
     /// Maintain the pipeline's Iceberg tables now: expire old snapshots, compact small data
     /// files, delete files no snapshot references. (Deliveries also do this on their own once
     /// a threshold is crossed.) Takes the pipeline's writer lease, like `sync`.
@@ -156,6 +161,22 @@ pub struct MetadataShowArgs {
     pub namespace: Option<String>,
 }
 
+/// `df` flags.
+#[derive(Debug, Args)]
+pub struct DfArgs {
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub pipeline: PipelineArg,
+
+    /// Only this namespace (table).
+    #[arg(long, value_name = "NAME")]
+    pub namespace: Option<String>,
+
+    /// One JSON line per namespace (`{"header":[...],"rows":[[...],...]}`) instead of tables.
+    #[arg(long)]
+    pub plain: bool,
+}
+
 /// `metadata apply` flags.
 #[derive(Debug, Args)]
 pub struct MetadataApplyArgs {
@@ -192,6 +213,7 @@ impl Command {
             Command::Schema(_) => "schema",
             Command::Sync(_) => "sync",
             Command::Query(_) => "query",
+            Command::Df(_) => "df",
             Command::Maintain(_) => "maintain",
             Command::Doctor => "doctor",
             Command::Reset(_) => "reset",

@@ -57,7 +57,7 @@ fn main() -> ExitCode {
                         message,
                         retryable,
                     },
-                    Command::Query(_) => Event::QueryError { message, retryable },
+                    Command::Query(_) | Command::Df(_) => Event::QueryError { message, retryable },
                     Command::Store(_) => Event::StoreError { message, retryable },
                     Command::Deadletters(DeadlettersCommand::Replay(args)) => Event::SyncError {
                         pipeline: named(&args.pipeline.pipeline),
@@ -100,26 +100,9 @@ fn main() -> ExitCode {
 /// `skipprd doctor`: the config first (exit 2 when it does not load), then every pipeline's
 /// checks (exit 1 when one fails).
 fn doctor(cli: &Cli, mode: OutputMode, stamp: &RunStamp) -> ExitCode {
-    use skipprd::doctor::{Check, Status};
-    let (checks, code) = match load_config(cli) {
-        Ok(config) => {
-            let mut checks = vec![Check::ok(
-                "config",
-                format!("{} ({} pipeline(s))", config.file, config.pipelines.len()),
-            )];
-            checks.extend(skipprd::doctor::diagnose(&config));
-            let failed = checks.iter().any(|c| c.status == Status::Fail);
-            (checks, if failed { 1 } else { 0 })
-        }
-        Err(e) => (
-            vec![Check::fail(
-                "config",
-                e.to_string(),
-                "fix the file as the message says (reference: docs/config.md)",
-            )],
-            2,
-        ),
-    };
+    use skipprd::doctor::Status;
+    let loaded = load_config(cli);
+    let (checks, code) = skipprd::doctor::run(loaded.as_ref());
     let event = stamp.stamp_at(
         skipprd::doctor::report_json(&checks, code == 0),
         chrono::Utc::now(),
@@ -208,6 +191,7 @@ fn run(cli: &Cli, mode: OutputMode, stamp: &RunStamp) -> Result<(), PipelineErro
             Ok(())
         }
         Command::Query(args) => query(&config, args),
+        Command::Df(args) => df(&config, args),
         Command::Sync(args) => sync::run(&config, args, mode, stamp),
         Command::Deadletters(DeadlettersCommand::Replay(args)) => {
             let pipeline = config.pipeline(args.pipeline.pipeline.as_deref())?;
@@ -301,6 +285,44 @@ fn run(cli: &Cli, mode: OutputMode, stamp: &RunStamp) -> Result<(), PipelineErro
             Ok(())
         }
     }
+}
+
+/// `df`: every namespace of the pipeline (or the one named), printed as `query` prints a
+/// result, each under a `-- pipeline.namespace --` line (not with `--plain`).
+fn df(config: &ValidatedConfig, args: &cli::DfArgs) -> Result<(), PipelineError> {
+    use skipprd::query::QueryEngine;
+    let pipeline = config.pipeline(args.pipeline.pipeline.as_deref())?;
+    let engine = QueryEngine::open(&[pipeline])?;
+    let known = engine.namespaces(&pipeline.name);
+    let chosen = match &args.namespace {
+        None => known,
+        Some(namespace) if known.contains(namespace) => vec![namespace.clone()],
+        Some(namespace) => {
+            return Err(PipelineError::NoSuchNamespace {
+                pipeline: pipeline.name.clone(),
+                namespace: namespace.clone(),
+                known,
+            });
+        }
+    };
+    let mut out = std::io::stdout();
+    for namespace in &chosen {
+        let output = engine
+            .sql(&skipprd::query::table_sql(&pipeline.name, namespace))
+            .map_err(PipelineError::from)?;
+        if !args.plain {
+            use std::io::Write as _;
+            let _ = writeln!(out, "-- {}.{namespace} --", pipeline.name);
+        }
+        query_cmd::print_output(&output, args.plain, &mut out);
+    }
+    if chosen.is_empty() {
+        eprintln!(
+            "pipeline '{}' has no rows yet (no committed batches)",
+            pipeline.name
+        );
+    }
+    Ok(())
 }
 
 /// `query`: open the engine on the chosen pipelines and run the statement, the watch loop or

@@ -316,7 +316,9 @@ fn run_watch(
     outcome
 }
 
-fn print_output(output: &QueryOutput, plain: bool, out: &mut dyn Write) {
+/// Print one result as `query` does: an aligned table and a row count, or with `plain` one
+/// JSON line.
+pub fn print_output(output: &QueryOutput, plain: bool, out: &mut dyn Write) {
     // A closed pipe (`| head`) is not an error.
     let _ = if plain {
         writeln!(out, "{}", output.to_plain_json())

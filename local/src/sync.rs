@@ -2,11 +2,11 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use skipprd::config::validate::ValidatedConfig;
 use skipprd::pipeline::events::RunStamp;
-use skipprd::pipeline::sync::{SyncOptions, sync_pass};
+use skipprd::pipeline::sync::{SyncOptions, run_passes};
 use skipprd::pipeline::{Event, PipelineError};
 
 use crate::cli::{OutputMode, SyncArgs};
@@ -37,54 +37,25 @@ pub fn run(
         ..SyncOptions::default()
     };
     let mut observer = output::observer(mode, stamp);
-    if config.settings.reset_offsets {
-        // RESET_OFFSETS=true: each pipeline starts over once, before its first pass.
-        for pipeline in &pipelines {
-            let options = skipprd::pipeline::ResetOptions {
-                confirm: true,
-                ..skipprd::pipeline::ResetOptions::default()
-            };
-            skipprd::pipeline::reset(config, pipeline, &options, observer.as_mut())?;
+    let mut on_error = |pipeline: &skipprd::config::ValidatedPipeline, e: &PipelineError| {
+        if mode == OutputMode::Json {
+            output::observer(mode, stamp).event(&Event::SyncError {
+                pipeline: Some(pipeline.name.clone()),
+                message: e.to_string(),
+                retryable: e.is_retryable(),
+            });
         }
-    }
-    let mut first_error: Option<PipelineError> = None;
-    let mut next_due: Vec<Instant> = vec![Instant::now(); pipelines.len()];
-    loop {
-        for (i, pipeline) in pipelines.iter().enumerate() {
-            if stop.load(Ordering::SeqCst) || Instant::now() < next_due[i] {
-                continue;
-            }
-            next_due[i] = Instant::now() + pipeline.sync_frequency;
-            if let Err(e) = sync_pass(config, pipeline, &options, observer.as_mut()) {
-                if e.is_config() {
-                    return Err(e);
-                }
-                if mode == OutputMode::Json {
-                    observer.event(&Event::SyncError {
-                        pipeline: Some(pipeline.name.clone()),
-                        message: e.to_string(),
-                        retryable: e.is_retryable(),
-                    });
-                }
-                eprintln!("error: {e}");
-                first_error.get_or_insert(e);
-            }
-        }
-        if args.once || stop.load(Ordering::SeqCst) {
-            break;
-        }
-        let wake = next_due.iter().min().copied().unwrap_or_else(Instant::now);
-        while Instant::now() < wake && !stop.load(Ordering::SeqCst) {
-            std::thread::sleep(
-                Duration::from_millis(200).min(wake.saturating_duration_since(Instant::now())),
-            );
-        }
-    }
-    match first_error {
-        // Already reported; the error itself decides the exit code.
-        Some(e) => Err(PipelineError::Reported(Box::new(e))),
-        None => Ok(()),
-    }
+        eprintln!("error: {e}");
+    };
+    run_passes(
+        config,
+        &pipelines,
+        &options,
+        args.once,
+        observer.as_mut(),
+        &mut on_error,
+    )?;
+    Ok(())
 }
 
 /// How often a long pass says `sync_status`: the progress display redraws twice a second;

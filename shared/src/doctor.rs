@@ -110,6 +110,32 @@ pub fn report_json(checks: &[Check], ok: bool) -> serde_json::Value {
     })
 }
 
+/// The whole `doctor`: the config first (a `fail` check when it did not load or validate,
+/// with `error`'s message), then every pipeline's checks ([`diagnose`]). Returns the checks and
+/// the exit code the CLI uses: 0 all fine, 1 a pipeline check failed, 2 the config is wrong.
+/// The CLI and the Python `Session.doctor()` both call this.
+pub fn run<E: std::fmt::Display>(config: Result<&ValidatedConfig, &E>) -> (Vec<Check>, u8) {
+    match config {
+        Ok(config) => {
+            let mut checks = vec![Check::ok(
+                "config",
+                format!("{} ({} pipeline(s))", config.file, config.pipelines.len()),
+            )];
+            checks.extend(diagnose(config));
+            let failed = checks.iter().any(|c| c.status == Status::Fail);
+            (checks, u8::from(failed))
+        }
+        Err(error) => (
+            vec![Check::fail(
+                "config",
+                error.to_string(),
+                "fix the file as the message says (reference: docs/config.md)",
+            )],
+            2,
+        ),
+    }
+}
+
 /// Run every check of every pipeline of `config`, in order.
 pub fn diagnose(config: &ValidatedConfig) -> Vec<Check> {
     let mut checks = Vec::new();

@@ -53,6 +53,8 @@ pub enum ConfigSource {
     Found(PathBuf),
     /// No file: an empty config.
     NotFound,
+    /// Given as text (the Python `skippr.Config()`), named in messages by this label.
+    Text(String),
 }
 
 impl ConfigSource {
@@ -60,7 +62,7 @@ impl ConfigSource {
     pub fn path(&self) -> Option<&Path> {
         match self {
             ConfigSource::Flag(p) | ConfigSource::EnvVar(p) | ConfigSource::Found(p) => Some(p),
-            ConfigSource::NotFound => None,
+            ConfigSource::NotFound | ConfigSource::Text(_) => None,
         }
     }
 }
@@ -95,6 +97,9 @@ impl std::fmt::Debug for LoadedConfig {
 impl LoadedConfig {
     /// The file's path for messages, or a note that there is none.
     pub fn display_name(&self) -> String {
+        if let ConfigSource::Text(label) = &self.source {
+            return label.clone();
+        }
         match self.source.path() {
             Some(p) => p.display().to_string(),
             None => format!(
@@ -201,6 +206,25 @@ pub fn load_file<E: Environment + Send + Sync + 'static>(
         config,
         source: ConfigSource::Found(path.to_path_buf()),
         base_dir,
+        env_refs,
+        env: Arc::new(env),
+    })
+}
+
+/// Load config text that is not in a file (the Python `skippr.Config()`): YAML, with relative
+/// paths and `.env`/`.env.local` taken from `base_dir`. `label` names it in messages.
+pub fn load_text<E: Environment + Send + Sync + 'static>(
+    text: &str,
+    label: &str,
+    base_dir: &Path,
+    env: E,
+) -> Result<LoadedConfig, ConfigError> {
+    let env = LayeredEnv::new(env).with_dotenv_files(base_dir)?;
+    let (config, env_refs) = parse_str(text, Format::Yaml, Path::new(label), &env)?;
+    Ok(LoadedConfig {
+        config,
+        source: ConfigSource::Text(label.to_owned()),
+        base_dir: base_dir.to_path_buf(),
         env_refs,
         env: Arc::new(env),
     })

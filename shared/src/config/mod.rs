@@ -36,7 +36,7 @@ pub use connectors::{
 };
 pub use env::ProcessEnv;
 pub use error::ConfigError;
-pub use load::{ConfigSource, LoadedConfig, discover_config_file, load, load_file};
+pub use load::{ConfigSource, LoadedConfig, discover_config_file, load, load_file, load_text};
 pub use secret::Secret;
 pub use validate::{ValidatedConfig, ValidatedPipeline, validate};
 

@@ -127,6 +127,69 @@ pub struct SyncReport {
     pub namespaces: BTreeSet<String>,
 }
 
+/// Run passes over `pipelines`, as `skipprd sync` and the Python `Session.sync()` do. With
+/// `config.settings.reset_offsets` (`RESET_OFFSETS=true`) each pipeline is reset once first.
+/// Each pipeline gets a pass when it is due (every `sync_frequency`); with `once`, one pass
+/// each and then return. Until [`SyncOptions::stop`] is set otherwise: a stop request ends the
+/// pass in hand after the batch being committed, and no new pass starts.
+///
+/// A pass that fails is given to `on_error` (to be reported) and the others go on; the first
+/// such error is returned at the end, wrapped in [`PipelineError::Reported`]. A config error
+/// returns at once. Returns each pass's report, in order.
+pub fn run_passes(
+    config: &ValidatedConfig,
+    pipelines: &[&ValidatedPipeline],
+    options: &SyncOptions,
+    once: bool,
+    observer: &mut dyn Observer,
+    on_error: &mut dyn FnMut(&ValidatedPipeline, &PipelineError),
+) -> Result<Vec<(String, SyncReport)>, PipelineError> {
+    if config.settings.reset_offsets {
+        // RESET_OFFSETS=true: each pipeline starts over once, before its first pass.
+        for pipeline in pipelines {
+            let reset = super::ResetOptions {
+                confirm: true,
+                ..super::ResetOptions::default()
+            };
+            super::reset(config, pipeline, &reset, observer)?;
+        }
+    }
+    let stopped = || options.stop.load(Ordering::SeqCst);
+    let mut reports = Vec::new();
+    let mut first_error: Option<PipelineError> = None;
+    let mut next_due: Vec<Instant> = vec![Instant::now(); pipelines.len()];
+    loop {
+        for (i, pipeline) in pipelines.iter().enumerate() {
+            if stopped() || Instant::now() < next_due[i] {
+                continue;
+            }
+            next_due[i] = Instant::now() + pipeline.sync_frequency;
+            match sync_pass(config, pipeline, options, observer) {
+                Ok(report) => reports.push((pipeline.name.clone(), report)),
+                Err(e) if e.is_config() => return Err(e),
+                Err(e) => {
+                    on_error(pipeline, &e);
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        if once || stopped() {
+            break;
+        }
+        let wake = next_due.iter().min().copied().unwrap_or_else(Instant::now);
+        while Instant::now() < wake && !stopped() {
+            std::thread::sleep(
+                Duration::from_millis(200).min(wake.saturating_duration_since(Instant::now())),
+            );
+        }
+    }
+    match first_error {
+        // Already given to `on_error`; the error itself decides the exit code.
+        Some(e) => Err(PipelineError::Reported(Box::new(e))),
+        None => Ok(reports),
+    }
+}
+
 /// Minimum free bytes on the data dir's file system before reading pauses.
 const DISK_MIN_FREE: u64 = 5_000_000_000;
 

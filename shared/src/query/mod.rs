@@ -40,7 +40,7 @@ use datafusion::execution::context::SQLOptions;
 use datafusion::prelude::{SessionConfig, SessionContext};
 
 pub use error::QueryError;
-pub use output::QueryOutput;
+pub use output::{QueryOutput, QueryStream};
 
 use crate::config::ValidatedPipeline;
 use crate::config::validate::{StoreKind, WalLocation};
@@ -52,7 +52,8 @@ const CATALOG: &str = "datafusion";
 
 /// Runs SQL over the committed WAL batches of some pipelines.
 pub struct QueryEngine {
-    runtime: tokio::runtime::Runtime,
+    /// Shared with the [`QueryStream`]s, which outlive a statement's call.
+    runtime: Arc<tokio::runtime::Runtime>,
     ctx: SessionContext,
     pipelines: Vec<PipelineWal>,
     /// The registered namespace tables: (pipeline, namespace).
@@ -173,7 +174,7 @@ impl QueryEngine {
             );
         }
         let mut engine = QueryEngine {
-            runtime,
+            runtime: Arc::new(runtime),
             ctx,
             pipelines: wals,
             registered: Vec::new(),
@@ -207,6 +208,42 @@ impl QueryEngine {
             Ok::<_, DataFusionError>(QueryOutput { schema, batches })
         });
         result.map_err(|error| QueryError::from_datafusion(error, &self.tables))
+    }
+
+    /// Run one SQL statement and stream its result: batches are computed as the returned
+    /// reader is read (each `next` runs the plan until its next batch), so a large result is
+    /// never held whole here. The Python `Session.query()` hands this reader to pyarrow.
+    ///
+    /// # Errors
+    ///
+    /// As [`QueryEngine::sql`] for planning; errors while running come from the reader.
+    pub fn sql_stream(&self, sql: &str) -> Result<QueryStream, QueryError> {
+        let options = SQLOptions::new()
+            .with_allow_ddl(true)
+            .with_allow_dml(false)
+            .with_allow_statements(true);
+        let stream = self.runtime.block_on(async {
+            let frame = self.ctx.sql_with_options(sql, options).await?;
+            frame.execute_stream().await
+        });
+        let stream = stream.map_err(|error| QueryError::from_datafusion(error, &self.tables))?;
+        Ok(QueryStream::new(
+            Arc::clone(&self.runtime),
+            stream,
+            self.tables.clone(),
+        ))
+    }
+
+    /// The namespaces `pipeline` has tables for, sorted.
+    pub fn namespaces(&self, pipeline: &str) -> Vec<String> {
+        let mut namespaces: Vec<String> = self
+            .registered
+            .iter()
+            .filter(|(name, _)| name == pipeline)
+            .map(|(_, namespace)| namespace.clone())
+            .collect();
+        namespaces.sort();
+        namespaces
     }
 
     /// Read the WALs again, so batches committed (or reclaimed) since are seen, and new
@@ -404,4 +441,12 @@ async fn load_lake(
         );
     }
     Ok(parts)
+}
+
+/// `SELECT * FROM "<pipeline>"."<namespace>"`: one namespace's rows, as `skipprd df` and the
+/// Python `Session.df()` read them (the landed table plus the WAL batches not landed yet, each
+/// row once). Identifiers are quoted, so any name works.
+pub fn table_sql(pipeline: &str, namespace: &str) -> String {
+    let quote = |name: &str| format!("\"{}\"", name.replace('"', "\"\""));
+    format!("SELECT * FROM {}.{}", quote(pipeline), quote(namespace))
 }

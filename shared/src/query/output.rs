@@ -88,3 +88,57 @@ impl QueryOutput {
         Ok(rows)
     }
 }
+
+/// A statement's result read batch by batch ([`super::QueryEngine::sql_stream`]): an Arrow
+/// [`RecordBatchReader`], so it can be exported through the Arrow C stream interface.
+pub struct QueryStream {
+    runtime: Arc<tokio::runtime::Runtime>,
+    schema: SchemaRef,
+    stream: datafusion::physical_plan::SendableRecordBatchStream,
+    /// The engine's tables, to name them in errors.
+    tables: Vec<String>,
+}
+
+impl std::fmt::Debug for QueryStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("QueryStream")
+            .field("schema", &self.schema)
+            .finish_non_exhaustive()
+    }
+}
+
+impl QueryStream {
+    pub(super) fn new(
+        runtime: Arc<tokio::runtime::Runtime>,
+        stream: datafusion::physical_plan::SendableRecordBatchStream,
+        tables: Vec<String>,
+    ) -> QueryStream {
+        QueryStream {
+            runtime,
+            schema: stream.schema(),
+            stream,
+            tables,
+        }
+    }
+}
+
+impl Iterator for QueryStream {
+    type Item = Result<RecordBatch, arrow::error::ArrowError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        use futures::StreamExt as _;
+        let next = self.runtime.block_on(self.stream.next())?;
+        Some(next.map_err(|error| {
+            arrow::error::ArrowError::ExternalError(Box::new(super::QueryError::from_datafusion(
+                error,
+                &self.tables,
+            )))
+        }))
+    }
+}
+
+impl arrow::record_batch::RecordBatchReader for QueryStream {
+    fn schema(&self) -> SchemaRef {
+        self.schema.clone()
+    }
+}
