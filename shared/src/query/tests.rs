@@ -137,6 +137,24 @@ fn tables_are_listed_per_pipeline_and_namespace() {
 }
 
 #[test]
+fn a_streamed_result_has_the_rows_of_the_collected_one_and_namespaces_are_per_pipeline() {
+    let (_dir, config) = two_pipelines();
+    let engine = engine(&config, &["p", "q"]);
+    assert_eq!(engine.namespaces("p"), vec!["docks", "rides"]);
+    assert_eq!(engine.namespaces("q"), vec!["docks"]);
+    assert!(engine.namespaces("nope").is_empty());
+    let sql = table_sql("p", "rides");
+    assert_eq!(sql, r#"SELECT * FROM "p"."rides""#);
+    let collected = engine.sql(&sql).unwrap().rows();
+    let stream = engine.sql_stream(&sql).unwrap();
+    let streamed: usize = stream.map(|batch| batch.unwrap().num_rows()).sum();
+    assert_eq!((collected, streamed), (5, 5));
+    assert_eq!(table_sql("a\"b", "c"), r#"SELECT * FROM "a""b"."c""#);
+    let error = engine.sql_stream("select * from p.nope").unwrap_err();
+    assert!(error.to_string().contains("p.nope"), "{error}");
+}
+
+#[test]
 fn count_filters_and_group_by_return_the_right_numbers() {
     let (_dir, config) = two_pipelines();
     let engine = engine(&config, &["p"]);
