@@ -137,7 +137,8 @@ def test_query_errors_are_query_errors(project):
     s.sync()
     with pytest.raises(skippr.QueryError, match="not found"):
         s.query("select * from bikehire.nope")
-    with pytest.raises(skippr.QueryError, match="nope"):
+    # An unknown namespace is a usage error, as `skipprd df` exits 2 for it.
+    with pytest.raises(skippr.ConfigError, match="nope"):
         s.df("nope")
 
 
