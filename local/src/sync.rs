@@ -47,6 +47,20 @@ pub fn run(
             skipprd::pipeline::reset(config, pipeline, &options, observer.as_mut())?;
         }
     }
+    if config.settings.reset_metadata {
+        // RESET_METADATA=true: each pipeline's saved schema is read again from its source
+        // once, before its first pass (merged, as `discover` always does: batches in the WAL
+        // and the tables use what is saved, so nothing is dropped; `reset` starts over).
+        for pipeline in &pipelines {
+            let options = skipprd::pipeline::DiscoverOptions {
+                limit: None,
+                progress_interval: status_interval(mode),
+                lease_wait: skipprd::state::DEFAULT_LEASE_WAIT,
+                aws: None,
+            };
+            skipprd::pipeline::discover(config, pipeline, &options, observer.as_mut())?;
+        }
+    }
     let mut first_error: Option<PipelineError> = None;
     let mut next_due: Vec<Instant> = vec![Instant::now(); pipelines.len()];
     loop {

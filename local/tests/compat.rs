@@ -9,6 +9,8 @@
 
 #[path = "common/bin.rs"]
 mod bin;
+#[path = "common/local_aws.rs"]
+mod local_aws;
 #[path = "common/run.rs"]
 mod run;
 use run::Run;
@@ -127,6 +129,43 @@ fn reset_offsets_starts_the_pipeline_over_before_the_pass() {
     assert_eq!(rows(dir.path()), 3, "each row once");
 }
 
+/// `RESET_METADATA=true` reads each pipeline's schema from its source again before the
+/// pass: a new field that, without auto-approval, would stop the pass is saved first.
+#[test]
+fn reset_metadata_discovers_again_before_the_pass() {
+    let dir = project("{\"id\":1}\n{\"id\":2}\n{\"id\":3}\n");
+    assert_eq!(skipprd(dir.path(), &["sync", "--once"], &[]).code, 0);
+    std::fs::write(
+        dir.path().join("input/b.jsonl"),
+        "{\"id\":4,\"fresh\":\"x\"}\n",
+    )
+    .unwrap();
+    let held = skipprd(
+        dir.path(),
+        &["sync", "--once"],
+        &[("SCHEMA_AUTO_APPROVE", "false")],
+    );
+    assert_eq!(held.code, 1, "{}", held.stderr);
+    let run = skipprd(
+        dir.path(),
+        &["sync", "--once", "--output", "json"],
+        &[("SCHEMA_AUTO_APPROVE", "false"), ("RESET_METADATA", "true")],
+    );
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    let events: Vec<String> = run
+        .stdout
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap()["event"].to_string())
+        .collect();
+    let discovered = events.iter().position(|e| e == "\"discover_complete\"");
+    let synced = events.iter().position(|e| e == "\"sync_complete\"");
+    assert!(
+        matches!((discovered, synced), (Some(d), Some(s)) if d < s),
+        "{events:?}"
+    );
+    assert_eq!(rows(dir.path()), 4);
+}
+
 /// The global flags override their key and variable, and are in `--help`.
 #[test]
 fn global_flags_override_keys_and_variables_and_are_documented() {
@@ -240,5 +279,85 @@ fn record_field_path_and_inject_fields_shape_every_record_once() {
             .contains("pipelines.events.transform.record_field_path"),
         "{}",
         bad.stderr
+    );
+}
+
+/// `tests/fixtures/compat/local-file-transforms.yml` run as a user would: records a strict
+/// parser refuses (single quotes, broken UTF-8, a lone surrogate) land instead of being
+/// deadlettered; partition values outside `partition_allowed_values` share `_other` and keep
+/// their values; the time partition is named by `time_partition_prefix`. DuckDB reads it back.
+#[test]
+fn the_documented_transforms_fixture_runs_and_lands_every_record() {
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/fixtures/compat/local-file-transforms.yml");
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(&fixture, dir.path().join("skippr.yml")).unwrap();
+    std::fs::create_dir_all(dir.path().join("input")).unwrap();
+    let mut lines: Vec<u8> = Vec::new();
+    lines.extend_from_slice(
+        b"{\"id\":1,\"event_type\":\"click\",\"country\":\"nz\",\"created_at\":1700000000}\n",
+    );
+    lines.extend_from_slice(
+        b"{'id': 2, 'event_type': 'click', 'country': 'au', 'created_at': 1700000000, 'note': 'it\\'s'}\n",
+    );
+    lines.extend_from_slice(
+        b"{\"id\":3,\"event_type\":\"click\",\"country\":\"../../etc\",\"created_at\":1700000000,\"note\":\"caf\xe9\"}\n",
+    );
+    lines.extend_from_slice(
+        b"{\"id\":4,\"event_type\":\"click\",\"country\":\"mars\",\"created_at\":1700086400,\"note\":\"\\ud800\"}\n",
+    );
+    std::fs::write(dir.path().join("input/a.json"), &lines).unwrap();
+
+    let run = skipprd(dir.path(), &["sync", "--once", "--output", "json"], &[]);
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    let done = last_event(&run);
+    assert_eq!(done["total_rows"], 4, "{done}");
+    assert_eq!(done["deadletters"], 0, "{done}");
+
+    let mut dirs: Vec<String> = Vec::new();
+    let table = dir.path().join("out/click");
+    for country in std::fs::read_dir(&table).unwrap() {
+        let country = country.unwrap().path();
+        for day in std::fs::read_dir(&country).unwrap() {
+            let day = day.unwrap().path();
+            dirs.push(day.strip_prefix(&table).unwrap().display().to_string());
+        }
+    }
+    dirs.sort();
+    assert_eq!(
+        dirs,
+        [
+            "country=_other/dt=2023-11-14",
+            "country=_other/dt=2023-11-15",
+            "country=au/dt=2023-11-14",
+            "country=nz/dt=2023-11-14",
+        ]
+    );
+    let sql = format!(
+        "select id, country, note from read_parquet('{}/**/*.parquet', hive_partitioning = false) order by id",
+        table.display()
+    );
+    let out = std::process::Command::new(local_aws::reader_python())
+        .args([
+            "-c",
+            "import duckdb, json, sys; print(json.dumps(duckdb.sql(sys.argv[1]).fetchall()))",
+            &sql,
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rows: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        rows,
+        serde_json::json!([
+            [1, "nz", null],
+            [2, "au", "it's"],
+            [3, "../../etc", "caf\u{fffd}"],
+            [4, "mars", "\u{fffd}"],
+        ])
     );
 }

@@ -316,6 +316,16 @@ pub struct S3SourceConfig {
     /// key patterns.
     #[serde(default)]
     pub s3_listing: Option<S3Listing>,
+    /// Levels of sub-prefixes (separated by `s3_delimiter`) listed one level at a time before
+    /// the objects under each sub-prefix at that depth are listed, up to 8 sub-prefixes at
+    /// once: a faster listing of a prefix with many date or tenant folders. The keys read and
+    /// their order are the same as with one flat listing; a sub-prefix wholly at or below the
+    /// `start_after` watermark costs no request. Default 0 (one flat listing); at most 16.
+    #[serde(default)]
+    pub s3_prefix_ordered_depth: Option<u32>,
+    /// What separates the levels `s3_prefix_ordered_depth` walks. Default `/`.
+    #[serde(default)]
+    pub s3_delimiter: Option<String>,
     /// Records per batch (one Arrow record batch). Default 10000. A batch also closes once
     /// `BUFFER_THRESHOLD_BYTES` (default 10 MB) of input were read.
     #[serde(default)]
@@ -444,9 +454,72 @@ pub struct SkipprLakeSinkConfig {
     /// AWS region for an `s3://` warehouse.
     #[serde(default)]
     pub region: Option<String>,
-    /// Object store kind. Default: from the warehouse URI scheme.
+    /// Where the warehouse's files live: a kind (`s3`, `file`), or a map
+    /// `{type: s3 | r2 | file, endpoint, access_key_id, secret_access_key, path_style}` for an
+    /// S3-compatible store (Cloudflare R2, MinIO) with keys of its own; the keys are secrets
+    /// (`${NAME}` references). The catalog pointers stay in DynamoDB (`catalog_table`).
+    /// Default: from the warehouse URI scheme, with the AWS configuration chain.
     #[serde(default)]
-    pub object_store: Option<ObjectStoreKind>,
+    pub object_store: Option<ObjectStoreSetting>,
+}
+
+/// A `SkipprLake` sink's `object_store`: a kind alone, or a map with the endpoint and keys.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(
+    untagged,
+    expecting = "an object store kind (`s3`, `file`) or a map `{type: s3 | r2 | file, endpoint, access_key_id, secret_access_key, path_style}`"
+)]
+pub enum ObjectStoreSetting {
+    /// `object_store: s3`.
+    Kind(ObjectStoreKind),
+    /// `object_store: {type: r2, endpoint: ..., access_key_id: ${R2_KEY}, ...}`.
+    Map(ObjectStoreMap),
+}
+
+/// The map form of `object_store`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ObjectStoreMap {
+    /// `s3`, `r2` (Cloudflare R2: S3's API at the account's endpoint) or `file`.
+    #[serde(rename = "type")]
+    pub store_type: ObjectStoreType,
+    /// The S3 API endpoint (`https://<account>.r2.cloudflarestorage.com`, a MinIO URL).
+    /// Required for `r2`. Default for `s3`: `AWS_ENDPOINT_URL`, else AWS.
+    #[serde(default)]
+    pub endpoint: Option<String>,
+    /// Access key id for the store (a secret: `${NAME}`); with `secret_access_key`.
+    /// Default: the AWS configuration chain.
+    #[serde(default)]
+    pub access_key_id: Option<Secret>,
+    /// Secret access key for the store (a secret: `${NAME}`); with `access_key_id`.
+    #[serde(default)]
+    pub secret_access_key: Option<Secret>,
+    /// `true`: path-style requests (`https://endpoint/bucket/key`), `false`: virtual-hosted
+    /// (`https://bucket.endpoint/key`). Default: path-style with an endpoint, else AWS's.
+    #[serde(default)]
+    pub path_style: Option<bool>,
+}
+
+/// The `type` of an `object_store` map.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ObjectStoreType {
+    /// Amazon S3 or an S3-compatible endpoint.
+    S3,
+    /// Cloudflare R2 (S3's API; needs `endpoint`).
+    R2,
+    /// The local file system.
+    File,
+}
+
+impl ObjectStoreSetting {
+    /// Whether the files are in an S3-compatible store (else on local disk).
+    pub fn is_s3(&self) -> bool {
+        match self {
+            ObjectStoreSetting::Kind(k) => *k == ObjectStoreKind::S3,
+            ObjectStoreSetting::Map(m) => m.store_type != ObjectStoreType::File,
+        }
+    }
 }
 
 /// `AthenaIceberg` sink: Iceberg tables in S3, each registered in Glue (`table_type=ICEBERG`,

@@ -637,4 +637,6 @@ fn classify(
 }
 
 #[cfg(test)]
+mod compat_tests;
+#[cfg(test)]
 mod tests;

@@ -283,7 +283,8 @@ pub fn sync_pass(
         fence,
         &name,
         settings.deliver_threshold_bytes,
-    )?;
+    )?
+    .map(|d| d.with_max_delay(settings.wal_max_delay));
     let mut report = SyncReport::default();
     if let Some(d) = delivery.as_mut() {
         d.deliver(&mut *wal, &schema, &mut report)?;

@@ -68,8 +68,17 @@ impl LakeLocation {
                 iceberg::storage::durable_file_io(),
                 LakePointer::new(StorePointer::embedded(dir(), name)),
             ),
-            LakeCatalog::Dynamo { table, region } => {
+            LakeCatalog::Dynamo {
+                table,
+                region,
+                files,
+            } => {
                 let aws = aws_of(region.as_deref())?;
+                // The pointers in DynamoDB, the files where `object_store` says.
+                let files_aws = match files {
+                    Some(access) => aws.for_object_store(access),
+                    None => aws.clone(),
+                };
                 let store = crate::state::DynamoStore::open(&aws, table).map_err(|source| {
                     SinkError::Catalog {
                         sink: sink.to_owned(),
@@ -78,14 +87,14 @@ impl LakeLocation {
                 })?;
                 FileCatalog::at(
                     self.warehouse.clone(),
-                    iceberg::s3::s3_file_io(&aws, None),
+                    iceberg::s3::s3_file_io(&files_aws, None),
                     LakePointer::new(StorePointer::shared(
                         std::sync::Arc::new(store),
                         format!("DynamoDB table '{table}'"),
                         &self.warehouse,
                     )),
                 )
-                .with_aws(aws)
+                .with_aws(files_aws)
             }
             LakeCatalog::Glue { region, catalog_id } => {
                 let aws = aws_of(region.as_deref())?;

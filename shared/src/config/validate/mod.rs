@@ -24,7 +24,7 @@ use std::time::Duration;
 
 pub use destination::{
     DEFAULT_TABLE_NAMESPACE, Destination, DestinationKind, LakeCatalog, LakeLocation, Layout,
-    Maintenance,
+    Maintenance, ObjectStoreAccess,
 };
 pub use files::{AthenaTarget, FileDestination, FileDestinationKind};
 pub use placement::{AwsSettings, PipelineStore, WalLocation};
@@ -40,6 +40,9 @@ use super::{FieldList, StorageMode, StoreType, TimeUnit, TransformConfig};
 /// Pipeline names that are reserved for skipprd's own use.
 pub const RESERVED_PIPELINE_NAMES: &[&str] =
     &["deadletters", "wal", "_skippr", "skippr", "metadata"];
+
+/// The deepest `s3_prefix_ordered_depth` accepted.
+pub const MAX_S3_ORDERED_DEPTH: u32 = 16;
 
 /// Default seconds between `sync` passes.
 pub const DEFAULT_SYNC_FREQUENCY_SECONDS: u64 = 900;
@@ -100,6 +103,13 @@ pub struct Settings {
     pub buffer_threshold_seconds: Duration,
     /// WAL segment size target (`WAL_BYTES_PER_FILE`; default 64 MiB, at least 4 MiB).
     pub wal_bytes_per_file: Option<u64>,
+    /// During a pass, committed batches are also delivered once this long passed since the
+    /// last delivery started, however few bytes they take (`WAL_MAX_DELAY_SECONDS`); `None`:
+    /// at `DELIVER_THRESHOLD_BYTES` and at the end of the pass only.
+    pub wal_max_delay: Option<Duration>,
+    /// `RESET_METADATA=true`: `sync` forgets each pipeline's saved schema once, before its
+    /// first pass, so the next pass infers it again (as `skipprd reset --schema`).
+    pub reset_metadata: bool,
     /// Whether `sync` saves a schema change it meets by itself (`SCHEMA_AUTO_APPROVE`, default
     /// `true`). When `false`, a batch that would add a namespace or field, or widen a type,
     /// stops the pass before it is committed (nothing is lost: the source position stays),
@@ -155,6 +165,12 @@ pub struct Transform {
     pub batch_order_fields: Vec<String>,
     /// `record_field_path` and `inject_fields`, applied as records leave the source.
     pub shape: crate::sources::shaped::Shape,
+    /// The values partitions of `batch_partition_fields` may take; empty: any.
+    pub partition_allowed_values: Vec<String>,
+    /// The time partition key's name (`time_partition_prefix`); `None`: `{path}_{unit}`.
+    pub time_partition_prefix: Option<String>,
+    /// `enable_single_quote_parsing` and `enable_unicode_parsing`, for the JSON readers.
+    pub leniency: crate::sources::file::Leniency,
 }
 
 /// A named, resolved connector.
@@ -187,6 +203,17 @@ pub struct ValidatedPipeline {
     /// Whether a `sync` running this pipeline kills itself to prove recovery (the pipeline's
     /// `chaos_mode`, else the project's).
     pub chaos_mode: bool,
+    /// A batch closes once this many input bytes were read (the pipeline's
+    /// `buffer_threshold_bytes`, else [`Settings::buffer_threshold_bytes`]; a source's
+    /// `batch_size_bytes` wins).
+    pub buffer_threshold_bytes: u64,
+    /// A batch closes once it has been filling this long (the pipeline's
+    /// `buffer_threshold_seconds`, else [`Settings::buffer_threshold_seconds`]; a source's
+    /// `batch_size_seconds` wins).
+    pub buffer_threshold_seconds: Duration,
+    /// The CDC mode passed to the source (validated against it); `None`: the source's own
+    /// read.
+    pub cdc: Option<super::CdcMode>,
     /// The data directory (the pipeline's own directory is [`Self::state_dir`]).
     pub data_dir: PathBuf,
     /// Routing and shaping of records.
@@ -412,6 +439,20 @@ pub fn validate_with(
                     "must be a bucket name, not a URI or path (put the key prefix in s3_prefix)",
                 ));
             }
+            if c.s3_prefix_ordered_depth
+                .is_some_and(|d| d > MAX_S3_ORDERED_DEPTH)
+            {
+                return Err(v.bad_value(
+                    &at("s3_prefix_ordered_depth"),
+                    &format!("must be at most {MAX_S3_ORDERED_DEPTH}"),
+                ));
+            }
+            if c.s3_delimiter
+                .as_deref()
+                .is_some_and(|d| d.is_empty() || d.len() > 32)
+            {
+                return Err(v.bad_value(&at("s3_delimiter"), "must be 1 to 32 bytes"));
+            }
         }
         if let SourceConnector::HttpClient(c) = &source.connector {
             v.check_http(&source.name, c)?;
@@ -461,6 +502,15 @@ pub fn validate_with(
         if frequency == 0 {
             return Err(v.bad_value(&at("sync_frequency_seconds"), "must be at least 1"));
         }
+        for (key, value) in [
+            ("buffer_threshold_bytes", p.buffer_threshold_bytes),
+            ("buffer_threshold_seconds", p.buffer_threshold_seconds),
+        ] {
+            if value == Some(0) {
+                return Err(v.bad_value(&at(key), "must be at least 1"));
+            }
+        }
+        let cdc = v.cdc(&at("cdc"), p.cdc.as_ref(), &source)?;
         let data_dir = match &p.data_dir {
             Some(dir) => v.base_dir.join(dir),
             None => match v.env.var("DATA_DIR").filter(|d| !d.is_empty()) {
@@ -496,6 +546,28 @@ pub fn validate_with(
                 None
             }
         };
+        if !transform.partition_allowed_values.is_empty() {
+            let keeps_column = matches!(
+                files.as_ref().map(|f| &f.kind),
+                Some(FileDestinationKind::File { .. } | FileDestinationKind::S3 { .. })
+            );
+            if !keeps_column {
+                let sink = match &sink {
+                    Some(s) => format!(
+                        "the `{}` destination `data_sinks.{}`",
+                        s.connector.type_name(),
+                        s.name
+                    ),
+                    None => "a pipeline without a data_sink".to_owned(),
+                };
+                return Err(v.bad_value(
+                    &at("transform.partition_allowed_values"),
+                    &format!(
+                        "is for the File and S3 destinations, whose files keep the partition column; {sink} holds a partition's value only in the partition, so `_other` would replace it"
+                    ),
+                ));
+            }
+        }
         let wal = placement::wal_location(&settings, name, state_dir(&data_dir, &settings, name))
             .ok_or_else(|| v.no_wal_bucket(overrides.wal_storage.as_deref()))?;
         let aws = placement::aws_settings(
@@ -516,6 +588,13 @@ pub fn validate_with(
                 schema_sink,
                 sync_frequency: Duration::from_secs(frequency),
                 chaos_mode: p.chaos_mode.unwrap_or(settings.chaos_mode),
+                buffer_threshold_bytes: p
+                    .buffer_threshold_bytes
+                    .unwrap_or(settings.buffer_threshold_bytes),
+                buffer_threshold_seconds: p
+                    .buffer_threshold_seconds
+                    .map_or(settings.buffer_threshold_seconds, Duration::from_secs),
+                cdc,
                 data_dir,
                 transform,
                 wal,
@@ -570,6 +649,45 @@ struct Validator<'a> {
 }
 
 impl Validator<'_> {
+    /// A pipeline's `cdc`: only a source that can capture changes takes it, and of the modes
+    /// only `snapshot` (its bounded incremental read) until the Postgres change stream lands.
+    fn cdc(
+        &self,
+        path: &str,
+        cdc: Option<&super::CdcSetting>,
+        source: &Named<SourceConnector>,
+    ) -> Result<Option<super::CdcMode>, ConfigError> {
+        let Some(cdc) = cdc else { return Ok(None) };
+        let mode = cdc.mode();
+        if !matches!(source.connector, SourceConnector::Postgres(_)) {
+            return Err(self.bad_value(
+                path,
+                &format!(
+                    "`data_sources.{}` is a `{}` source, which cannot capture changes; `cdc` is for a Postgres source",
+                    source.name,
+                    source.connector.type_name()
+                ),
+            ));
+        }
+        match mode {
+            super::CdcMode::Snapshot => Ok(Some(mode)),
+            super::CdcMode::SnapshotThenCdc | super::CdcMode::CdcOnly => {
+                Err(ConfigError::UnsupportedSetting {
+                    setting: path.to_owned(),
+                    value: match mode {
+                        super::CdcMode::SnapshotThenCdc => "snapshot_then_cdc",
+                        _ => "cdc_only",
+                    }
+                    .to_owned(),
+                    note: Some(
+                        "this build reads Postgres tables by cursor and primary key only (mode `snapshot`); the logical-replication change stream is not built yet"
+                            .to_owned(),
+                    ),
+                })
+            }
+        }
+    }
+
     fn bad_name(&self, section: &'static str, name: &str, reason: String) -> ConfigError {
         ConfigError::BadName {
             file: self.file.to_path_buf(),
@@ -765,7 +883,44 @@ impl Validator<'_> {
                 ),
             },
         };
+        let yes_no = |value: Option<bool>, var: &str| -> Result<bool, ConfigError> {
+            match value {
+                Some(b) => Ok(b),
+                None => match self
+                    .var(var)
+                    .map(|v| v.trim().to_ascii_lowercase())
+                    .as_deref()
+                {
+                    None | Some("" | "false" | "0" | "no") => Ok(false),
+                    Some("true" | "1" | "yes") => Ok(true),
+                    Some(other) => Err(self.invalid(
+                        &Origin::Var(var.to_owned()),
+                        other,
+                        "is not `true` or `false`",
+                    )),
+                },
+            }
+        };
+        let leniency = crate::sources::file::Leniency {
+            single_quotes: yes_no(
+                t.enable_single_quote_parsing,
+                "TRANSFORM_ENABLE_SINGLE_QUOTE_PARSING",
+            )?,
+            unicode: yes_no(t.enable_unicode_parsing, "TRANSFORM_ENABLE_UNICODE_PARSING")?,
+        };
+        let time_partition_prefix = match &t.time_partition_prefix {
+            Some(p) => Some(p.clone()),
+            None => self
+                .var("TRANSFORM_TIME_PARTITION_PREFIX")
+                .filter(|v| !v.trim().is_empty()),
+        };
         let transform = Transform {
+            partition_allowed_values: list(
+                &t.partition_allowed_values,
+                "TRANSFORM_PARTITION_ALLOWED_VALUES",
+            ),
+            time_partition_prefix,
+            leniency,
             namespace_fields: list(&t.namespace_fields, "TRANSFORM_NAMESPACE_FIELDS"),
             flatten_events,
             batch_partition_fields: list(
@@ -808,6 +963,44 @@ impl Validator<'_> {
             return Err(self.bad_value(
                 &format!("{at}.batch_time_unit"),
                 "is required when batch_time_fields is set",
+            ));
+        }
+        if let Some(name) = &transform.time_partition_prefix {
+            let valid = !name.is_empty()
+                && name.len() <= 128
+                && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+                && !name.starts_with(|c: char| c.is_ascii_digit());
+            if !valid {
+                return Err(self.bad_value(
+                    &format!("{at}.time_partition_prefix"),
+                    &format!(
+                        "'{name}' is not a partition key name (letters, digits and `_`, not starting with a digit, at most 128 bytes)"
+                    ),
+                ));
+            }
+            if transform.batch_time_fields.is_empty() {
+                return Err(self.bad_value(
+                    &format!("{at}.time_partition_prefix"),
+                    "names the time partition, and batch_time_fields is not set",
+                ));
+            }
+            if transform
+                .batch_partition_fields
+                .iter()
+                .any(|f| f.replace('.', "_") == *name)
+            {
+                return Err(self.bad_value(
+                    &format!("{at}.time_partition_prefix"),
+                    &format!("'{name}' is also the name of a batch_partition_fields partition"),
+                ));
+            }
+        }
+        if !transform.partition_allowed_values.is_empty()
+            && transform.batch_partition_fields.is_empty()
+        {
+            return Err(self.bad_value(
+                &format!("{at}.partition_allowed_values"),
+                "limits the values of batch_partition_fields partitions, and batch_partition_fields is not set",
             ));
         }
         for field in transform
