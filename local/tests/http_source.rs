@@ -167,6 +167,36 @@ fn every_paginator_lands_50_pages_of_1000_records_once() {
     }
 }
 
+/// `batch_size_bytes` closes a batch once that many bytes of pages were read: with 1 MB five
+/// pages of about 5 KB make one batch, with 1 KB every page closes one, every record landing
+/// once either way.
+#[test]
+fn batch_size_bytes_closes_batches_by_the_bytes_of_the_pages_read() {
+    let server = api(&["--style", "next_url", "--pages", "5", "--per-page", "100"]);
+    let dir = tempfile::tempdir().unwrap();
+    for (bytes, at_least, at_most) in [("1000000", 1, 1), ("1000", 5, 6)] {
+        let _ = std::fs::remove_dir_all(dir.path().join("lake"));
+        let _ = std::fs::remove_dir_all(dir.path().join("data"));
+        write_config(
+            dir.path(),
+            &format!(
+                "url: http://127.0.0.1:{}/items\nrecords_path: data\nbatch_size_bytes: {bytes}\nbatch_size_seconds: 600\n{}",
+                server.port,
+                paginator("next_url")
+            ),
+        );
+        let out = sync_ok(dir.path(), &[], bytes);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let done: Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+        let batches = done["batches"].as_u64().unwrap();
+        assert!(
+            (at_least..=at_most).contains(&batches),
+            "batch_size_bytes {bytes}: {done}"
+        );
+        check(dir.path(), 500, bytes);
+    }
+}
+
 #[test]
 fn incremental_passes_land_only_the_new_records() {
     let server = api(&["--style", "next_url", "--pages", "5", "--per-page", "100"]);

@@ -98,6 +98,15 @@ pub struct HttpClientSourceConfig {
     /// `BUFFER_THRESHOLD_BYTES` (default 10 MB) of response bodies were read.
     #[serde(default)]
     pub batch_size: Option<usize>,
+    /// A batch also closes once this many bytes of response bodies were read. Default: the
+    /// pipeline's `buffer_threshold_bytes`, else `BUFFER_THRESHOLD_BYTES`, else 10 MB.
+    #[serde(default)]
+    pub batch_size_bytes: Option<u64>,
+    /// A batch also closes once it has been filling this many seconds (slow pages commit
+    /// what they have). Default: the pipeline's `buffer_threshold_seconds`, else
+    /// `BUFFER_THRESHOLD_SECONDS`, else 60.
+    #[serde(default)]
+    pub batch_size_seconds: Option<u64>,
 }
 
 /// An HTTP method the source may send.

@@ -148,6 +148,7 @@ fn open_connector(
                 c,
                 FileSourceOptions::DEFAULT_BATCH_ROWS,
                 pipeline.buffer_threshold_bytes,
+                pipeline.buffer_threshold_seconds,
             )
             .map_err(source_error)?;
             let source = HttpSource::open_at(options, checkpoint).map_err(source_error)?;

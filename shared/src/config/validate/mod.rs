@@ -473,6 +473,12 @@ pub fn validate_with(
                 c.batch_size_bytes,
                 c.batch_size_seconds,
             )),
+            SourceConnector::HttpClient(c) => Some((
+                "HttpClient",
+                c.batch_size.map(|n| n as u64),
+                c.batch_size_bytes,
+                c.batch_size_seconds,
+            )),
             _ => None,
         };
         if let Some((kind, rows, bytes, seconds)) = sizes {

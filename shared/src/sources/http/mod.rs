@@ -90,6 +90,8 @@ pub struct HttpSourceOptions {
     pub batch_rows: usize,
     /// ... or once this many response bytes were read, whichever comes first.
     pub batch_bytes: u64,
+    /// ... or once the batch has been filling this long.
+    pub batch_time: Duration,
     /// Attempts per request, the first included.
     pub max_attempts: u32,
     /// The first retry's backoff (doubled per attempt).
@@ -109,6 +111,7 @@ impl HttpSourceOptions {
         c: &HttpClientSourceConfig,
         batch_rows: usize,
         batch_bytes: u64,
+        batch_time: Duration,
     ) -> Result<HttpSourceOptions, SourceError> {
         let auth = c
             .resolved_auth()
@@ -134,7 +137,8 @@ impl HttpSourceOptions {
             incremental: c.incremental.clone(),
             max_requests_per_second: c.max_requests_per_second,
             batch_rows: c.batch_size.unwrap_or(batch_rows).max(1),
-            batch_bytes,
+            batch_bytes: c.batch_size_bytes.unwrap_or(batch_bytes).max(1),
+            batch_time: c.batch_size_seconds.map_or(batch_time, Duration::from_secs),
             max_attempts: Self::DEFAULT_MAX_ATTEMPTS,
             backoff: Duration::from_millis(500),
             max_page_bytes: Self::DEFAULT_MAX_PAGE_BYTES,
@@ -524,10 +528,12 @@ impl Source for HttpSource {
     fn next_batch(&mut self) -> Result<Option<SourceBatch>, SourceError> {
         let mut batch = SourceBatch::default();
         let start_bytes = self.bytes_done;
+        let started = std::time::Instant::now();
         let mut count = 0usize;
         loop {
             if count >= self.options.batch_rows
                 || (count > 0 && self.bytes_done - start_bytes >= self.options.batch_bytes)
+                || (count > 0 && started.elapsed() >= self.options.batch_time)
             {
                 break;
             }

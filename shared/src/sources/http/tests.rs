@@ -105,6 +105,7 @@ fn options(url: &str) -> HttpSourceOptions {
         max_requests_per_second: None,
         batch_rows: 3,
         batch_bytes: 1 << 20,
+        batch_time: Duration::from_secs(600),
         max_attempts: 5,
         backoff: Duration::from_millis(10),
         max_page_bytes: 1 << 20,
