@@ -16,8 +16,9 @@ use super::secret::Secret;
 /// again (its records land again); with it, a pass asks only for records after the last
 /// committed cursor. Connection errors, timeouts, 429 and 5xx are retried (8 attempts, after
 /// `Retry-After` or an exponential backoff with jitter); another 4xx fails the pass naming the
-/// URL (credentials as `***`), the status and the start of the body. A page is read whole, at
-/// most 256 MiB. Records go to the namespace `http.{url_host}` made table-safe
+/// URL (credentials as `***`), the status and the start of the body. A page over 8 MiB is
+/// spooled to a temporary file and its records streamed (memory stays bounded; at most
+/// 16 GiB). Records go to the namespace `http.{url_host}` made table-safe
 /// (`http_api_example_com`) unless `transform.namespace_fields` routes them.
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
