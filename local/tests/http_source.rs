@@ -332,6 +332,15 @@ fn rate_limits_and_random_500s_are_retried_and_every_record_lands_once() {
         .count() as u64;
     assert_eq!(retries, faults, "{stderr}");
     assert!(!stderr.contains("\"level\":\"ERROR\""), "{stderr}");
+    // And the pass reports them: every request the server saw, and the faults among them.
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let done: Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    assert_eq!(done["source_retries"].as_u64(), Some(faults), "{done}");
+    assert_eq!(
+        done["source_requests"].as_u64(),
+        stats["requests"].as_u64(),
+        "{done} {stats}"
+    );
 }
 
 #[test]

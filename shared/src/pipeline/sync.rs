@@ -122,9 +122,20 @@ pub struct SyncReport {
     /// (and left out of the JSON) without AWS backends.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub aws_requests: BTreeMap<String, u64>,
+    /// Requests an HttpClient source sent for the pages that gave records, retries included
+    /// (left out of the JSON when 0).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub source_requests: u64,
+    /// Of those, the retries (after a 429, a 5xx, a timeout or a broken connection).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub source_retries: u64,
     /// The namespaces behind [`SyncReport::namespaces_synced`].
     #[serde(skip)]
     pub namespaces: BTreeSet<String>,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// Minimum free bytes on the data dir's file system before reading pauses.
@@ -370,6 +381,8 @@ pub fn sync_pass(
                     None => Vec::new(),
                 };
                 report.bytes += batch.bytes_read;
+                report.source_requests = progress.requests;
+                report.source_retries = progress.retries;
                 for dl in &batch.deadletters {
                     report.deadletters += 1;
                     dl_log.log(dl);

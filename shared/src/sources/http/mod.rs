@@ -635,6 +635,8 @@ impl Source for HttpSource {
             bytes_total: None,
             files_done: self.pages,
             files_total: None,
+            requests: self.client.requests,
+            retries: self.client.retries,
         }
     }
 
