@@ -242,8 +242,9 @@ connector_set! {
         Postgres(Box<PostgresSourceConfig>) = true,
         /// A paginated JSON REST API.
         HttpClient(Box<HttpClientSourceConfig>) = true,
-        /// JSON lines on standard input (a push source: lost on a crash before commit).
-        Stdin(StdinSourceConfig) = false,
+        /// JSON lines or CSV on standard input (a push source: what was read and not yet
+        /// committed is lost on a crash).
+        Stdin(StdinSourceConfig) = true,
     }
 }
 
@@ -357,9 +358,37 @@ pub struct StdinSourceConfig {
     /// Connector version pin. Accepted for compatibility.
     #[serde(default)]
     pub version: Option<String>,
-    /// Record format. Default `jsonl`.
+    /// Record format: `jsonl` (default) or `json` (one JSON object per line), or `csv` (a
+    /// header line, then one row per line).
     #[serde(default)]
     pub format: Option<InputFormat>,
+    /// `batch` (default): read until standard input ends. `stream`: the same (the pass ends
+    /// when the writer closes the pipe), accepted for the real product's configs; batches
+    /// close by `batch_size_seconds` while the writer is slow, in either mode.
+    #[serde(default)]
+    pub mode: Option<StdinMode>,
+    /// Records per batch. Default 10000.
+    #[serde(default)]
+    pub batch_size: Option<usize>,
+    /// A batch also closes once this many bytes were read. Default: the pipeline's
+    /// `buffer_threshold_bytes`, else `BUFFER_THRESHOLD_BYTES`, else 10 MB.
+    #[serde(default)]
+    pub batch_size_bytes: Option<u64>,
+    /// A batch also closes once it has been filling this many seconds, so a slow writer's
+    /// records are committed as they come. Default: the pipeline's
+    /// `buffer_threshold_seconds`, else `BUFFER_THRESHOLD_SECONDS`, else 60.
+    #[serde(default)]
+    pub batch_size_seconds: Option<u64>,
+}
+
+/// How the Stdin source reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum StdinMode {
+    /// Until standard input ends.
+    Batch,
+    /// Until standard input ends, committing by time as records come.
+    Stream,
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -3,9 +3,9 @@
 use std::path::Path;
 
 use crate::aws::Aws;
+use crate::config::SourceConnector;
 use crate::config::connectors::{InputFormat, S3Listing};
 use crate::config::validate::{Settings, ValidatedPipeline};
-use crate::config::{ConfigError, ConnectorSet, SourceConnector};
 use crate::sources::file::{FileFormat, FileSource, FileSourceOptions};
 use crate::sources::http::{HttpSource, HttpSourceOptions};
 use crate::sources::postgres::{PostgresSource, PostgresSourceOptions};
@@ -159,11 +159,22 @@ fn open_connector(
             let source = PostgresSource::open_at(options, checkpoint).map_err(source_error)?;
             Ok(Box::new(source))
         }
-        other => Err(PipelineError::Config(ConfigError::Unsupported {
-            connector: other.type_name(),
-            section: SourceConnector::SECTION,
-            name: pipeline.source.name.clone(),
-        })),
+        SourceConnector::Stdin(c) => {
+            let options = crate::sources::stdin::StdinOptions {
+                csv: c.format == Some(InputFormat::Csv),
+                batch_rows: c
+                    .batch_size
+                    .unwrap_or(FileSourceOptions::DEFAULT_BATCH_ROWS)
+                    .max(1),
+                batch_bytes: c
+                    .batch_size_bytes
+                    .unwrap_or(pipeline.buffer_threshold_bytes),
+                batch_time: batch_time(c.batch_size_seconds, pipeline),
+                max_record_bytes: FileSourceOptions::DEFAULT_MAX_RECORD_BYTES,
+                leniency: pipeline.transform.leniency,
+            };
+            Ok(Box::new(crate::sources::stdin::StdinSource::open(options)))
+        }
     }
 }
 

@@ -15,6 +15,7 @@ pub mod postgres;
 pub mod replay;
 pub mod s3;
 pub mod shaped;
+pub mod stdin;
 
 pub use error::{EtagChange, S3Operation, SourceError};
 

@@ -457,6 +457,20 @@ pub fn validate_with(
         if let SourceConnector::HttpClient(c) = &source.connector {
             v.check_http(&source.name, c)?;
         }
+        if let SourceConnector::Stdin(c) = &source.connector
+            && matches!(
+                c.format,
+                Some(
+                    super::connectors::InputFormat::Parquet
+                        | super::connectors::InputFormat::JsonArray
+                )
+            )
+        {
+            return Err(v.bad_value(
+                &format!("data_sources.{}.Stdin.format", source.name),
+                "standard input is read line by line: use `jsonl` (or `json`, one object per line) or `csv`",
+            ));
+        }
         if let SourceConnector::Postgres(c) = &source.connector {
             v.check_postgres(&source.name, c)?;
         }
@@ -469,6 +483,12 @@ pub fn validate_with(
             )),
             SourceConnector::S3(c) => Some((
                 "S3",
+                c.batch_size.map(|n| n as u64),
+                c.batch_size_bytes,
+                c.batch_size_seconds,
+            )),
+            SourceConnector::Stdin(c) => Some((
+                "Stdin",
                 c.batch_size.map(|n| n as u64),
                 c.batch_size_bytes,
                 c.batch_size_seconds,
