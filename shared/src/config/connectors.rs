@@ -723,8 +723,10 @@ pub struct AthenaSinkConfig {
     /// one file at a time per delivery.
     #[serde(default)]
     pub max_concurrency: Option<u32>,
-    /// Seconds a table's Glue definition is trusted before it is read again. Accepted for
-    /// compatibility; this build reads each table's definition once per delivery.
+    /// Seconds a table's Glue definition, once read or written, is trusted before it is read
+    /// again: a delivery whose columns the table is known to have then sends no Glue request
+    /// (across the passes of one `sync` and the invocations of a warm Lambda). A new column
+    /// always reads the table. Default: read at every delivery (0 too).
     #[serde(default)]
     pub discovery_cache_ttl_secs: Option<u64>,
 }

@@ -67,6 +67,9 @@ pub struct AthenaTarget {
     pub workgroup: Option<String>,
     /// The bucket for Athena's query results.
     pub results_bucket: Option<String>,
+    /// How long a table's Glue definition, once read or written, is trusted before it is read
+    /// again (`discovery_cache_ttl_secs`); `None`: read at every delivery.
+    pub glue_cache_ttl: Option<std::time::Duration>,
 }
 
 /// A key prefix without leading or trailing `/`.
@@ -267,6 +270,10 @@ impl Validator<'_> {
                 .clone()
                 .or_else(|| from_glue(|g| &g.athena_workgroup_name)),
             results_bucket,
+            glue_cache_ttl: c
+                .discovery_cache_ttl_secs
+                .filter(|s| *s > 0)
+                .map(std::time::Duration::from_secs),
         })
     }
 

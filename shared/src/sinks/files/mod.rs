@@ -131,7 +131,10 @@ impl FileSink {
                 let bucket = Bucket::new(&aws, &t.bucket, None);
                 (
                     Output::Objects(Arc::new(S3Target::new(bucket, &t.prefix))),
-                    Some(HiveGlue::new(&aws, t.catalog_id.clone(), &t.database)),
+                    Some(
+                        HiveGlue::new(&aws, t.catalog_id.clone(), &t.database)
+                            .with_cache_ttl(t.glue_cache_ttl),
+                    ),
                 )
             }
             FileDestinationKind::Stdout => (Output::Stdout, None),

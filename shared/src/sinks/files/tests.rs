@@ -255,6 +255,7 @@ fn an_athena_sink_on_moto_renames_columns_and_drops_the_partition_column() {
             catalog_id: None,
             workgroup: None,
             results_bucket: None,
+            glue_cache_ttl: None,
         }),
         format: OutputFormat::Parquet,
         layout: Layout {
@@ -317,4 +318,45 @@ fn an_athena_sink_on_moto_renames_columns_and_drops_the_partition_column() {
         })
         .unwrap();
     assert_eq!(partitions.partitions().len(), 2);
+}
+
+/// `discovery_cache_ttl_secs`: once a table's definition was read or written, a delivery with
+/// columns the table is known to have sends no Glue request until the TTL passes; a new column
+/// reads and updates the table. Without it, every delivery reads the table.
+#[test]
+fn a_glue_cache_ttl_spares_requests_for_known_columns_only() {
+    use crate::aws::testing::{bucket, moto};
+    use glue::HiveColumn;
+    let aws = moto();
+    let name = bucket(&aws, "glue-ttl");
+    let database = format!("ttl_db_{}", &name[name.len() - 12..]);
+    let col = |n: &str| HiveColumn {
+        name: n.to_owned(),
+        type_name: "bigint".to_owned(),
+        comment: None,
+    };
+    let glue_requests = || aws.requests().get("glue").copied().unwrap_or(0);
+    let location = format!("s3://{name}/t/");
+    for (ttl, again) in [(None, 1), (Some(std::time::Duration::from_secs(600)), 0)] {
+        let table = format!("t_{}", u8::from(ttl.is_some()));
+        let glue = glue::HiveGlue::new(&aws, None, &database).with_cache_ttl(ttl);
+        glue.ensure_database().unwrap();
+        glue.ensure_table(&table, &location, &[col("a")], &[])
+            .unwrap();
+        let before = glue_requests();
+        glue.ensure_table(&table, &location, &[col("a")], &[])
+            .unwrap();
+        assert_eq!(glue_requests() - before, again, "ttl {ttl:?}: same columns");
+        // A sink opened anew (the next pass) shares what is known.
+        let next = glue::HiveGlue::new(&aws, None, &database).with_cache_ttl(ttl);
+        let before = glue_requests();
+        next.ensure_table(&table, &location, &[col("a")], &[])
+            .unwrap();
+        assert_eq!(glue_requests() - before, again, "ttl {ttl:?}: next pass");
+        // A new column always goes to Glue: read, then update.
+        let before = glue_requests();
+        next.ensure_table(&table, &location, &[col("a"), col("b")], &[])
+            .unwrap();
+        assert_eq!(glue_requests() - before, 2, "ttl {ttl:?}: a new column");
+    }
 }
