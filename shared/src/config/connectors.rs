@@ -719,8 +719,8 @@ pub struct AthenaSinkConfig {
     /// Glue catalog id (AWS account id). Default: the caller's account.
     #[serde(default)]
     pub catalog: Option<String>,
-    /// The most S3 uploads in flight at once. Accepted for compatibility; this build uploads
-    /// one file at a time per delivery.
+    /// The most Parquet file uploads in flight at once during a delivery (1 to 64; memory:
+    /// that many encoded files). Default 4.
     #[serde(default)]
     pub max_concurrency: Option<u32>,
     /// Seconds a table's Glue definition, once read or written, is trusted before it is read

@@ -256,6 +256,7 @@ fn an_athena_sink_on_moto_renames_columns_and_drops_the_partition_column() {
             workgroup: None,
             results_bucket: None,
             glue_cache_ttl: None,
+            upload_concurrency: 3,
         }),
         format: OutputFormat::Parquet,
         layout: Layout {
@@ -359,4 +360,71 @@ fn a_glue_cache_ttl_spares_requests_for_known_columns_only() {
             .unwrap();
         assert_eq!(glue_requests() - before, 2, "ttl {ttl:?}: a new column");
     }
+}
+
+/// A target whose data-file uploads wait (up to 5 s) for `expect` of them to be in flight at
+/// once, and which records the most it saw.
+#[derive(Debug)]
+struct Overlapping {
+    inner: DirTarget,
+    expect: usize,
+    state: std::sync::Mutex<(usize, usize)>,
+    changed: std::sync::Condvar,
+}
+
+impl ObjectTarget for Overlapping {
+    fn put_whole(&self, name: &str, bytes: Vec<u8>) -> Result<(), crate::objects::ObjectError> {
+        if name.ends_with(".parquet") {
+            let mut state = self.state.lock().unwrap();
+            state.0 += 1;
+            state.1 = state.1.max(state.0);
+            self.changed.notify_all();
+            let (mut state, _) = self
+                .changed
+                .wait_timeout_while(state, std::time::Duration::from_secs(5), |s| {
+                    s.0 < self.expect && s.1 < self.expect
+                })
+                .unwrap();
+            state.0 -= 1;
+        }
+        self.inner.put_whole(name, bytes)
+    }
+    fn list(&self, dir: &str) -> Result<Vec<String>, crate::objects::ObjectError> {
+        self.inner.list(dir)
+    }
+    fn get(&self, name: &str) -> Result<Option<Vec<u8>>, crate::objects::ObjectError> {
+        self.inner.get(name)
+    }
+    fn move_to(&self, from: &str, to: &str) -> Result<(), crate::objects::ObjectError> {
+        self.inner.move_to(from, to)
+    }
+    fn location_of(&self, name: &str) -> String {
+        self.inner.location_of(name)
+    }
+}
+
+/// `max_concurrency`: a delivery's files are uploaded that many at a time, and every row still
+/// lands once, each table's marker after its files.
+#[test]
+fn files_are_uploaded_max_concurrency_at_a_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let target = Arc::new(Overlapping {
+        inner: DirTarget::new(dir.path().to_path_buf()),
+        expect: 3,
+        state: std::sync::Mutex::new((0, 0)),
+        changed: std::sync::Condvar::new(),
+    });
+    let as_target: Arc<dyn ObjectTarget> = target.clone();
+    let sink = FileSink::with_target("out", as_target, "t#w#p", OutputFormat::Parquet, layout())
+        .with_uploads(3);
+    let all: Vec<_> = (1..=3).map(|id| batch(id, 3)).collect();
+    let delivered = deliver(&sink, &all, &[1, 2, 3]);
+    assert_eq!((delivered.rows, delivered.files), (9, 6));
+    assert_eq!(
+        target.state.lock().unwrap().1,
+        3,
+        "uploads in flight at once"
+    );
+    assert_eq!(parquet_ids(dir.path()).len(), 9);
+    assert_eq!(sink.landed("events").unwrap(), 3);
 }
