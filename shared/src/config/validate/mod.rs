@@ -30,7 +30,7 @@ pub use files::{AthenaTarget, FileDestination, FileDestinationKind};
 pub use placement::{AwsSettings, PipelineStore, WalLocation};
 
 use super::connectors::{
-    ConnectorSet, DeadletterConnector, Entry, SchemaSinkConnector, SourceConnector,
+    ConnectorSet, DeadletterConnector, Entry, SchemaSinkConnector, SinkConnector, SourceConnector,
 };
 use super::env::Environment;
 use super::error::{ConfigError, suggest};
@@ -178,6 +178,8 @@ pub struct ValidatedPipeline {
     /// Its overwrite-on-retry destination (`File`, `S3`, `Athena`, `Stdout`), resolved;
     /// `None` for a lake sink or none.
     pub files: Option<FileDestination>,
+    /// Its `Postgres` destination (the sink's name and keys), or `None`.
+    pub postgres: Option<Named<crate::config::connectors::PostgresSinkConfig>>,
     /// Its deadletter sink, if any.
     pub deadletter_sink: Option<Named<DeadletterConnector>>,
     /// Its schema sink, if any (from the sink entry, else the pipeline).
@@ -496,6 +498,13 @@ pub fn validate_with(
                 None
             }
         };
+        let postgres = sink.as_ref().and_then(|s| match &s.connector {
+            SinkConnector::Postgres(c) => Some(Named {
+                name: s.name.clone(),
+                connector: c.clone(),
+            }),
+            _ => None,
+        });
         let wal = placement::wal_location(&settings, name, state_dir(&data_dir, &settings, name))
             .ok_or_else(|| v.no_wal_bucket(overrides.wal_storage.as_deref()))?;
         let aws = placement::aws_settings(
@@ -512,6 +521,7 @@ pub fn validate_with(
                 source,
                 destination,
                 files,
+                postgres,
                 deadletter_sink,
                 schema_sink,
                 sync_frequency: Duration::from_secs(frequency),
