@@ -460,3 +460,161 @@ fn a_column_of_another_type_fails_naming_it_and_a_missing_host_fails_validation(
     assert!(stderr.contains("data_sinks.pg.Postgres.host"), "{stderr}");
     assert!(stderr.contains("connection_string"), "{stderr}");
 }
+
+/// A project like [`write_config`]'s whose pipeline merges by `id`.
+fn write_merge_config(dir: &Path, pg: &Pg, db: &str) {
+    write_config(dir, pg, db);
+    let text = std::fs::read_to_string(dir.join("skippr.yml")).unwrap();
+    let text = text.replace(
+        "    data_sink: data_sinks.pg\n",
+        "    data_sink: data_sinks.pg\n    write_policy: merge_by_key\n    primary_key: id\n",
+    );
+    std::fs::write(dir.join("skippr.yml"), text).unwrap();
+}
+
+/// Append `count` changes of random keys below `keys` to a new file `input/u{round}.jsonl`,
+/// applying them to `model` (key -> newest version) in source order.
+fn changes(
+    dir: &Path,
+    round: u64,
+    count: u64,
+    keys: u64,
+    rng: &mut Rng,
+    model: &mut std::collections::BTreeMap<u64, u64>,
+) {
+    let mut text = String::new();
+    for line in 0..count {
+        let id = rng.below(keys);
+        let v = round * 100_000 + line;
+        text.push_str(&format!(
+            "{{\"id\":{id},\"kind\":\"order\",\"v\":{v},\"note\":\"r{round}\"}}\n"
+        ));
+        model.insert(id, v);
+    }
+    std::fs::write(dir.join(format!("input/u{round:05}.jsonl")), text).unwrap();
+}
+
+/// The table's `id|v` rows, by id, against the model's.
+fn assert_model(pg: &Pg, db: &str, model: &std::collections::BTreeMap<u64, u64>, what: &str) {
+    let table = PostgresSink::table_of("order");
+    let got = pg.sql(
+        db,
+        &format!(
+            "SELECT id || ':' || v FROM public.{} ORDER BY id",
+            quote(&table)
+        ),
+    );
+    let want: Vec<String> = model.iter().map(|(k, v)| format!("{k}:{v}")).collect();
+    let got: Vec<&str> = got.lines().collect();
+    assert_eq!(got.len(), want.len(), "{what}: row count");
+    assert!(got == want, "{what}: the table differs from the model");
+}
+
+#[test]
+fn merge_by_key_equals_the_model_after_every_pass_and_after_a_kill_loop() {
+    let kills: u64 = std::env::var("SKIPPR_KILL_LOOPS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(30);
+    let pg = pg();
+    let db = pg.database("merge");
+    let dir = tempfile::tempdir().unwrap();
+    write_merge_config(dir.path(), &pg, &db);
+    let mut rng = Rng(0xfeed_beef_1234_5679);
+    let mut model = std::collections::BTreeMap::new();
+    let mut round = 0u64;
+    for _ in 0..5 {
+        round += 1;
+        changes(dir.path(), round, 3000, 2000, &mut rng, &mut model);
+        sync_ok(dir.path(), &pg, "merge pass");
+        assert_model(&pg, &db, &model, &format!("after pass {round}"));
+    }
+    let (mut killed, mut finished) = (0u64, 0u64);
+    let mut tries = 0u64;
+    while killed < kills && tries < kills * 8 {
+        tries += 1;
+        round += 1;
+        changes(dir.path(), round, 800, 2000, &mut rng, &mut model);
+        let mut child = sync_command(dir.path(), &pg)
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap();
+        // Mostly early kills (a pass here is short); every fifth late enough to deliver.
+        let wait = if tries.is_multiple_of(5) {
+            200 + rng.below(800)
+        } else {
+            2 + rng.below(120)
+        };
+        std::thread::sleep(Duration::from_millis(wait));
+        match child.try_wait().unwrap() {
+            Some(status) => {
+                assert!(status.success(), "round {round}: sync failed");
+                finished += 1;
+            }
+            None => {
+                child.kill().unwrap(); // SIGKILL
+                child.wait().unwrap();
+                killed += 1;
+            }
+        }
+    }
+    sync_ok(dir.path(), &pg, "final merge pass");
+    println!(
+        "merge kill loop: {killed} kills, {finished} passes finished, {} keys in the model",
+        model.len()
+    );
+    assert!(
+        killed >= kills,
+        "only {killed} of {kills} passes were killed"
+    );
+    assert_model(&pg, &db, &model, "after the kill loop");
+}
+
+#[test]
+fn a_write_policy_the_destination_cannot_apply_exits_2_naming_both() {
+    let pg = pg();
+    let dir = tempfile::tempdir().unwrap();
+    write_merge_config(dir.path(), &pg, "unused");
+    let base = std::fs::read_to_string(dir.path().join("skippr.yml")).unwrap();
+    let lake = base.replace(
+        &base[base.find("data_sinks:").unwrap()..],
+        "data_sinks:\n  pg:\n    Duckdb:\n      warehouse: file://./lake\n",
+    );
+    for (text, policy, destination) in [
+        (lake.clone(), "merge_by_key", "Duckdb"),
+        (
+            base.replace(
+                "write_policy: merge_by_key",
+                "write_policy: replace_partition",
+            ),
+            "replace_partition",
+            "Postgres",
+        ),
+        (
+            base.replace(
+                "write_policy: merge_by_key",
+                "write_policy: {default: append, namespaces: {order: replace_table}}",
+            ),
+            "replace_table",
+            "Postgres",
+        ),
+    ] {
+        std::fs::write(dir.path().join("skippr.yml"), &text).unwrap();
+        let out = sync_command(dir.path(), &pg).output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{policy}: {stderr}");
+        assert!(
+            stderr.contains(&format!(
+                "`{policy}` cannot be applied by the `{destination}` destination"
+            )),
+            "{stderr}"
+        );
+        assert!(stderr.contains("pipelines.events.write_policy"), "{stderr}");
+    }
+    let no_key = base.replace("    primary_key: id\n", "");
+    std::fs::write(dir.path().join("skippr.yml"), no_key).unwrap();
+    let out = sync_command(dir.path(), &pg).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("pipelines.events.primary_key"), "{stderr}");
+}

@@ -47,8 +47,9 @@ use tokio_postgres::types::{IsNull, ToSql, Type, to_sql_checked};
 use tokio_postgres::{Client, GenericClient};
 
 use super::{CommitCheck, Delivered, ReadBatch, Sink, SinkError};
+use crate::config::WritePolicy;
 use crate::config::connectors::{PostgresSinkConfig, PostgresSourceConfig};
-use crate::config::validate::ValidatedPipeline;
+use crate::config::validate::{ValidatedPipeline, WritePolicies};
 use crate::schema::naming::{postgres_name, table_name};
 use crate::schema::{Field, FieldType, PipelineSchema};
 use crate::sources::SourceError;
@@ -69,6 +70,8 @@ pub struct PostgresSink {
     schema: String,
     /// The pipeline's identity (its state partition), the key of `_skippr_batches`.
     pipeline: String,
+    /// The pipeline's write policies (`append` unless declared).
+    policies: WritePolicies,
     runtime: tokio::runtime::Runtime,
 }
 
@@ -296,7 +299,8 @@ impl PostgresSink {
         let Some(sink) = &pipeline.postgres else {
             return Ok(None);
         };
-        PostgresSink::new(&sink.name, &sink.connector, &pipeline.store.partition).map(Some)
+        PostgresSink::new(&sink.name, &sink.connector, &pipeline.store.partition)
+            .map(|s| Some(s.with_policies(pipeline.write.clone())))
     }
 
     /// The sink `name` with keys `c`, for the pipeline whose state partition is `identity`.
@@ -337,8 +341,53 @@ impl PostgresSink {
             schema: options.schema.clone(),
             options,
             pipeline: identity.to_owned(),
+            policies: WritePolicies::default(),
             runtime,
         })
+    }
+
+    /// The sink applying `policies` (validation checked that it can).
+    pub fn with_policies(mut self, policies: WritePolicies) -> PostgresSink {
+        self.policies = policies;
+        self
+    }
+
+    /// The merge key's columns of `table` when `namespace` merges by key, checked against
+    /// its fields; `None` for `append`.
+    fn merge_key(
+        &self,
+        namespace: &str,
+        table: &str,
+        fields: &[Field],
+    ) -> Result<Option<Vec<String>>, SinkError> {
+        match self.policies.of(namespace) {
+            WritePolicy::MergeByKey => {}
+            WritePolicy::Append => return Ok(None),
+            other => {
+                return Err(SinkError::Config {
+                    sink: self.name.clone(),
+                    message: format!(
+                        "write policy `{}` cannot be applied by the `Postgres` destination in this build",
+                        other.name()
+                    ),
+                });
+            }
+        }
+        let mut key = Vec::new();
+        for column in &self.policies.primary_key {
+            if !fields.iter().any(|f| &f.name == column) {
+                return Err(SinkError::Postgres {
+                    server: self.options.server.clone(),
+                    table: Some(table.to_owned()),
+                    message: format!(
+                        "`primary_key` column `{column}` is not a field of namespace `{namespace}`, so its rows cannot be merged by key"
+                    ),
+                    retryable: false,
+                });
+            }
+            key.push(Self::column_of(column));
+        }
+        Ok(Some(key))
     }
 
     /// The table of `namespace`.
@@ -638,6 +687,7 @@ impl Sink for PostgresSink {
             fields: &'s [Field],
             arrow: SchemaRef,
             stage: Option<String>,
+            key: Option<Vec<String>>,
         }
         self.with_client(async |client| {
             // Bookkeeping first, in its own transaction (idempotent DDL).
@@ -657,6 +707,19 @@ impl Sink for PostgresSink {
                 let fields = self.fields_of(schema, ns)?;
                 let table = Self::table_of(ns);
                 self.ensure_table(&tx, &table, fields).await?;
+                let key = self.merge_key(ns, &table, fields)?;
+                if let Some(key) = &key {
+                    let cols: Vec<String> = key.iter().map(|c| ident(c)).collect();
+                    let index = postgres_name(&format!("{table}_skippr_key"));
+                    tx.batch_execute(&format!(
+                        "CREATE UNIQUE INDEX IF NOT EXISTS {} ON {} ({})",
+                        ident(&index),
+                        self.qualified(&table),
+                        cols.join(", ")
+                    ))
+                    .await
+                    .map_err(|e| self.error(Some(&table), "cannot create the merge key's unique index", &e))?;
+                }
                 let landed = self.landed_in(&tx, &table).await?;
                 open.insert(
                     ns.to_owned(),
@@ -666,6 +729,7 @@ impl Sink for PostgresSink {
                         fields,
                         arrow: Arc::new(crate::schema::to_arrow_schema(fields)),
                         stage: None,
+                        key,
                     },
                 );
             }
@@ -712,8 +776,9 @@ impl Sink for PostgresSink {
                                     )
                                 })
                                 .collect();
+                            // `_skippr_seq` numbers the rows in source order (COPY order).
                             tx.batch_execute(&format!(
-                                "CREATE TEMP TABLE {} ({}) ON COMMIT DROP",
+                                "CREATE TEMP TABLE {} ({}, \"_skippr_seq\" bigserial) ON COMMIT DROP",
                                 ident(&s),
                                 defs.join(", ")
                             ))
@@ -747,11 +812,35 @@ impl Sink for PostgresSink {
                     .map(|f| ident(&Self::column_of(&f.name)))
                     .collect();
                 let cols = columns.join(", ");
-                tx.batch_execute(&format!(
-                    "INSERT INTO {} ({cols}) SELECT {cols} FROM {}",
-                    self.qualified(&o.table),
-                    ident(stage)
-                ))
+                let insert = match &o.key {
+                    None => format!(
+                        "INSERT INTO {} ({cols}) SELECT {cols} FROM {}",
+                        self.qualified(&o.table),
+                        ident(stage)
+                    ),
+                    Some(key) => {
+                        // The newest version of each key in this delivery (by source order),
+                        // then upserted over the table's.
+                        let key_idents: Vec<String> = key.iter().map(|c| ident(c)).collect();
+                        let keys = key_idents.join(", ");
+                        let set: Vec<String> = columns
+                            .iter()
+                            .filter(|c| !key_idents.contains(c))
+                            .map(|c| format!("{c} = EXCLUDED.{c}"))
+                            .collect();
+                        let action = if set.is_empty() {
+                            "DO NOTHING".to_owned()
+                        } else {
+                            format!("DO UPDATE SET {}", set.join(", "))
+                        };
+                        format!(
+                            "INSERT INTO {} ({cols}) SELECT {cols} FROM (SELECT DISTINCT ON ({keys}) {cols} FROM {} ORDER BY {keys}, \"_skippr_seq\" DESC) newest ON CONFLICT ({keys}) {action}",
+                            self.qualified(&o.table),
+                            ident(stage)
+                        )
+                    }
+                };
+                tx.batch_execute(&insert)
                 .await
                 .map_err(|e| self.error(Some(&o.table), "cannot insert the staged rows", &e))?;
                 tx.execute(&record, &[&self.pipeline, &o.table, &last_id])
