@@ -12,6 +12,8 @@
 //! store) and `AthenaIceberg` (an `s3://` warehouse, each table registered in Glue with its
 //! current metadata as the `metadata_location` parameter, swapped with Glue's `VersionId`
 //! lock; see [`iceberg::glue`]).
+//! The `Postgres` destination ([`postgres`]) writes one PostgreSQL table per namespace,
+//! exactly once by a transaction per delivery; the overwrite-on-retry family is [`files`].
 
 pub mod deadletter;
 pub mod error;
