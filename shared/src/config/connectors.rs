@@ -405,7 +405,7 @@ connector_set! {
         /// Iceberg tables on a local `file://` warehouse, readable by DuckDB. Exactly once.
         Duckdb(DuckdbSinkConfig) = true,
         /// PostgreSQL tables. Exactly once.
-        Postgres(PostgresSinkConfig) = false,
+        Postgres(PostgresSinkConfig) = true,
         /// Parquet, JSON-lines or CSV files in S3 in the Hive layout. Overwrite on retry.
         S3(S3SinkConfig) = true,
         /// Parquet, JSON-lines or CSV files on local disk in the Hive layout. Overwrite on
@@ -617,31 +617,44 @@ pub struct DuckdbSinkConfig {
     pub metadata_retain_versions: Option<u64>,
 }
 
-/// `Postgres` sink.
+/// `Postgres` sink: one table per namespace in `schema` (named by the naming policy, always
+/// quoted), created and evolved from the pipeline's schema; exactly once by WAL batch id (each
+/// delivery is one transaction that records the batches it landed in `_skippr_batches`).
+/// Either `connection_string`, or `host`, `user` and `database`.
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PostgresSinkConfig {
     /// Connector version pin. Accepted for compatibility.
     #[serde(default)]
     pub version: Option<String>,
-    /// Server host name or address.
-    pub host: String,
+    /// Server host name or address. Required unless `connection_string` is given.
+    #[serde(default)]
+    pub host: Option<String>,
     /// Server port. Default 5432.
     #[serde(default)]
     pub port: Option<u16>,
-    /// Database name.
-    pub database: String,
-    /// User name.
-    pub user: String,
+    /// Database name. Required unless `connection_string` is given.
+    #[serde(default)]
+    pub database: Option<String>,
+    /// User name. Required unless `connection_string` is given.
+    #[serde(default)]
+    pub user: Option<String>,
     /// Password: a `${NAME}` reference.
     #[serde(default)]
     pub password: Option<Secret>,
-    /// Schema to write tables into. Default `public`.
+    /// A libpq connection string (`postgresql://user:pass@host:port/db` or `host=... dbname=...`):
+    /// a `${NAME}` reference. When given it overrides `host`, `port`, `user`, `password`,
+    /// `database` and `sslmode`.
+    #[serde(default)]
+    pub connection_string: Option<Secret>,
+    /// Schema to write tables into (created when missing). Default `public`.
     #[serde(default)]
     pub schema: Option<String>,
-    /// libpq `sslmode`. Default `prefer`.
+    /// libpq `sslmode`: `disable` or `prefer` (default; plain when the server offers no TLS).
+    /// `require` and `verify-full` are not supported yet by this build (validation fails
+    /// naming the key).
     #[serde(default)]
-    pub sslmode: Option<String>,
+    pub sslmode: Option<PgSslMode>,
 }
 
 /// `S3` sink (data or deadletters).

@@ -201,6 +201,65 @@ pub struct PipelineConfig {
     /// How records are routed to namespaces (tables) and shaped.
     #[serde(default)]
     pub transform: Option<TransformConfig>,
+    /// How a delivery's rows meet the table's: `append` (default), `merge_by_key` (the newest
+    /// version of each `primary_key` by source order), `replace_table` or
+    /// `replace_partition`; or `{default: <policy>, namespaces: {<namespace>: <policy>}}`. A
+    /// destination that cannot apply a declared policy fails validation naming both (this
+    /// build: `Postgres` applies `append` and `merge_by_key`, every other destination
+    /// `append`).
+    #[serde(default)]
+    pub write_policy: Option<WritePolicyConfig>,
+    /// The key columns `merge_by_key` merges on (a name, or a list). Required by it.
+    #[serde(default, deserialize_with = "postgres::one_or_many")]
+    pub primary_key: Option<Vec<String>>,
+}
+
+/// How a delivery's rows meet a table's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum WritePolicy {
+    /// Every row is added (the default).
+    Append,
+    /// The newest version of each key (by source order) replaces the table's row of that key.
+    MergeByKey,
+    /// Each pass's full read replaces the table atomically.
+    ReplaceTable,
+    /// The partitions a batch touches are replaced.
+    ReplacePartition,
+}
+
+impl WritePolicy {
+    /// The policy's name as written in the config.
+    pub fn name(self) -> &'static str {
+        match self {
+            WritePolicy::Append => "append",
+            WritePolicy::MergeByKey => "merge_by_key",
+            WritePolicy::ReplaceTable => "replace_table",
+            WritePolicy::ReplacePartition => "replace_partition",
+        }
+    }
+}
+
+/// `write_policy`: one policy for every namespace, or a default and per-namespace ones.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(untagged)]
+pub enum WritePolicyConfig {
+    /// One policy for every namespace.
+    One(WritePolicy),
+    /// Per namespace.
+    PerNamespace(WritePolicyMap),
+}
+
+/// `write_policy` per namespace.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct WritePolicyMap {
+    /// The policy of namespaces not listed. Default `append`.
+    #[serde(default)]
+    pub default: Option<WritePolicy>,
+    /// Policies by namespace (the namespace value, before the naming policy).
+    #[serde(default)]
+    pub namespaces: std::collections::BTreeMap<String, WritePolicy>,
 }
 
 /// The `transform` section of a pipeline. Each key also reads `TRANSFORM_<KEY>` from the

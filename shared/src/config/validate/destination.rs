@@ -264,6 +264,7 @@ impl Validator<'_> {
                 SinkConnector::S3(c) => {
                     self.check_bucket(&at("s3_bucket"), &c.s3_bucket)?;
                 }
+                SinkConnector::Postgres(c) => self.check_postgres_sink(name, c)?,
                 _ => {}
             }
             let maintenance = match &entry.connector {

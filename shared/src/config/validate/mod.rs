@@ -30,12 +30,15 @@ pub use files::{AthenaTarget, FileDestination, FileDestinationKind};
 pub use placement::{AwsSettings, PipelineStore, WalLocation};
 
 use super::connectors::{
-    ConnectorSet, DeadletterConnector, Entry, SchemaSinkConnector, SourceConnector,
+    ConnectorSet, DeadletterConnector, Entry, SchemaSinkConnector, SinkConnector, SourceConnector,
 };
 use super::env::Environment;
 use super::error::{ConfigError, suggest};
 use super::load::LoadedConfig;
-use super::{FieldList, StorageMode, StoreType, TimeUnit, TransformConfig};
+use super::{
+    FieldList, PipelineConfig, StorageMode, StoreType, TimeUnit, TransformConfig, WritePolicy,
+    WritePolicyConfig,
+};
 
 /// Pipeline names that are reserved for skipprd's own use.
 pub const RESERVED_PIPELINE_NAMES: &[&str] =
@@ -194,6 +197,10 @@ pub struct ValidatedPipeline {
     /// Its overwrite-on-retry destination (`File`, `S3`, `Athena`, `Stdout`), resolved;
     /// `None` for a lake sink or none.
     pub files: Option<FileDestination>,
+    /// Its `Postgres` destination (the sink's name and keys), or `None`.
+    pub postgres: Option<Named<crate::config::connectors::PostgresSinkConfig>>,
+    /// Its write policies, checked against its destination.
+    pub write: WritePolicies,
     /// Its deadletter sink, if any.
     pub deadletter_sink: Option<Named<DeadletterConnector>>,
     /// Its schema sink, if any (from the sink entry, else the pipeline).
@@ -235,6 +242,35 @@ impl ValidatedPipeline {
     /// Where the schema is saved in local storage mode.
     pub fn schema_path(&self, settings: &Settings) -> PathBuf {
         self.state_dir(settings).join("schema.json")
+    }
+}
+
+/// A pipeline's write policies: a default, per-namespace ones, and the merge key.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WritePolicies {
+    /// The policy of namespaces not in `namespaces`.
+    pub default: Option<WritePolicy>,
+    /// Policies by namespace.
+    pub namespaces: BTreeMap<String, WritePolicy>,
+    /// The merge key's columns (field names).
+    pub primary_key: Vec<String>,
+}
+
+impl WritePolicies {
+    /// The policy of `namespace` (`append` unless declared).
+    pub fn of(&self, namespace: &str) -> WritePolicy {
+        self.namespaces
+            .get(namespace)
+            .copied()
+            .or(self.default)
+            .unwrap_or(WritePolicy::Append)
+    }
+
+    /// Every policy declared.
+    fn declared(&self) -> impl Iterator<Item = WritePolicy> + '_ {
+        self.default
+            .into_iter()
+            .chain(self.namespaces.values().copied())
     }
 }
 
@@ -594,6 +630,14 @@ pub fn validate_with(
                 ));
             }
         }
+        let postgres = sink.as_ref().and_then(|s| match &s.connector {
+            SinkConnector::Postgres(c) => Some(Named {
+                name: s.name.clone(),
+                connector: c.clone(),
+            }),
+            _ => None,
+        });
+        let write = v.write_policies(&at, p, sink.as_ref())?;
         let wal = placement::wal_location(&settings, name, state_dir(&data_dir, &settings, name))
             .ok_or_else(|| v.no_wal_bucket(overrides.wal_storage.as_deref()))?;
         let aws = placement::aws_settings(
@@ -610,6 +654,8 @@ pub fn validate_with(
                 source,
                 destination,
                 files,
+                postgres,
+                write,
                 deadletter_sink,
                 schema_sink,
                 sync_frequency: Duration::from_secs(frequency),
@@ -666,6 +712,65 @@ fn check_supported<C: ConnectorSet>(
         }
     }
     Ok(())
+}
+
+impl Validator<'_> {
+    /// The write policies of pipeline `p` (keys at `at`), each checked against the destination
+    /// `sink`: one that cannot apply a declared policy fails naming both.
+    fn write_policies(
+        &self,
+        at: &dyn Fn(&str) -> String,
+        p: &PipelineConfig,
+        sink: Option<&Named<SinkConnector>>,
+    ) -> Result<WritePolicies, ConfigError> {
+        let mut policies = match &p.write_policy {
+            None => WritePolicies::default(),
+            Some(WritePolicyConfig::One(policy)) => WritePolicies {
+                default: Some(*policy),
+                ..WritePolicies::default()
+            },
+            Some(WritePolicyConfig::PerNamespace(map)) => WritePolicies {
+                default: map.default,
+                namespaces: map.namespaces.clone(),
+                primary_key: Vec::new(),
+            },
+        };
+        if let Some(pk) = &p.primary_key {
+            if pk.is_empty() || pk.iter().any(|c| c.trim().is_empty()) {
+                return Err(self.bad_value(
+                    &at("primary_key"),
+                    "must name at least one column, none empty",
+                ));
+            }
+            policies.primary_key = pk.clone();
+        }
+        for policy in policies.declared() {
+            if policy == WritePolicy::Append {
+                continue;
+            }
+            let destination = sink.map_or("no data_sink", |s| s.connector.type_name());
+            let applies = matches!(
+                (sink.map(|s| &s.connector), policy),
+                (Some(SinkConnector::Postgres(_)), WritePolicy::MergeByKey)
+            );
+            if !applies {
+                return Err(self.bad_value(
+                    &at("write_policy"),
+                    &format!(
+                        "`{}` cannot be applied by the `{destination}` destination in this build (`Postgres` applies `append` and `merge_by_key`; every other destination `append`)",
+                        policy.name()
+                    ),
+                ));
+            }
+            if policy == WritePolicy::MergeByKey && policies.primary_key.is_empty() {
+                return Err(self.bad_value(
+                    &at("primary_key"),
+                    "is required by `write_policy: merge_by_key` (the columns rows are merged on)",
+                ));
+            }
+        }
+        Ok(policies)
+    }
 }
 
 struct Validator<'a> {

@@ -65,7 +65,7 @@
 
 mod decode;
 pub mod doctor;
-mod reader;
+pub(crate) mod reader;
 #[cfg(test)]
 mod tests;
 
