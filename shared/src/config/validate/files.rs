@@ -70,8 +70,7 @@ pub struct AthenaTarget {
     /// How long a table's Glue definition, once read or written, is trusted before it is read
     /// again (`discovery_cache_ttl_secs`); `None`: read at every delivery.
     pub glue_cache_ttl: Option<std::time::Duration>,
-    /// The most file uploads in flight at once (`max_concurrency`, default
-    /// [`DEFAULT_UPLOAD_CONCURRENCY`]).
+    /// The most file uploads in flight at once (`max_concurrency`, default 4).
     pub upload_concurrency: usize,
 }
 
