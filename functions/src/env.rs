@@ -171,6 +171,20 @@ pub fn check_remote_state(config: &ValidatedConfig) -> Result<(), ServerlessErro
             },
         )));
     }
+    if settings.reset_metadata {
+        // Like RESET_OFFSETS: a one-off, which on a function would re-read the whole source
+        // at every scheduled invocation.
+        return Err(ServerlessError::Config(Box::new(
+            skipprd::config::ConfigError::UnsupportedSetting {
+                setting: "RESET_METADATA".to_owned(),
+                value: "true".to_owned(),
+                note: Some(
+                    "on a function it would re-discover the source at every invocation; run `skipprd discover -p <pipeline>` against the deployment's config once instead"
+                        .to_owned(),
+                ),
+            },
+        )));
+    }
     if settings.store == StoreKind::Embedded {
         return Err(ServerlessError::LocalState {
             setting: "skippr.store.type",

@@ -167,6 +167,90 @@ fn every_paginator_lands_50_pages_of_1000_records_once() {
     }
 }
 
+/// `batch_size_bytes` closes a batch once that many bytes of pages were read: with 1 MB five
+/// pages of about 5 KB make one batch, with 1 KB every page closes one, every record landing
+/// once either way.
+#[test]
+fn batch_size_bytes_closes_batches_by_the_bytes_of_the_pages_read() {
+    let server = api(&["--style", "next_url", "--pages", "5", "--per-page", "100"]);
+    let dir = tempfile::tempdir().unwrap();
+    for (bytes, at_least, at_most) in [("1000000", 1, 1), ("1000", 5, 6)] {
+        let _ = std::fs::remove_dir_all(dir.path().join("lake"));
+        let _ = std::fs::remove_dir_all(dir.path().join("data"));
+        write_config(
+            dir.path(),
+            &format!(
+                "url: http://127.0.0.1:{}/items\nrecords_path: data\nbatch_size_bytes: {bytes}\nbatch_size_seconds: 600\n{}",
+                server.port,
+                paginator("next_url")
+            ),
+        );
+        let out = sync_ok(dir.path(), &[], bytes);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let done: Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+        let batches = done["batches"].as_u64().unwrap();
+        assert!(
+            (at_least..=at_most).contains(&batches),
+            "batch_size_bytes {bytes}: {done}"
+        );
+        check(dir.path(), 500, bytes);
+    }
+}
+
+/// A 500 MB page holding one array: spooled to a temporary file and its records read one at a
+/// time, so the pass's peak RSS stays under 256 MiB; every record lands once.
+#[test]
+fn a_500_mb_single_array_page_lands_in_bounded_memory() {
+    let server = api(&[]);
+    let dir = tempfile::tempdir().unwrap();
+    let size: u64 = 500 << 20;
+    std::fs::write(
+        dir.path().join("skippr.yml"),
+        format!(
+            "pipelines:\n  api:\n    data_source: data_sources.api\ndata_sources:\n  api:\n    HttpClient:\n      url: http://127.0.0.1:{}/big?bytes={size}\n      records_path: data\n",
+            server.port
+        ),
+    )
+    .unwrap();
+    // Peak RSS of the child, as the kernel counts it (ru_maxrss, KiB).
+    let measure = "import json, resource, subprocess, sys\n\
+r = subprocess.run(sys.argv[1:], capture_output=True)\n\
+print(json.dumps({'code': r.returncode, 'maxrss_kib': resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, 'stdout': r.stdout.decode(errors='replace'), 'stderr': r.stderr.decode(errors='replace')[-2000:]}))";
+    let bin = skipprd_command(dir.path());
+    let program = bin.get_program().to_owned();
+    let mut cmd = std::process::Command::new(reader_python());
+    cmd.current_dir(dir.path())
+        .arg("-c")
+        .arg(measure)
+        .arg(program)
+        .args(bin.get_args())
+        .args(["sync", "--once", "--output", "json", "--no-log-file"]);
+    // The same environment the helper gives skipprd (its scrubbed variables removed).
+    for (key, value) in bin.get_envs() {
+        match value {
+            Some(value) => cmd.env(key, value),
+            None => cmd.env_remove(key),
+        };
+    }
+    let out = cmd.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["code"], 0, "{report}");
+    let stdout = report["stdout"].as_str().unwrap();
+    let done: Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    // Each record is about 215 bytes: ~2.4M records.
+    let rows = done["total_rows"].as_u64().unwrap();
+    assert!(rows > size / 250 && rows < size / 180, "{done}");
+    assert_eq!(done["deadletters"], 0, "{done}");
+    let peak_mib = report["maxrss_kib"].as_u64().unwrap() / 1024;
+    println!("500 MB page: {rows} records, peak RSS {peak_mib} MiB");
+    assert!(peak_mib < 256, "peak RSS {peak_mib} MiB: {done}");
+}
+
 #[test]
 fn incremental_passes_land_only_the_new_records() {
     let server = api(&["--style", "next_url", "--pages", "5", "--per-page", "100"]);
@@ -248,6 +332,15 @@ fn rate_limits_and_random_500s_are_retried_and_every_record_lands_once() {
         .count() as u64;
     assert_eq!(retries, faults, "{stderr}");
     assert!(!stderr.contains("\"level\":\"ERROR\""), "{stderr}");
+    // And the pass reports them: every request the server saw, and the faults among them.
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let done: Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    assert_eq!(done["source_retries"].as_u64(), Some(faults), "{done}");
+    assert_eq!(
+        done["source_requests"].as_u64(),
+        stats["requests"].as_u64(),
+        "{done} {stats}"
+    );
 }
 
 #[test]

@@ -23,6 +23,8 @@
 mod bin;
 #[path = "common/local_aws.rs"]
 mod local_aws;
+#[path = "common/pg.rs"]
+mod pg;
 
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
@@ -32,70 +34,9 @@ use serde_json::{Value, json};
 
 use bin::skipprd_command;
 use local_aws::reader_python;
+use pg::{Pg, pg};
 
 /// The test server, from the environment `tests/postgres/pg.sh` exports.
-struct Pg {
-    host: String,
-    port: String,
-    user: String,
-    password: String,
-}
-
-fn pg() -> Pg {
-    let var = |name: &str| {
-        std::env::var(name).unwrap_or_else(|_| {
-            panic!(
-                "{name} is not set: run `bash tests/run`, which starts a PostgreSQL server (tests/postgres/pg.sh) and exports SKIPPR_TEST_PG_HOST, _PORT, _USER and _PASSWORD (or `source tests/postgres/pg.sh; pg_server` yourself)"
-            )
-        })
-    };
-    Pg {
-        host: var("SKIPPR_TEST_PG_HOST"),
-        port: var("SKIPPR_TEST_PG_PORT"),
-        user: var("SKIPPR_TEST_PG_USER"),
-        password: var("SKIPPR_TEST_PG_PASSWORD"),
-    }
-}
-
-impl Pg {
-    /// Run SQL with psql in `db`, failing the test on any error; returns the output (tuples
-    /// only, unaligned).
-    fn sql(&self, db: &str, sql: &str) -> String {
-        let out = Command::new("psql")
-            .args([
-                "-X",
-                "-q",
-                "-tA",
-                "-v",
-                "ON_ERROR_STOP=1",
-                "-d",
-                db,
-                "-c",
-                sql,
-            ])
-            .env("PGHOST", &self.host)
-            .env("PGPORT", &self.port)
-            .env("PGUSER", &self.user)
-            .env("PGPASSWORD", &self.password)
-            .output()
-            .expect("psql runs");
-        assert!(
-            out.status.success(),
-            "psql failed: {}\n{sql}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).trim().to_owned()
-    }
-
-    /// A fresh database for one test.
-    fn database(&self, stem: &str) -> String {
-        let name = format!("t_{stem}_{}", std::process::id());
-        self.sql("postgres", &format!("DROP DATABASE IF EXISTS {name}"));
-        self.sql("postgres", &format!("CREATE DATABASE {name}"));
-        name
-    }
-}
-
 /// A project whose pipeline `pg` reads `source` (the lines under `Postgres:`) into a lake.
 fn write_config(dir: &Path, source: &str) {
     let source: String = source.lines().map(|l| format!("      {l}\n")).collect();

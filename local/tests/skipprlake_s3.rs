@@ -317,6 +317,7 @@ fn the_dynamodb_pointer_refuses_a_stale_swap_and_deletes_the_losers_metadata_obj
         catalog: LakeCatalog::Dynamo {
             table: table.clone(),
             region: None,
+            files: None,
         },
     };
     let sink = IcebergSink::with_catalog(

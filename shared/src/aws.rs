@@ -281,6 +281,12 @@ pub struct Aws {
     config: aws_config::SdkConfig,
     runtime: Arc<tokio::runtime::Runtime>,
     counter: Arc<Counter>,
+    /// Path-style S3 requests or not, when configured ([`Aws::for_object_store`]); `None`:
+    /// path-style exactly when an endpoint is set.
+    path_style: Option<bool>,
+    /// The S3 endpoint of an object store of its own ([`Aws::for_object_store`]), set on
+    /// each S3 client (a shared-config endpoint would lose to `AWS_ENDPOINT_URL`).
+    s3_endpoint: Option<String>,
 }
 
 impl fmt::Debug for Aws {
@@ -324,6 +330,8 @@ impl Aws {
             config,
             runtime: Arc::new(runtime),
             counter: Arc::default(),
+            path_style: None,
+            s3_endpoint: None,
         })
     }
 
@@ -349,6 +357,34 @@ impl Aws {
             config,
             runtime: self.runtime.clone(),
             counter: self.counter.clone(),
+            path_style: self.path_style,
+            s3_endpoint: self.s3_endpoint.clone(),
+        }
+    }
+
+    /// The same configuration for an S3-compatible store of its own (a `SkipprLake`
+    /// `object_store` map): its endpoint, its keys, its addressing. Clients built from it share
+    /// the runtime and the request counter; only S3 clients should be built from it.
+    pub fn for_object_store(&self, access: &crate::config::validate::ObjectStoreAccess) -> Aws {
+        let mut builder = self.config.to_builder();
+        if let Some((id, secret)) = &access.keys {
+            let credentials = aws_sdk_s3::config::Credentials::new(
+                id.expose(),
+                secret.expose(),
+                None,
+                None,
+                "skippr.yml object_store",
+            );
+            builder = builder.credentials_provider(
+                aws_sdk_s3::config::SharedCredentialsProvider::new(credentials),
+            );
+        }
+        Aws {
+            config: builder.build(),
+            runtime: self.runtime.clone(),
+            counter: self.counter.clone(),
+            path_style: access.path_style.or(self.path_style),
+            s3_endpoint: access.endpoint.clone().or_else(|| self.s3_endpoint.clone()),
         }
     }
 
@@ -367,6 +403,7 @@ impl Aws {
     /// An S3 client; `endpoint` overrides the environment's endpoint (a connector's
     /// `endpoint`). Path-style addressing is used with any endpoint other than AWS's.
     pub fn s3(&self, endpoint: Option<&str>) -> aws_sdk_s3::Client {
+        let endpoint = endpoint.or(self.s3_endpoint.as_deref());
         let mut builder =
             aws_sdk_s3::config::Builder::from(&self.config).interceptor(self.counting("s3"));
         let custom_endpoint = endpoint.is_some()
@@ -375,7 +412,9 @@ impl Aws {
         if let Some(endpoint) = endpoint {
             builder = builder.endpoint_url(endpoint);
         }
-        if custom_endpoint {
+        if let Some(path_style) = self.path_style {
+            builder = builder.force_path_style(path_style);
+        } else if custom_endpoint {
             builder = builder.force_path_style(true);
         }
         aws_sdk_s3::Client::from_conf(builder.build())
@@ -775,5 +814,45 @@ mod tests {
         assert!(timeout.retryable, "{timeout}");
         assert!(is_retryable_code("SlowDown"));
         assert!(!is_retryable_code("AccessDenied"));
+    }
+
+    /// An `object_store` map's endpoint and keys reach the S3 clients built from
+    /// [`Aws::for_object_store`] (and only those): pointed at a closed port, its requests fail
+    /// while the handle it came from still reaches the test server.
+    #[test]
+    fn an_object_store_map_sends_s3_requests_to_its_own_endpoint() {
+        use crate::config::Secret;
+        use crate::config::validate::ObjectStoreAccess;
+        let aws = super::testing::moto();
+        let name = super::testing::bucket(&aws, "objstore");
+        let endpoint = std::env::var("SKIPPR_TEST_AWS_ENDPOINT").unwrap();
+        let keys = Some((Secret::new("store-key"), Secret::new("store-secret")));
+        let own = aws.for_object_store(&ObjectStoreAccess {
+            endpoint: Some(endpoint),
+            keys: keys.clone(),
+            path_style: Some(true),
+        });
+        let store = Bucket::new(&own, &name, None);
+        store.put("k", b"v".to_vec(), "text/plain").unwrap();
+        assert_eq!(store.get("k").unwrap().as_deref(), Some(&b"v"[..]));
+        let closed = {
+            let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            let port = listener.local_addr().unwrap().port();
+            drop(listener);
+            format!("http://127.0.0.1:{port}")
+        };
+        let elsewhere = aws.for_object_store(&ObjectStoreAccess {
+            endpoint: Some(closed),
+            keys,
+            path_style: None,
+        });
+        let failure = Bucket::new(&elsewhere, &name, None).get("k").unwrap_err();
+        assert!(failure.retryable, "{failure}");
+        assert_eq!(
+            Bucket::new(&aws, &name, None).get("k").unwrap().as_deref(),
+            Some(&b"v"[..])
+        );
+        // The keys never show in the handle's debug output.
+        assert!(!format!("{own:?}").contains("store-secret"));
     }
 }

@@ -231,6 +231,15 @@ impl Pipeline<'_> {
             self.bucket("source", &c.s3_bucket.clone(), &prefix);
             return;
         }
+        if let SourceConnector::Stdin(_) = &self.pipeline.source.connector {
+            // Opening it would start reading the doctor's own standard input.
+            self.push(Check::warn(
+                name,
+                "`Stdin` is a push source: records read from the pipe and not yet committed to the WAL are lost if the process dies, and a later pass reads only what it is piped",
+                "for data that must not be lost, write it to files and read them with the File source",
+            ));
+            return;
+        }
         let opened = crate::pipeline::source::open_source(
             self.pipeline,
             &self.config.settings,

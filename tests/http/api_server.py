@@ -17,6 +17,7 @@ by `POST /_total?n=N`), `per_page` per page, paginated in style S:
 `?since=V` keeps only records with `seq > V` (incremental). `--token T` answers 401 unless
 `Authorization: Bearer T`. `--fail-rate F` answers 500 to that share of requests at random;
 `--rate-limit-every N` answers every N-th request 429 with `Retry-After: 1`.
+`GET /big?bytes=N` streams one page of about N bytes: `{"data": [...]}` with ids from 0.
 `GET /_stats` answers `{"requests": n, "faults": n, "rate_limited": n}`.
 """
 
@@ -78,6 +79,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if url.path == "/_stats":
             with LOCK:
                 return self._send(200, {k: STATE[k] for k in ("requests", "faults", "rate_limited")})
+        if url.path == "/big":
+            return self._big(int(query.get("bytes", 1 << 20)))
         if url.path != "/items":
             return self._send(404, {"error": "no such path"})
         with LOCK:
@@ -124,6 +127,34 @@ class Handler(http.server.BaseHTTPRequestHandler):
         elif style == "cursor":
             body["meta"] = {"next_cursor": str(index + 1) if more else None}
         return self._send(200, body, headers)
+
+
+    def _big(self, size):
+        # One page of about `size` bytes: `{"meta": {...}, "data": [...records...], "next": null}`,
+        # streamed in chunks so the server never holds it. The records' ids count from 0.
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+
+        def chunk(data):
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+
+        pad = "x" * 150
+        chunk(b'{"meta": {"note": "a single array"}, "data": [')
+        sent, i, parts = 0, 0, []
+        while sent < size:
+            record = ('%s{"id": %d, "seq": %d, "name": "record %d", "pad": "%s"}' % ("," if i else "", i, i, i, pad)).encode()
+            parts.append(record)
+            sent += len(record)
+            i += 1
+            if len(parts) == 2000:
+                chunk(b"".join(parts))
+                parts = []
+        if parts:
+            chunk(b"".join(parts))
+        chunk(('], "count": %d, "next": null}' % i).encode())
+        self.wfile.write(b"0\r\n\r\n")
 
 
 class Server(http.server.ThreadingHTTPServer):

@@ -242,8 +242,9 @@ connector_set! {
         Postgres(Box<PostgresSourceConfig>) = true,
         /// A paginated JSON REST API.
         HttpClient(Box<HttpClientSourceConfig>) = true,
-        /// JSON lines on standard input (a push source: lost on a crash before commit).
-        Stdin(StdinSourceConfig) = false,
+        /// JSON lines or CSV on standard input (a push source: what was read and not yet
+        /// committed is lost on a crash).
+        Stdin(StdinSourceConfig) = true,
     }
 }
 
@@ -316,6 +317,16 @@ pub struct S3SourceConfig {
     /// key patterns.
     #[serde(default)]
     pub s3_listing: Option<S3Listing>,
+    /// Levels of sub-prefixes (separated by `s3_delimiter`) listed one level at a time before
+    /// the objects under each sub-prefix at that depth are listed, up to 8 sub-prefixes at
+    /// once: a faster listing of a prefix with many date or tenant folders. The keys read and
+    /// their order are the same as with one flat listing; a sub-prefix wholly at or below the
+    /// `start_after` watermark costs no request. Default 0 (one flat listing); at most 16.
+    #[serde(default)]
+    pub s3_prefix_ordered_depth: Option<u32>,
+    /// What separates the levels `s3_prefix_ordered_depth` walks. Default `/`.
+    #[serde(default)]
+    pub s3_delimiter: Option<String>,
     /// Records per batch (one Arrow record batch). Default 10000. A batch also closes once
     /// `BUFFER_THRESHOLD_BYTES` (default 10 MB) of input were read.
     #[serde(default)]
@@ -347,9 +358,37 @@ pub struct StdinSourceConfig {
     /// Connector version pin. Accepted for compatibility.
     #[serde(default)]
     pub version: Option<String>,
-    /// Record format. Default `jsonl`.
+    /// Record format: `jsonl` (default) or `json` (one JSON object per line), or `csv` (a
+    /// header line, then one row per line).
     #[serde(default)]
     pub format: Option<InputFormat>,
+    /// `batch` (default): read until standard input ends. `stream`: the same (the pass ends
+    /// when the writer closes the pipe), accepted for the real product's configs; batches
+    /// close by `batch_size_seconds` while the writer is slow, in either mode.
+    #[serde(default)]
+    pub mode: Option<StdinMode>,
+    /// Records per batch. Default 10000.
+    #[serde(default)]
+    pub batch_size: Option<usize>,
+    /// A batch also closes once this many bytes were read. Default: the pipeline's
+    /// `buffer_threshold_bytes`, else `BUFFER_THRESHOLD_BYTES`, else 10 MB.
+    #[serde(default)]
+    pub batch_size_bytes: Option<u64>,
+    /// A batch also closes once it has been filling this many seconds, so a slow writer's
+    /// records are committed as they come. Default: the pipeline's
+    /// `buffer_threshold_seconds`, else `BUFFER_THRESHOLD_SECONDS`, else 60.
+    #[serde(default)]
+    pub batch_size_seconds: Option<u64>,
+}
+
+/// How the Stdin source reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum StdinMode {
+    /// Until standard input ends.
+    Batch,
+    /// Until standard input ends, committing by time as records come.
+    Stream,
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -366,7 +405,7 @@ connector_set! {
         /// Iceberg tables on a local `file://` warehouse, readable by DuckDB. Exactly once.
         Duckdb(DuckdbSinkConfig) = true,
         /// PostgreSQL tables. Exactly once.
-        Postgres(PostgresSinkConfig) = false,
+        Postgres(PostgresSinkConfig) = true,
         /// Parquet, JSON-lines or CSV files in S3 in the Hive layout. Overwrite on retry.
         S3(S3SinkConfig) = true,
         /// Parquet, JSON-lines or CSV files on local disk in the Hive layout. Overwrite on
@@ -444,9 +483,72 @@ pub struct SkipprLakeSinkConfig {
     /// AWS region for an `s3://` warehouse.
     #[serde(default)]
     pub region: Option<String>,
-    /// Object store kind. Default: from the warehouse URI scheme.
+    /// Where the warehouse's files live: a kind (`s3`, `file`), or a map
+    /// `{type: s3 | r2 | file, endpoint, access_key_id, secret_access_key, path_style}` for an
+    /// S3-compatible store (Cloudflare R2, MinIO) with keys of its own; the keys are secrets
+    /// (`${NAME}` references). The catalog pointers stay in DynamoDB (`catalog_table`).
+    /// Default: from the warehouse URI scheme, with the AWS configuration chain.
     #[serde(default)]
-    pub object_store: Option<ObjectStoreKind>,
+    pub object_store: Option<ObjectStoreSetting>,
+}
+
+/// A `SkipprLake` sink's `object_store`: a kind alone, or a map with the endpoint and keys.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(
+    untagged,
+    expecting = "an object store kind (`s3`, `file`) or a map `{type: s3 | r2 | file, endpoint, access_key_id, secret_access_key, path_style}`"
+)]
+pub enum ObjectStoreSetting {
+    /// `object_store: s3`.
+    Kind(ObjectStoreKind),
+    /// `object_store: {type: r2, endpoint: ..., access_key_id: ${R2_KEY}, ...}`.
+    Map(ObjectStoreMap),
+}
+
+/// The map form of `object_store`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ObjectStoreMap {
+    /// `s3`, `r2` (Cloudflare R2: S3's API at the account's endpoint) or `file`.
+    #[serde(rename = "type")]
+    pub store_type: ObjectStoreType,
+    /// The S3 API endpoint (`https://<account>.r2.cloudflarestorage.com`, a MinIO URL).
+    /// Required for `r2`. Default for `s3`: `AWS_ENDPOINT_URL`, else AWS.
+    #[serde(default)]
+    pub endpoint: Option<String>,
+    /// Access key id for the store (a secret: `${NAME}`); with `secret_access_key`.
+    /// Default: the AWS configuration chain.
+    #[serde(default)]
+    pub access_key_id: Option<Secret>,
+    /// Secret access key for the store (a secret: `${NAME}`); with `access_key_id`.
+    #[serde(default)]
+    pub secret_access_key: Option<Secret>,
+    /// `true`: path-style requests (`https://endpoint/bucket/key`), `false`: virtual-hosted
+    /// (`https://bucket.endpoint/key`). Default: path-style with an endpoint, else AWS's.
+    #[serde(default)]
+    pub path_style: Option<bool>,
+}
+
+/// The `type` of an `object_store` map.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ObjectStoreType {
+    /// Amazon S3 or an S3-compatible endpoint.
+    S3,
+    /// Cloudflare R2 (S3's API; needs `endpoint`).
+    R2,
+    /// The local file system.
+    File,
+}
+
+impl ObjectStoreSetting {
+    /// Whether the files are in an S3-compatible store (else on local disk).
+    pub fn is_s3(&self) -> bool {
+        match self {
+            ObjectStoreSetting::Kind(k) => *k == ObjectStoreKind::S3,
+            ObjectStoreSetting::Map(m) => m.store_type != ObjectStoreType::File,
+        }
+    }
 }
 
 /// `AthenaIceberg` sink: Iceberg tables in S3, each registered in Glue (`table_type=ICEBERG`,
@@ -515,31 +617,44 @@ pub struct DuckdbSinkConfig {
     pub metadata_retain_versions: Option<u64>,
 }
 
-/// `Postgres` sink.
+/// `Postgres` sink: one table per namespace in `schema` (named by the naming policy, always
+/// quoted), created and evolved from the pipeline's schema; exactly once by WAL batch id (each
+/// delivery is one transaction that records the batches it landed in `_skippr_batches`).
+/// Either `connection_string`, or `host`, `user` and `database`.
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PostgresSinkConfig {
     /// Connector version pin. Accepted for compatibility.
     #[serde(default)]
     pub version: Option<String>,
-    /// Server host name or address.
-    pub host: String,
+    /// Server host name or address. Required unless `connection_string` is given.
+    #[serde(default)]
+    pub host: Option<String>,
     /// Server port. Default 5432.
     #[serde(default)]
     pub port: Option<u16>,
-    /// Database name.
-    pub database: String,
-    /// User name.
-    pub user: String,
+    /// Database name. Required unless `connection_string` is given.
+    #[serde(default)]
+    pub database: Option<String>,
+    /// User name. Required unless `connection_string` is given.
+    #[serde(default)]
+    pub user: Option<String>,
     /// Password: a `${NAME}` reference.
     #[serde(default)]
     pub password: Option<Secret>,
-    /// Schema to write tables into. Default `public`.
+    /// A libpq connection string (`postgresql://user:pass@host:port/db` or `host=... dbname=...`):
+    /// a `${NAME}` reference. When given it overrides `host`, `port`, `user`, `password`,
+    /// `database` and `sslmode`.
+    #[serde(default)]
+    pub connection_string: Option<Secret>,
+    /// Schema to write tables into (created when missing). Default `public`.
     #[serde(default)]
     pub schema: Option<String>,
-    /// libpq `sslmode`. Default `prefer`.
+    /// libpq `sslmode`: `disable` or `prefer` (default; plain when the server offers no TLS).
+    /// `require` and `verify-full` are not supported yet by this build (validation fails
+    /// naming the key).
     #[serde(default)]
-    pub sslmode: Option<String>,
+    pub sslmode: Option<PgSslMode>,
 }
 
 /// `S3` sink (data or deadletters).
@@ -617,12 +732,14 @@ pub struct AthenaSinkConfig {
     /// Glue catalog id (AWS account id). Default: the caller's account.
     #[serde(default)]
     pub catalog: Option<String>,
-    /// The most S3 uploads in flight at once. Accepted for compatibility; this build uploads
-    /// one file at a time per delivery.
+    /// The most Parquet file uploads in flight at once during a delivery (1 to 64; memory:
+    /// that many encoded files). Default 4.
     #[serde(default)]
     pub max_concurrency: Option<u32>,
-    /// Seconds a table's Glue definition is trusted before it is read again. Accepted for
-    /// compatibility; this build reads each table's definition once per delivery.
+    /// Seconds a table's Glue definition, once read or written, is trusted before it is read
+    /// again: a delivery whose columns the table is known to have then sends no Glue request
+    /// (across the passes of one `sync` and the invocations of a warm Lambda). A new column
+    /// always reads the table. Default: read at every delivery (0 too).
     #[serde(default)]
     pub discovery_cache_ttl_secs: Option<u64>,
 }

@@ -16,8 +16,9 @@ use super::secret::Secret;
 /// again (its records land again); with it, a pass asks only for records after the last
 /// committed cursor. Connection errors, timeouts, 429 and 5xx are retried (8 attempts, after
 /// `Retry-After` or an exponential backoff with jitter); another 4xx fails the pass naming the
-/// URL (credentials as `***`), the status and the start of the body. A page is read whole, at
-/// most 256 MiB. Records go to the namespace `http.{url_host}` made table-safe
+/// URL (credentials as `***`), the status and the start of the body. A page over 8 MiB is
+/// spooled to a temporary file and its records streamed (memory stays bounded; at most
+/// 16 GiB). Records go to the namespace `http.{url_host}` made table-safe
 /// (`http_api_example_com`) unless `transform.namespace_fields` routes them.
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -98,6 +99,15 @@ pub struct HttpClientSourceConfig {
     /// `BUFFER_THRESHOLD_BYTES` (default 10 MB) of response bodies were read.
     #[serde(default)]
     pub batch_size: Option<usize>,
+    /// A batch also closes once this many bytes of response bodies were read. Default: the
+    /// pipeline's `buffer_threshold_bytes`, else `BUFFER_THRESHOLD_BYTES`, else 10 MB.
+    #[serde(default)]
+    pub batch_size_bytes: Option<u64>,
+    /// A batch also closes once it has been filling this many seconds (slow pages commit
+    /// what they have). Default: the pipeline's `buffer_threshold_seconds`, else
+    /// `BUFFER_THRESHOLD_SECONDS`, else 60.
+    #[serde(default)]
+    pub batch_size_seconds: Option<u64>,
 }
 
 /// An HTTP method the source may send.

@@ -661,4 +661,6 @@ fn classify(
 }
 
 #[cfg(test)]
+mod compat_tests;
+#[cfg(test)]
 mod tests;

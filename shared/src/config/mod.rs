@@ -176,6 +176,22 @@ pub struct PipelineConfig {
     /// else 900.
     #[serde(default)]
     pub sync_frequency_seconds: Option<u64>,
+    /// A batch closes once this many input bytes were read, for this pipeline's source (a
+    /// source's own `batch_size_bytes` wins). Default: `BUFFER_THRESHOLD_BYTES`, else 10 MB.
+    #[serde(default)]
+    pub buffer_threshold_bytes: Option<u64>,
+    /// A batch of this pipeline's File, S3 or HttpClient source also closes once it has been
+    /// filling this many seconds (a source's own `batch_size_seconds` wins). Default:
+    /// `BUFFER_THRESHOLD_SECONDS`, else 60.
+    #[serde(default)]
+    pub buffer_threshold_seconds: Option<u64>,
+    /// Change data capture, passed to a source that can stream changes: a mode
+    /// (`snapshot`, `snapshot_then_cdc`, `cdc_only`) or a map `{mode, slot_name, publication}`.
+    /// `snapshot` (a bounded read, today's behaviour) is accepted on the Postgres source; the
+    /// streaming modes are refused at validation until the Postgres CDC reader lands, and any
+    /// `cdc` on a source that cannot capture changes is refused naming the source.
+    #[serde(default)]
+    pub cdc: Option<CdcSetting>,
     /// Directory for the WAL, resume positions and (in local storage mode) the schema; the
     /// pipeline uses `<data_dir>/<workspace>_<pipeline>/`. Relative paths are resolved against
     /// the config file's directory. Default: env `DATA_DIR` (relative to the current
@@ -185,6 +201,65 @@ pub struct PipelineConfig {
     /// How records are routed to namespaces (tables) and shaped.
     #[serde(default)]
     pub transform: Option<TransformConfig>,
+    /// How a delivery's rows meet the table's: `append` (default), `merge_by_key` (the newest
+    /// version of each `primary_key` by source order), `replace_table` or
+    /// `replace_partition`; or `{default: <policy>, namespaces: {<namespace>: <policy>}}`. A
+    /// destination that cannot apply a declared policy fails validation naming both (this
+    /// build: `Postgres` applies `append` and `merge_by_key`, every other destination
+    /// `append`).
+    #[serde(default)]
+    pub write_policy: Option<WritePolicyConfig>,
+    /// The key columns `merge_by_key` merges on (a name, or a list). Required by it.
+    #[serde(default, deserialize_with = "postgres::one_or_many")]
+    pub primary_key: Option<Vec<String>>,
+}
+
+/// How a delivery's rows meet a table's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum WritePolicy {
+    /// Every row is added (the default).
+    Append,
+    /// The newest version of each key (by source order) replaces the table's row of that key.
+    MergeByKey,
+    /// Each pass's full read replaces the table atomically.
+    ReplaceTable,
+    /// The partitions a batch touches are replaced.
+    ReplacePartition,
+}
+
+impl WritePolicy {
+    /// The policy's name as written in the config.
+    pub fn name(self) -> &'static str {
+        match self {
+            WritePolicy::Append => "append",
+            WritePolicy::MergeByKey => "merge_by_key",
+            WritePolicy::ReplaceTable => "replace_table",
+            WritePolicy::ReplacePartition => "replace_partition",
+        }
+    }
+}
+
+/// `write_policy`: one policy for every namespace, or a default and per-namespace ones.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(untagged)]
+pub enum WritePolicyConfig {
+    /// One policy for every namespace.
+    One(WritePolicy),
+    /// Per namespace.
+    PerNamespace(WritePolicyMap),
+}
+
+/// `write_policy` per namespace.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct WritePolicyMap {
+    /// The policy of namespaces not listed. Default `append`.
+    #[serde(default)]
+    pub default: Option<WritePolicy>,
+    /// Policies by namespace (the namespace value, before the naming policy).
+    #[serde(default)]
+    pub namespaces: std::collections::BTreeMap<String, WritePolicy>,
 }
 
 /// The `transform` section of a pipeline. Each key also reads `TRANSFORM_<KEY>` from the
@@ -198,7 +273,8 @@ pub struct TransformConfig {
     #[serde(default)]
     pub namespace_fields: Option<FieldList>,
     /// `true`: nested objects become dotted top-level columns (`a.b.c`). Default `false`.
-    #[serde(default)]
+    /// Also written `yes`/`no` (as the real product's files do).
+    #[serde(default, deserialize_with = "flag")]
     pub flatten_events: Option<bool>,
     /// Fields (dot paths) to partition by: Hive partitions for Hive/S3/File sinks, the
     /// partition spec for Iceberg sinks.
@@ -224,6 +300,106 @@ pub struct TransformConfig {
     /// value the record had under the same key: `{env: prod, source_system: crm}`.
     #[serde(default)]
     pub inject_fields: Option<BTreeMap<String, serde_json::Value>>,
+    /// The values a `batch_partition_fields` partition may take (a comma list or a YAML
+    /// list): a row whose value is not one of them lands in the partition `_other`, its
+    /// value kept in the row, which bounds the directories untrusted values can make. For
+    /// the `File` and `S3` destinations (whose files keep the partition column); refused on
+    /// others, where the partition holds the column's only copy. Default: every value.
+    #[serde(default)]
+    pub partition_allowed_values: Option<FieldList>,
+    /// The name of the time partition key (the directory's `name=` and the partition
+    /// column), in place of `{first batch_time_fields path}_{unit}` (`ts_day`): letters,
+    /// digits and `_`, not starting with a digit, at most 128 bytes. Needs
+    /// `batch_time_fields`.
+    #[serde(default)]
+    pub time_partition_prefix: Option<String>,
+    /// `true`: a JSON record that is not strict JSON is read again allowing strings in
+    /// single quotes (`{'a': 'b'}`) before it is deadlettered (File and S3 sources). Default
+    /// `false`.
+    #[serde(default, deserialize_with = "flag")]
+    pub enable_single_quote_parsing: Option<bool>,
+    /// `true`: a JSON record that is not strict JSON is read again with bytes that are not
+    /// UTF-8 and lone surrogate escapes as U+FFFD, and raw control characters in strings as
+    /// if escaped, before it is deadlettered (File and S3 sources). Default `false`.
+    #[serde(default, deserialize_with = "flag")]
+    pub enable_unicode_parsing: Option<bool>,
+}
+
+/// A yes/no value: a YAML boolean, or `true`/`false`, `yes`/`no`, `1`/`0` as text (as the
+/// real product's files write them).
+fn flag<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<bool>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Raw {
+        Bool(bool),
+        Text(String),
+        Number(u64),
+    }
+    match Option::<Raw>::deserialize(deserializer)? {
+        None => Ok(None),
+        Some(Raw::Bool(b)) => Ok(Some(b)),
+        Some(Raw::Number(1)) => Ok(Some(true)),
+        Some(Raw::Number(0)) => Ok(Some(false)),
+        Some(Raw::Text(t)) => match t.trim().to_ascii_lowercase().as_str() {
+            "true" | "yes" | "1" | "on" => Ok(Some(true)),
+            "false" | "no" | "0" | "off" => Ok(Some(false)),
+            _ => Err(serde::de::Error::custom(format!(
+                "'{t}' is not yes/no (true, false, yes, no, 1, 0)"
+            ))),
+        },
+        Some(Raw::Number(n)) => Err(serde::de::Error::custom(format!(
+            "{n} is not yes/no (true, false, yes, no, 1, 0)"
+        ))),
+    }
+}
+
+/// A pipeline's `cdc` value: a mode alone, or a map with the mode and its options.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(
+    untagged,
+    expecting = "a CDC mode (`snapshot`, `snapshot_then_cdc`, `cdc_only`) or a map `{mode, slot_name, publication}`"
+)]
+pub enum CdcSetting {
+    /// `cdc: snapshot_then_cdc`.
+    Mode(CdcMode),
+    /// `cdc: {mode: snapshot_then_cdc, slot_name: skippr_orders}`.
+    Options(CdcOptions),
+}
+
+impl CdcSetting {
+    /// The mode, in either form.
+    pub fn mode(&self) -> CdcMode {
+        match self {
+            CdcSetting::Mode(m) => *m,
+            CdcSetting::Options(o) => o.mode,
+        }
+    }
+}
+
+/// The map form of `cdc`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CdcOptions {
+    /// How changes are read.
+    pub mode: CdcMode,
+    /// Logical replication slot name. Default: derived from the workspace and pipeline.
+    #[serde(default)]
+    pub slot_name: Option<String>,
+    /// Publication to stream. Default: one made for the pipeline's tables.
+    #[serde(default)]
+    pub publication: Option<String>,
+}
+
+/// How a CDC-capable source reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum CdcMode {
+    /// A bounded snapshot only, no change stream (the Postgres source's incremental read).
+    Snapshot,
+    /// A snapshot, then the change stream, resumed from its position.
+    SnapshotThenCdc,
+    /// The change stream only, from the slot's position.
+    CdcOnly,
 }
 
 /// Granularity of time partitions.

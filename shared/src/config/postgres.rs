@@ -192,7 +192,9 @@ pub struct PostgresTableConfig {
 }
 
 /// A column name or a list of them.
-fn one_or_many<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<String>>, D::Error> {
+pub(crate) fn one_or_many<'de, D: Deserializer<'de>>(
+    d: D,
+) -> Result<Option<Vec<String>>, D::Error> {
     #[derive(Deserialize)]
     #[serde(untagged)]
     enum OneOrMany {

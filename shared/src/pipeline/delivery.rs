@@ -35,6 +35,11 @@ pub(super) struct Delivery<'a> {
     worker: Option<Worker>,
     /// Outstanding WAL bytes that start a delivery during the read loop.
     threshold: u64,
+    /// Outstanding batches are also handed over once this long passed since the last
+    /// handover (or the start) (`WAL_MAX_DELAY_SECONDS`); `None`: by bytes only.
+    max_delay: Option<std::time::Duration>,
+    /// When the read loop last handed batches over, or started.
+    last_handover: Instant,
     /// The pipeline's state partition.
     partition: String,
 }
@@ -118,8 +123,17 @@ impl<'a> Delivery<'a> {
             pipeline,
             worker: None,
             threshold,
+            max_delay: None,
+            last_handover: Instant::now(),
             partition: partition.to_owned(),
         }))
+    }
+
+    /// Also hand outstanding batches over once `max_delay` passed since the last handover
+    /// (`WAL_MAX_DELAY_SECONDS`), however few bytes they take.
+    pub(super) fn with_max_delay(mut self, max_delay: Option<std::time::Duration>) -> Self {
+        self.max_delay = max_delay;
+        self
     }
 
     /// The lowest acknowledgement of the configured sinks.
@@ -347,7 +361,8 @@ impl<'a> Delivery<'a> {
 
     /// In the read loop: take a finished job's outcome, and hand the worker the outstanding
     /// batches once they take `DELIVER_THRESHOLD_BYTES` of WAL (many small source batches
-    /// thus make one Iceberg commit and few, large data files).
+    /// thus make one Iceberg commit and few, large data files), or once
+    /// `WAL_MAX_DELAY_SECONDS` passed since the last handover.
     pub(super) fn poll(
         &mut self,
         wal: &mut dyn Wal,
@@ -370,7 +385,10 @@ impl<'a> Delivery<'a> {
                 }
             }
         }
-        if self.outstanding_bytes(wal) < self.threshold {
+        let overdue = self
+            .max_delay
+            .is_some_and(|delay| self.last_handover.elapsed() >= delay);
+        if !overdue && self.outstanding_bytes(wal) < self.threshold {
             return Ok(());
         }
         let Some(job) = self.job(wal, schema) else {
@@ -380,6 +398,7 @@ impl<'a> Delivery<'a> {
         if let Some(worker) = self.worker.as_mut() {
             worker.jobs.send(job).map_err(|_| gone)?;
             worker.in_flight = true;
+            self.last_handover = Instant::now();
         }
         Ok(())
     }

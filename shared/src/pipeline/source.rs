@@ -3,9 +3,9 @@
 use std::path::Path;
 
 use crate::aws::Aws;
+use crate::config::SourceConnector;
 use crate::config::connectors::{InputFormat, S3Listing};
 use crate::config::validate::{Settings, ValidatedPipeline};
-use crate::config::{ConfigError, ConnectorSet, SourceConnector};
 use crate::sources::file::{FileFormat, FileSource, FileSourceOptions};
 use crate::sources::http::{HttpSource, HttpSourceOptions};
 use crate::sources::postgres::{PostgresSource, PostgresSourceOptions};
@@ -53,7 +53,9 @@ pub(crate) fn open_source_unparsed_at(
 /// when it has them (then its records come parsed: see [`crate::sources::shaped`]).
 fn open(
     pipeline: &ValidatedPipeline,
-    settings: &Settings,
+    // The project's settings are resolved into the pipeline (its batch thresholds); kept so
+    // a source that needs a project-wide setting has it.
+    _settings: &Settings,
     base_dir: &Path,
     checkpoint: Option<&[u8]>,
     unparsed_json_lines: bool,
@@ -61,16 +63,9 @@ fn open(
 ) -> Result<Box<dyn Source>, PipelineError> {
     let shape = &pipeline.transform.shape;
     if !shape.is_active() {
-        return open_connector(
-            pipeline,
-            settings,
-            base_dir,
-            checkpoint,
-            unparsed_json_lines,
-            aws,
-        );
+        return open_connector(pipeline, base_dir, checkpoint, unparsed_json_lines, aws);
     }
-    let inner = open_connector(pipeline, settings, base_dir, checkpoint, false, aws)?;
+    let inner = open_connector(pipeline, base_dir, checkpoint, false, aws)?;
     Ok(Box::new(crate::sources::shaped::Shaped::new(
         inner,
         shape.clone(),
@@ -79,7 +74,6 @@ fn open(
 
 fn open_connector(
     pipeline: &ValidatedPipeline,
-    settings: &Settings,
     base_dir: &Path,
     checkpoint: Option<&[u8]>,
     unparsed_json_lines: bool,
@@ -104,14 +98,19 @@ fn open_connector(
                 endpoint: c.endpoint.clone(),
                 format: c.format.and_then(file_format),
                 full_listing: c.s3_listing == Some(S3Listing::Full),
+                ordered_depth: c.s3_prefix_ordered_depth.unwrap_or(0),
+                delimiter: c.s3_delimiter.clone().unwrap_or_else(|| "/".to_owned()),
                 batch_rows: c
                     .batch_size
                     .unwrap_or(FileSourceOptions::DEFAULT_BATCH_ROWS),
                 batch_bytes: c
                     .batch_size_bytes
-                    .unwrap_or(settings.buffer_threshold_bytes),
-                batch_time: Some(batch_time(c.batch_size_seconds, settings)),
-                unparsed_json_lines,
+                    .unwrap_or(pipeline.buffer_threshold_bytes),
+                batch_time: Some(batch_time(c.batch_size_seconds, pipeline)),
+                // Lenient readings apply to records that fail strict parsing, as read.
+                unparsed_json_lines: unparsed_json_lines
+                    && !pipeline.transform.leniency.is_active(),
+                leniency: pipeline.transform.leniency,
                 ..S3SourceOptions::new(aws, &c.s3_bucket, c.s3_prefix.as_deref().unwrap_or(""))
             };
             let source = S3Source::open_at(options, checkpoint).map_err(source_error)?;
@@ -127,11 +126,14 @@ fn open_connector(
                     .unwrap_or(FileSourceOptions::DEFAULT_BATCH_ROWS),
                 batch_bytes: c
                     .batch_size_bytes
-                    .unwrap_or(settings.buffer_threshold_bytes),
-                batch_time: Some(batch_time(c.batch_size_seconds, settings)),
+                    .unwrap_or(pipeline.buffer_threshold_bytes),
+                batch_time: Some(batch_time(c.batch_size_seconds, pipeline)),
                 // Never read the pipeline's own state (schema, WAL) as input.
                 exclude: vec![pipeline.data_dir.clone()],
-                unparsed_json_lines,
+                // Lenient readings apply to records that fail strict parsing, as read.
+                unparsed_json_lines: unparsed_json_lines
+                    && !pipeline.transform.leniency.is_active(),
+                leniency: pipeline.transform.leniency,
                 settle: c.settle_secs.map_or(
                     FileSourceOptions::DEFAULT_SETTLE,
                     std::time::Duration::from_secs,
@@ -145,7 +147,8 @@ fn open_connector(
             let options = HttpSourceOptions::from_config(
                 c,
                 FileSourceOptions::DEFAULT_BATCH_ROWS,
-                settings.buffer_threshold_bytes,
+                pipeline.buffer_threshold_bytes,
+                pipeline.buffer_threshold_seconds,
             )
             .map_err(source_error)?;
             let source = HttpSource::open_at(options, checkpoint).map_err(source_error)?;
@@ -156,22 +159,30 @@ fn open_connector(
             let source = PostgresSource::open_at(options, checkpoint).map_err(source_error)?;
             Ok(Box::new(source))
         }
-        other => Err(PipelineError::Config(ConfigError::Unsupported {
-            connector: other.type_name(),
-            section: SourceConnector::SECTION,
-            name: pipeline.source.name.clone(),
-        })),
+        SourceConnector::Stdin(c) => {
+            let options = crate::sources::stdin::StdinOptions {
+                csv: c.format == Some(InputFormat::Csv),
+                batch_rows: c
+                    .batch_size
+                    .unwrap_or(FileSourceOptions::DEFAULT_BATCH_ROWS)
+                    .max(1),
+                batch_bytes: c
+                    .batch_size_bytes
+                    .unwrap_or(pipeline.buffer_threshold_bytes),
+                batch_time: batch_time(c.batch_size_seconds, pipeline),
+                max_record_bytes: FileSourceOptions::DEFAULT_MAX_RECORD_BYTES,
+                leniency: pipeline.transform.leniency,
+            };
+            Ok(Box::new(crate::sources::stdin::StdinSource::open(options)))
+        }
     }
 }
 
 /// How long a batch may fill: the source's `batch_size_seconds`, else
 /// `BUFFER_THRESHOLD_SECONDS`.
-fn batch_time(
-    seconds: Option<u64>,
-    settings: &crate::config::validate::Settings,
-) -> std::time::Duration {
+fn batch_time(seconds: Option<u64>, pipeline: &ValidatedPipeline) -> std::time::Duration {
     seconds.map_or(
-        settings.buffer_threshold_seconds,
+        pipeline.buffer_threshold_seconds,
         std::time::Duration::from_secs,
     )
 }

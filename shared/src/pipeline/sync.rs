@@ -122,13 +122,21 @@ pub struct SyncReport {
     /// (and left out of the JSON) without AWS backends.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub aws_requests: BTreeMap<String, u64>,
+    /// Requests an HttpClient source sent for the pages that gave records, retries included
+    /// (left out of the JSON when 0).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub source_requests: u64,
+    /// Of those, the retries (after a 429, a 5xx, a timeout or a broken connection).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub source_retries: u64,
     /// The namespaces behind [`SyncReport::namespaces_synced`].
     #[serde(skip)]
     pub namespaces: BTreeSet<String>,
 }
 
 /// Run passes over `pipelines`, as `skipprd sync` and the Python `Session.sync()` do. With
-/// `config.settings.reset_offsets` (`RESET_OFFSETS=true`) each pipeline is reset once first.
+/// `config.settings.reset_offsets` (`RESET_OFFSETS=true`) each pipeline is reset once first;
+/// with `config.settings.reset_metadata` (`RESET_METADATA=true`) its schema is discovered again.
 /// Each pipeline gets a pass when it is due (every `sync_frequency`); with `once`, one pass
 /// each and then return. Until [`SyncOptions::stop`] is set otherwise: a stop request ends the
 /// pass in hand after the batch being committed, and no new pass starts.
@@ -152,6 +160,20 @@ pub fn run_passes(
                 ..super::ResetOptions::default()
             };
             super::reset(config, pipeline, &reset, observer)?;
+        }
+    }
+    if config.settings.reset_metadata {
+        // RESET_METADATA=true: each pipeline's saved schema is read again from its source
+        // once, before its first pass (merged, as `discover` always does: batches in the WAL
+        // and the tables use what is saved, so nothing is dropped; `reset` starts over).
+        for pipeline in pipelines {
+            let discover = super::DiscoverOptions {
+                limit: None,
+                progress_interval: options.progress_interval,
+                lease_wait: options.lease_wait,
+                aws: options.aws.clone(),
+            };
+            super::discover(config, pipeline, &discover, observer)?;
         }
     }
     let stopped = || options.stop.load(Ordering::SeqCst);
@@ -188,6 +210,10 @@ pub fn run_passes(
         Some(e) => Err(PipelineError::Reported(Box::new(e))),
         None => Ok(reports),
     }
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// Minimum free bytes on the data dir's file system before reading pauses.
@@ -346,7 +372,8 @@ pub fn sync_pass(
         fence,
         &name,
         settings.deliver_threshold_bytes,
-    )?;
+    )?
+    .map(|d| d.with_max_delay(settings.wal_max_delay));
     let mut report = SyncReport::default();
     if let Some(d) = delivery.as_mut() {
         d.deliver(&mut *wal, &schema, &mut report)?;
@@ -432,6 +459,8 @@ pub fn sync_pass(
                     None => Vec::new(),
                 };
                 report.bytes += batch.bytes_read;
+                report.source_requests = progress.requests;
+                report.source_retries = progress.retries;
                 for dl in &batch.deadletters {
                     report.deadletters += 1;
                     dl_log.log(dl);

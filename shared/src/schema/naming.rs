@@ -109,6 +109,17 @@ pub fn column_name(raw: &str) -> String {
     escaped_name(raw, MAX_COLUMN_NAME_BYTES, |c| c.is_control() || c == '%')
 }
 
+/// PostgreSQL's identifier limit (`NAMEDATALEN - 1`), in bytes.
+pub const MAX_POSTGRES_NAME_BYTES: usize = 63;
+
+/// A PostgreSQL identifier (always used quoted) for a table or column name: kept exactly when
+/// it fits [`MAX_POSTGRES_NAME_BYTES`] and has no control character (PostgreSQL would
+/// silently cut a longer one, so two long names could meet); otherwise control characters
+/// (and `%`) percent-escaped and the name cut to fit, with a hash suffix of the whole name.
+pub fn postgres_name(raw: &str) -> String {
+    escaped_name(raw, MAX_POSTGRES_NAME_BYTES, |c| c.is_control() || c == '%')
+}
+
 /// A struct field name for a Hive type string (`struct<name:type,...>`): [`column_name`]'s
 /// escapes plus the characters the type syntax uses or that need quoting (`:` `,` `<` `>`
 /// `` ` `` `'` `"` space `\` `;` `(` `)`), so the type string always parses.

@@ -138,6 +138,20 @@ pub enum SinkError {
         /// Rows skipped because their batch had landed before.
         skipped: u64,
     },
+    /// A PostgreSQL operation failed (the message never holds the password or the
+    /// connection string).
+    #[error("Postgres destination {server}{}: {message}", table.as_ref().map(|t| format!(", table `{t}`")).unwrap_or_default())]
+    Postgres {
+        /// `host:port/database`.
+        server: String,
+        /// The table, when one is concerned.
+        table: Option<String>,
+        /// What went wrong.
+        message: String,
+        /// Whether trying again later may succeed (a lost connection, a serialization
+        /// failure), not a refused statement.
+        retryable: bool,
+    },
     /// A failpoint fired (tests only).
     #[error("failpoint `{name}` fired")]
     Failpoint {
@@ -166,6 +180,7 @@ impl SinkError {
             SinkError::Catalog { source, .. } | SinkError::LeaseLost { source, .. } => {
                 source.is_retryable()
             }
+            SinkError::Postgres { retryable, .. } => *retryable,
             SinkError::Io { .. } | SinkError::Failpoint { .. } => true,
         }
     }

@@ -12,12 +12,15 @@
 //! store) and `AthenaIceberg` (an `s3://` warehouse, each table registered in Glue with its
 //! current metadata as the `metadata_location` parameter, swapped with Glue's `VersionId`
 //! lock; see [`iceberg::glue`]).
+//! The `Postgres` destination ([`postgres`]) writes one PostgreSQL table per namespace,
+//! exactly once by a transaction per delivery; the overwrite-on-retry family is [`files`].
 
 pub mod deadletter;
 pub mod error;
 pub mod files;
 pub mod iceberg;
 pub mod memory;
+pub mod postgres;
 pub mod sink;
 
 use std::path::PathBuf;
@@ -68,8 +71,17 @@ impl LakeLocation {
                 iceberg::storage::durable_file_io(),
                 LakePointer::new(StorePointer::embedded(dir(), name)),
             ),
-            LakeCatalog::Dynamo { table, region } => {
+            LakeCatalog::Dynamo {
+                table,
+                region,
+                files,
+            } => {
                 let aws = aws_of(region.as_deref())?;
+                // The pointers in DynamoDB, the files where `object_store` says.
+                let files_aws = match files {
+                    Some(access) => aws.for_object_store(access),
+                    None => aws.clone(),
+                };
                 let store = crate::state::DynamoStore::open(&aws, table).map_err(|source| {
                     SinkError::Catalog {
                         sink: sink.to_owned(),
@@ -78,14 +90,14 @@ impl LakeLocation {
                 })?;
                 FileCatalog::at(
                     self.warehouse.clone(),
-                    iceberg::s3::s3_file_io(&aws, None),
+                    iceberg::s3::s3_file_io(&files_aws, None),
                     LakePointer::new(StorePointer::shared(
                         std::sync::Arc::new(store),
                         format!("DynamoDB table '{table}'"),
                         &self.warehouse,
                     )),
                 )
-                .with_aws(aws)
+                .with_aws(files_aws)
             }
             LakeCatalog::Glue { region, catalog_id } => {
                 let aws = aws_of(region.as_deref())?;
@@ -135,13 +147,16 @@ pub fn open_with_aws(
     })
 }
 
-/// The pipeline's destination of either family, opened: an Iceberg sink
-/// ([`open_with_aws`]) or an overwrite-on-retry one ([`files::FileSink`]); `None` without a
-/// destination.
+/// The pipeline's destination of any family, opened: a [`postgres::PostgresSink`], an
+/// Iceberg sink ([`open_with_aws`]) or an overwrite-on-retry one ([`files::FileSink`]); `None`
+/// without a destination.
 pub fn open_any(
     pipeline: &ValidatedPipeline,
     aws: Option<&crate::aws::Aws>,
 ) -> Result<Option<Box<dyn Sink>>, SinkError> {
+    if let Some(sink) = postgres::PostgresSink::open(pipeline)? {
+        return Ok(Some(Box::new(sink)));
+    }
     if let Some(sink) = files::FileSink::open(pipeline, aws)? {
         return Ok(Some(Box::new(sink)));
     }

@@ -15,6 +15,7 @@ pub mod postgres;
 pub mod replay;
 pub mod s3;
 pub mod shaped;
+pub mod stdin;
 
 pub use error::{EtagChange, S3Operation, SourceError};
 
@@ -144,6 +145,11 @@ pub struct Progress {
     pub files_done: u64,
     /// Files (objects) in all, when known.
     pub files_total: Option<u64>,
+    /// Requests a network source sent so far, retries included (the HttpClient source; 0 for
+    /// the others).
+    pub requests: u64,
+    /// Of those, the retries (after a 429, a 5xx, a timeout or a broken connection).
+    pub retries: u64,
 }
 
 /// A connector that reads records.

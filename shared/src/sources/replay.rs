@@ -130,6 +130,8 @@ impl Source for ReplaySource {
             bytes_total: None,
             files_done: self.next as u64,
             files_total: Some(self.names.len() as u64),
+            requests: 0,
+            retries: 0,
         }
     }
 

@@ -461,11 +461,11 @@ fn referenced_secrets_resolve_and_never_show_in_debug_output() {
 
 #[test]
 fn modelled_but_unimplemented_connectors_fail_validation_by_name() {
-    let text = "data_sources:\n  input:\n    Stdin: {}\n";
+    let text = "schema_sinks:\n  files:\n    File: {path: schemas}\n";
     let e = validate(&load_text(text, &[]).unwrap(), None).unwrap_err();
     assert_eq!(
         e.to_string(),
-        "connector `Stdin` (data_sources.input) is not supported yet"
+        "connector `File` (schema_sinks.files) is not supported yet"
     );
 }
 

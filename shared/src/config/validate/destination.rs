@@ -9,7 +9,7 @@ use std::time::Duration;
 use super::super::TimeUnit;
 use super::super::connectors::{
     AthenaIcebergSinkConfig, ConnectorSet as _, DuckdbSinkConfig, Entry, ObjectStoreKind,
-    SinkConnector, SkipprLakeSinkConfig,
+    ObjectStoreMap, ObjectStoreSetting, ObjectStoreType, SinkConnector, SkipprLakeSinkConfig,
 };
 use super::super::error::ConfigError;
 use super::{StoreKind, Transform, Validator};
@@ -89,6 +89,9 @@ pub enum LakeCatalog {
         table: String,
         /// The AWS region (`None`: the environment's).
         region: Option<String>,
+        /// The files' S3-compatible store, when `object_store` names one of its own (an
+        /// endpoint, keys); `None`: the AWS configuration chain, as the pointers.
+        files: Option<ObjectStoreAccess>,
     },
     /// `AthenaIceberg`: the Glue table of each Iceberg table (database = the namespace).
     Glue {
@@ -97,6 +100,17 @@ pub enum LakeCatalog {
         /// The Glue catalog id (`None`: the caller's account).
         catalog_id: Option<String>,
     },
+}
+
+/// How to reach an S3-compatible store of a `SkipprLake` warehouse (its `object_store` map).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObjectStoreAccess {
+    /// The S3 API endpoint (`None`: the environment's).
+    pub endpoint: Option<String>,
+    /// `(access_key_id, secret_access_key)` (`None`: the AWS configuration chain).
+    pub keys: Option<(crate::config::Secret, crate::config::Secret)>,
+    /// Path-style requests (`None`: path-style with an endpoint).
+    pub path_style: Option<bool>,
 }
 
 /// The maintenance settings of a lake sink (the `Duckdb` sink's keys), checked and in their
@@ -130,6 +144,11 @@ pub struct Layout {
     pub time_unit: Option<TimeUnit>,
     /// Sort fields (dot paths).
     pub order_fields: Vec<String>,
+    /// The values an identity partition may take (`partition_allowed_values`); others land in
+    /// [`Layout::OTHER_PARTITION`]. Empty: any value.
+    pub allowed_values: Vec<String>,
+    /// The time partition key's name (`time_partition_prefix`); `None`: `{path}_{unit}`.
+    pub time_key: Option<String>,
 }
 
 impl Layout {
@@ -140,7 +159,20 @@ impl Layout {
             time_fields: t.batch_time_fields.clone(),
             time_unit: t.batch_time_unit,
             order_fields: t.batch_order_fields.clone(),
+            allowed_values: t.partition_allowed_values.clone(),
+            time_key: t.time_partition_prefix.clone(),
         }
+    }
+
+    /// The partition a value outside `partition_allowed_values` lands in.
+    pub const OTHER_PARTITION: &'static str = "_other";
+
+    /// The time partition key's name for the first time field `path` at `unit`:
+    /// `time_partition_prefix`, else `{path}_{unit}` (dots as `_`).
+    pub fn time_key_name(&self, path: &str, unit_name: &str) -> String {
+        self.time_key
+            .clone()
+            .unwrap_or_else(|| format!("{}_{unit_name}", path.replace('.', "_")))
     }
 }
 
@@ -232,6 +264,7 @@ impl Validator<'_> {
                 SinkConnector::S3(c) => {
                     self.check_bucket(&at("s3_bucket"), &c.s3_bucket)?;
                 }
+                SinkConnector::Postgres(c) => self.check_postgres_sink(name, c)?,
                 _ => {}
             }
             let maintenance = match &entry.connector {
@@ -331,21 +364,22 @@ fn skipprlake_location(
     store: &StoreKind,
 ) -> Result<LakeLocation, Bad> {
     let on_s3 = c.warehouse.starts_with("s3://");
-    match (c.object_store, on_s3) {
-        (Some(ObjectStoreKind::S3), false) => {
+    let store_on_s3 = c.object_store.as_ref().map(|o| o.is_s3());
+    match (store_on_s3, on_s3) {
+        (Some(true), false) => {
             return Err(bad(
                 "object_store",
                 format!(
-                    "`object_store: s3` needs an `s3://bucket/prefix` `warehouse`, got `{}`",
+                    "an S3 or R2 `object_store` needs an `s3://bucket/prefix` `warehouse`, got `{}`",
                     c.warehouse
                 ),
             ));
         }
-        (Some(ObjectStoreKind::File), true) => {
+        (Some(false), true) => {
             return Err(bad(
                 "object_store",
                 format!(
-                    "`object_store: file` needs a `file://` `warehouse`, got `{}`",
+                    "a `file` `object_store` needs a `file://` `warehouse`, got `{}`",
                     c.warehouse
                 ),
             ));
@@ -461,6 +495,10 @@ fn skipprlake_s3_location(
     store: &StoreKind,
 ) -> Result<LakeLocation, Bad> {
     let warehouse = s3_warehouse(&c.warehouse)?;
+    let files = match &c.object_store {
+        Some(ObjectStoreSetting::Map(m)) => Some(object_store_access(m)?),
+        _ => None,
+    };
     let table = match (&c.catalog_table, store) {
         (Some(table), _) => table.clone(),
         (None, StoreKind::Dynamodb { table }) => table.clone(),
@@ -492,7 +530,48 @@ fn skipprlake_s3_location(
         catalog: LakeCatalog::Dynamo {
             table,
             region: c.region.clone(),
+            files,
         },
+    })
+}
+
+/// The access an `object_store` map of an S3-compatible store gives.
+fn object_store_access(m: &ObjectStoreMap) -> Result<ObjectStoreAccess, Bad> {
+    if let Some(endpoint) = &m.endpoint
+        && !(endpoint.starts_with("https://") || endpoint.starts_with("http://"))
+    {
+        return Err(bad(
+            "object_store.endpoint",
+            format!("`{endpoint}` is not an http:// or https:// URL"),
+        ));
+    }
+    if m.store_type == ObjectStoreType::R2 && m.endpoint.is_none() {
+        return Err(bad(
+            "object_store.endpoint",
+            "an `r2` store needs its `endpoint` (`https://<account id>.r2.cloudflarestorage.com`)"
+                .to_owned(),
+        ));
+    }
+    let keys = match (&m.access_key_id, &m.secret_access_key) {
+        (Some(id), Some(secret)) => Some((id.clone(), secret.clone())),
+        (None, None) => None,
+        (Some(_), None) => {
+            return Err(bad(
+                "object_store.secret_access_key",
+                "`access_key_id` is set without `secret_access_key`".to_owned(),
+            ));
+        }
+        (None, Some(_)) => {
+            return Err(bad(
+                "object_store.access_key_id",
+                "`secret_access_key` is set without `access_key_id`".to_owned(),
+            ));
+        }
+    };
+    Ok(ObjectStoreAccess {
+        endpoint: m.endpoint.clone(),
+        keys,
+        path_style: m.path_style,
     })
 }
 

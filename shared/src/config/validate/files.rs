@@ -67,7 +67,15 @@ pub struct AthenaTarget {
     pub workgroup: Option<String>,
     /// The bucket for Athena's query results.
     pub results_bucket: Option<String>,
+    /// How long a table's Glue definition, once read or written, is trusted before it is read
+    /// again (`discovery_cache_ttl_secs`); `None`: read at every delivery.
+    pub glue_cache_ttl: Option<std::time::Duration>,
+    /// The most file uploads in flight at once (`max_concurrency`, default 4).
+    pub upload_concurrency: usize,
 }
+
+/// Default of `max_concurrency`: uploads in flight at once.
+pub const DEFAULT_UPLOAD_CONCURRENCY: usize = 4;
 
 /// A key prefix without leading or trailing `/`.
 fn trim_prefix(prefix: &str) -> String {
@@ -256,6 +264,9 @@ impl Validator<'_> {
         if let Some(b) = &results_bucket {
             self.check_bucket(&at("athena_results_s3_bucket"), b)?;
         }
+        if c.max_concurrency.is_some_and(|n| !(1..=64).contains(&n)) {
+            return Err(self.bad_value(&at("max_concurrency"), "must be 1 to 64"));
+        }
         Ok(AthenaTarget {
             bucket: c.s3_bucket.clone(),
             prefix: trim_prefix(&c.s3_prefix),
@@ -267,6 +278,13 @@ impl Validator<'_> {
                 .clone()
                 .or_else(|| from_glue(|g| &g.athena_workgroup_name)),
             results_bucket,
+            upload_concurrency: c
+                .max_concurrency
+                .map_or(DEFAULT_UPLOAD_CONCURRENCY, |n| n as usize),
+            glue_cache_ttl: c
+                .discovery_cache_ttl_secs
+                .filter(|s| *s > 0)
+                .map(std::time::Duration::from_secs),
         })
     }
 

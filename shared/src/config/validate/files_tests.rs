@@ -61,6 +61,8 @@ fn the_quickstart_config_validates_with_every_athena_key() {
             catalog_id: Some("123456789012".into()),
             workgroup: Some("primary".into()),
             results_bucket: Some("your-athena-results".into()),
+            glue_cache_ttl: Some(std::time::Duration::from_secs(60)),
+            upload_concurrency: 4,
         })
     );
     assert!(p.aws.needed);

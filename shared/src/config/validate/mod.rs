@@ -17,6 +17,7 @@ mod postgres;
 mod settings;
 #[cfg(test)]
 mod tests;
+mod transform;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -24,22 +25,28 @@ use std::time::Duration;
 
 pub use destination::{
     DEFAULT_TABLE_NAMESPACE, Destination, DestinationKind, LakeCatalog, LakeLocation, Layout,
-    Maintenance,
+    Maintenance, ObjectStoreAccess,
 };
 pub use files::{AthenaTarget, FileDestination, FileDestinationKind};
 pub use placement::{AwsSettings, PipelineStore, WalLocation};
 
 use super::connectors::{
-    ConnectorSet, DeadletterConnector, Entry, SchemaSinkConnector, SourceConnector,
+    ConnectorSet, DeadletterConnector, Entry, SchemaSinkConnector, SinkConnector, SourceConnector,
 };
 use super::env::Environment;
 use super::error::{ConfigError, suggest};
 use super::load::LoadedConfig;
-use super::{FieldList, StorageMode, StoreType, TimeUnit, TransformConfig};
+use super::{
+    FieldList, PipelineConfig, StorageMode, StoreType, TimeUnit, TransformConfig, WritePolicy,
+    WritePolicyConfig,
+};
 
 /// Pipeline names that are reserved for skipprd's own use.
 pub const RESERVED_PIPELINE_NAMES: &[&str] =
     &["deadletters", "wal", "_skippr", "skippr", "metadata"];
+
+/// The deepest `s3_prefix_ordered_depth` accepted.
+pub const MAX_S3_ORDERED_DEPTH: u32 = 16;
 
 /// Default seconds between `sync` passes.
 pub const DEFAULT_SYNC_FREQUENCY_SECONDS: u64 = 900;
@@ -100,6 +107,13 @@ pub struct Settings {
     pub buffer_threshold_seconds: Duration,
     /// WAL segment size target (`WAL_BYTES_PER_FILE`; default 64 MiB, at least 4 MiB).
     pub wal_bytes_per_file: Option<u64>,
+    /// During a pass, committed batches are also delivered once this long passed since the
+    /// last delivery started, however few bytes they take (`WAL_MAX_DELAY_SECONDS`); `None`:
+    /// at `DELIVER_THRESHOLD_BYTES` and at the end of the pass only.
+    pub wal_max_delay: Option<Duration>,
+    /// `RESET_METADATA=true`: `sync` forgets each pipeline's saved schema once, before its
+    /// first pass, so the next pass infers it again (as `skipprd reset --schema`).
+    pub reset_metadata: bool,
     /// Whether `sync` saves a schema change it meets by itself (`SCHEMA_AUTO_APPROVE`, default
     /// `true`). When `false`, a batch that would add a namespace or field, or widen a type,
     /// stops the pass before it is committed (nothing is lost: the source position stays),
@@ -155,6 +169,12 @@ pub struct Transform {
     pub batch_order_fields: Vec<String>,
     /// `record_field_path` and `inject_fields`, applied as records leave the source.
     pub shape: crate::sources::shaped::Shape,
+    /// The values partitions of `batch_partition_fields` may take; empty: any.
+    pub partition_allowed_values: Vec<String>,
+    /// The time partition key's name (`time_partition_prefix`); `None`: `{path}_{unit}`.
+    pub time_partition_prefix: Option<String>,
+    /// `enable_single_quote_parsing` and `enable_unicode_parsing`, for the JSON readers.
+    pub leniency: crate::sources::file::Leniency,
 }
 
 /// A named, resolved connector.
@@ -178,6 +198,10 @@ pub struct ValidatedPipeline {
     /// Its overwrite-on-retry destination (`File`, `S3`, `Athena`, `Stdout`), resolved;
     /// `None` for a lake sink or none.
     pub files: Option<FileDestination>,
+    /// Its `Postgres` destination (the sink's name and keys), or `None`.
+    pub postgres: Option<Named<crate::config::connectors::PostgresSinkConfig>>,
+    /// Its write policies, checked against its destination.
+    pub write: WritePolicies,
     /// Its deadletter sink, if any.
     pub deadletter_sink: Option<Named<DeadletterConnector>>,
     /// Its schema sink, if any (from the sink entry, else the pipeline).
@@ -187,6 +211,17 @@ pub struct ValidatedPipeline {
     /// Whether a `sync` running this pipeline kills itself to prove recovery (the pipeline's
     /// `chaos_mode`, else the project's).
     pub chaos_mode: bool,
+    /// A batch closes once this many input bytes were read (the pipeline's
+    /// `buffer_threshold_bytes`, else [`Settings::buffer_threshold_bytes`]; a source's
+    /// `batch_size_bytes` wins).
+    pub buffer_threshold_bytes: u64,
+    /// A batch closes once it has been filling this long (the pipeline's
+    /// `buffer_threshold_seconds`, else [`Settings::buffer_threshold_seconds`]; a source's
+    /// `batch_size_seconds` wins).
+    pub buffer_threshold_seconds: Duration,
+    /// The CDC mode passed to the source (validated against it); `None`: the source's own
+    /// read.
+    pub cdc: Option<super::CdcMode>,
     /// The data directory (the pipeline's own directory is [`Self::state_dir`]).
     pub data_dir: PathBuf,
     /// Routing and shaping of records.
@@ -208,6 +243,35 @@ impl ValidatedPipeline {
     /// Where the schema is saved in local storage mode.
     pub fn schema_path(&self, settings: &Settings) -> PathBuf {
         self.state_dir(settings).join("schema.json")
+    }
+}
+
+/// A pipeline's write policies: a default, per-namespace ones, and the merge key.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WritePolicies {
+    /// The policy of namespaces not in `namespaces`.
+    pub default: Option<WritePolicy>,
+    /// Policies by namespace.
+    pub namespaces: BTreeMap<String, WritePolicy>,
+    /// The merge key's columns (field names).
+    pub primary_key: Vec<String>,
+}
+
+impl WritePolicies {
+    /// The policy of `namespace` (`append` unless declared).
+    pub fn of(&self, namespace: &str) -> WritePolicy {
+        self.namespaces
+            .get(namespace)
+            .copied()
+            .or(self.default)
+            .unwrap_or(WritePolicy::Append)
+    }
+
+    /// Every policy declared.
+    fn declared(&self) -> impl Iterator<Item = WritePolicy> + '_ {
+        self.default
+            .into_iter()
+            .chain(self.namespaces.values().copied())
     }
 }
 
@@ -412,9 +476,37 @@ pub fn validate_with(
                     "must be a bucket name, not a URI or path (put the key prefix in s3_prefix)",
                 ));
             }
+            if c.s3_prefix_ordered_depth
+                .is_some_and(|d| d > MAX_S3_ORDERED_DEPTH)
+            {
+                return Err(v.bad_value(
+                    &at("s3_prefix_ordered_depth"),
+                    &format!("must be at most {MAX_S3_ORDERED_DEPTH}"),
+                ));
+            }
+            if c.s3_delimiter
+                .as_deref()
+                .is_some_and(|d| d.is_empty() || d.len() > 32)
+            {
+                return Err(v.bad_value(&at("s3_delimiter"), "must be 1 to 32 bytes"));
+            }
         }
         if let SourceConnector::HttpClient(c) = &source.connector {
             v.check_http(&source.name, c)?;
+        }
+        if let SourceConnector::Stdin(c) = &source.connector
+            && matches!(
+                c.format,
+                Some(
+                    super::connectors::InputFormat::Parquet
+                        | super::connectors::InputFormat::JsonArray
+                )
+            )
+        {
+            return Err(v.bad_value(
+                &format!("data_sources.{}.Stdin.format", source.name),
+                "standard input is read line by line: use `jsonl` (or `json`, one object per line) or `csv`",
+            ));
         }
         if let SourceConnector::Postgres(c) = &source.connector {
             v.check_postgres(&source.name, c)?;
@@ -428,6 +520,18 @@ pub fn validate_with(
             )),
             SourceConnector::S3(c) => Some((
                 "S3",
+                c.batch_size.map(|n| n as u64),
+                c.batch_size_bytes,
+                c.batch_size_seconds,
+            )),
+            SourceConnector::Stdin(c) => Some((
+                "Stdin",
+                c.batch_size.map(|n| n as u64),
+                c.batch_size_bytes,
+                c.batch_size_seconds,
+            )),
+            SourceConnector::HttpClient(c) => Some((
+                "HttpClient",
                 c.batch_size.map(|n| n as u64),
                 c.batch_size_bytes,
                 c.batch_size_seconds,
@@ -461,6 +565,15 @@ pub fn validate_with(
         if frequency == 0 {
             return Err(v.bad_value(&at("sync_frequency_seconds"), "must be at least 1"));
         }
+        for (key, value) in [
+            ("buffer_threshold_bytes", p.buffer_threshold_bytes),
+            ("buffer_threshold_seconds", p.buffer_threshold_seconds),
+        ] {
+            if value == Some(0) {
+                return Err(v.bad_value(&at(key), "must be at least 1"));
+            }
+        }
+        let cdc = v.cdc(&at("cdc"), p.cdc.as_ref(), &source)?;
         let data_dir = match &p.data_dir {
             Some(dir) => v.base_dir.join(dir),
             None => match v.env.var("DATA_DIR").filter(|d| !d.is_empty()) {
@@ -496,6 +609,36 @@ pub fn validate_with(
                 None
             }
         };
+        if !transform.partition_allowed_values.is_empty() {
+            let keeps_column = matches!(
+                files.as_ref().map(|f| &f.kind),
+                Some(FileDestinationKind::File { .. } | FileDestinationKind::S3 { .. })
+            );
+            if !keeps_column {
+                let sink = match &sink {
+                    Some(s) => format!(
+                        "the `{}` destination `data_sinks.{}`",
+                        s.connector.type_name(),
+                        s.name
+                    ),
+                    None => "a pipeline without a data_sink".to_owned(),
+                };
+                return Err(v.bad_value(
+                    &at("transform.partition_allowed_values"),
+                    &format!(
+                        "is for the File and S3 destinations, whose files keep the partition column; {sink} holds a partition's value only in the partition, so `_other` would replace it"
+                    ),
+                ));
+            }
+        }
+        let postgres = sink.as_ref().and_then(|s| match &s.connector {
+            SinkConnector::Postgres(c) => Some(Named {
+                name: s.name.clone(),
+                connector: c.clone(),
+            }),
+            _ => None,
+        });
+        let write = v.write_policies(&at, p, sink.as_ref())?;
         let wal = placement::wal_location(&settings, name, state_dir(&data_dir, &settings, name))
             .ok_or_else(|| v.no_wal_bucket(overrides.wal_storage.as_deref()))?;
         let aws = placement::aws_settings(
@@ -512,10 +655,19 @@ pub fn validate_with(
                 source,
                 destination,
                 files,
+                postgres,
+                write,
                 deadletter_sink,
                 schema_sink,
                 sync_frequency: Duration::from_secs(frequency),
                 chaos_mode: p.chaos_mode.unwrap_or(settings.chaos_mode),
+                buffer_threshold_bytes: p
+                    .buffer_threshold_bytes
+                    .unwrap_or(settings.buffer_threshold_bytes),
+                buffer_threshold_seconds: p
+                    .buffer_threshold_seconds
+                    .map_or(settings.buffer_threshold_seconds, Duration::from_secs),
+                cdc,
                 data_dir,
                 transform,
                 wal,
@@ -563,6 +715,65 @@ fn check_supported<C: ConnectorSet>(
     Ok(())
 }
 
+impl Validator<'_> {
+    /// The write policies of pipeline `p` (keys at `at`), each checked against the destination
+    /// `sink`: one that cannot apply a declared policy fails naming both.
+    fn write_policies(
+        &self,
+        at: &dyn Fn(&str) -> String,
+        p: &PipelineConfig,
+        sink: Option<&Named<SinkConnector>>,
+    ) -> Result<WritePolicies, ConfigError> {
+        let mut policies = match &p.write_policy {
+            None => WritePolicies::default(),
+            Some(WritePolicyConfig::One(policy)) => WritePolicies {
+                default: Some(*policy),
+                ..WritePolicies::default()
+            },
+            Some(WritePolicyConfig::PerNamespace(map)) => WritePolicies {
+                default: map.default,
+                namespaces: map.namespaces.clone(),
+                primary_key: Vec::new(),
+            },
+        };
+        if let Some(pk) = &p.primary_key {
+            if pk.is_empty() || pk.iter().any(|c| c.trim().is_empty()) {
+                return Err(self.bad_value(
+                    &at("primary_key"),
+                    "must name at least one column, none empty",
+                ));
+            }
+            policies.primary_key = pk.clone();
+        }
+        for policy in policies.declared() {
+            if policy == WritePolicy::Append {
+                continue;
+            }
+            let destination = sink.map_or("no data_sink", |s| s.connector.type_name());
+            let applies = matches!(
+                (sink.map(|s| &s.connector), policy),
+                (Some(SinkConnector::Postgres(_)), WritePolicy::MergeByKey)
+            );
+            if !applies {
+                return Err(self.bad_value(
+                    &at("write_policy"),
+                    &format!(
+                        "`{}` cannot be applied by the `{destination}` destination in this build (`Postgres` applies `append` and `merge_by_key`; every other destination `append`)",
+                        policy.name()
+                    ),
+                ));
+            }
+            if policy == WritePolicy::MergeByKey && policies.primary_key.is_empty() {
+                return Err(self.bad_value(
+                    &at("primary_key"),
+                    "is required by `write_policy: merge_by_key` (the columns rows are merged on)",
+                ));
+            }
+        }
+        Ok(policies)
+    }
+}
+
 struct Validator<'a> {
     file: &'a Path,
     env: &'a (dyn Environment + Send + Sync),
@@ -570,6 +781,45 @@ struct Validator<'a> {
 }
 
 impl Validator<'_> {
+    /// A pipeline's `cdc`: only a source that can capture changes takes it, and of the modes
+    /// only `snapshot` (its bounded incremental read) until the Postgres change stream lands.
+    fn cdc(
+        &self,
+        path: &str,
+        cdc: Option<&super::CdcSetting>,
+        source: &Named<SourceConnector>,
+    ) -> Result<Option<super::CdcMode>, ConfigError> {
+        let Some(cdc) = cdc else { return Ok(None) };
+        let mode = cdc.mode();
+        if !matches!(source.connector, SourceConnector::Postgres(_)) {
+            return Err(self.bad_value(
+                path,
+                &format!(
+                    "`data_sources.{}` is a `{}` source, which cannot capture changes; `cdc` is for a Postgres source",
+                    source.name,
+                    source.connector.type_name()
+                ),
+            ));
+        }
+        match mode {
+            super::CdcMode::Snapshot => Ok(Some(mode)),
+            super::CdcMode::SnapshotThenCdc | super::CdcMode::CdcOnly => {
+                Err(ConfigError::UnsupportedSetting {
+                    setting: path.to_owned(),
+                    value: match mode {
+                        super::CdcMode::SnapshotThenCdc => "snapshot_then_cdc",
+                        _ => "cdc_only",
+                    }
+                    .to_owned(),
+                    note: Some(
+                        "this build reads Postgres tables by cursor and primary key only (mode `snapshot`); the logical-replication change stream is not built yet"
+                            .to_owned(),
+                    ),
+                })
+            }
+        }
+    }
+
     fn bad_name(&self, section: &'static str, name: &str, reason: String) -> ConfigError {
         ConfigError::BadName {
             file: self.file.to_path_buf(),
@@ -715,110 +965,5 @@ impl Validator<'_> {
             ));
         }
         Ok(())
-    }
-
-    fn transform(&self, t: Option<&TransformConfig>, at: &str) -> Result<Transform, ConfigError> {
-        let empty = TransformConfig::default();
-        let t = t.unwrap_or(&empty);
-        let list = |value: &Option<FieldList>, var: &str| -> Vec<String> {
-            match value {
-                Some(list) => list.0.clone(),
-                None => self
-                    .var(var)
-                    .map(|v| FieldList::parse(&v).0)
-                    .unwrap_or_default(),
-            }
-        };
-        let flatten_events = match t.flatten_events {
-            Some(b) => b,
-            None => match self
-                .var("TRANSFORM_FLATTEN_EVENTS")
-                .map(|v| v.to_ascii_lowercase())
-                .as_deref()
-            {
-                None | Some("false" | "0" | "no") => false,
-                Some("true" | "1" | "yes") => true,
-                Some(other) => {
-                    return Err(self.invalid(
-                        &Origin::Var("TRANSFORM_FLATTEN_EVENTS".to_owned()),
-                        other,
-                        "is not `true` or `false`",
-                    ));
-                }
-            },
-        };
-        let batch_time_unit = match t.batch_time_unit {
-            Some(u) => Some(u),
-            None => match self.var("TRANSFORM_BATCH_TIME_UNIT") {
-                None => None,
-                Some(v) => Some(
-                    serde_json::from_value::<TimeUnit>(serde_json::Value::String(
-                        v.to_ascii_lowercase(),
-                    ))
-                    .map_err(|_| {
-                        self.invalid(
-                            &Origin::Var("TRANSFORM_BATCH_TIME_UNIT".to_owned()),
-                            &v,
-                            "is not one of year, month, day, hour, minute",
-                        )
-                    })?,
-                ),
-            },
-        };
-        let transform = Transform {
-            namespace_fields: list(&t.namespace_fields, "TRANSFORM_NAMESPACE_FIELDS"),
-            flatten_events,
-            batch_partition_fields: list(
-                &t.batch_partition_fields,
-                "TRANSFORM_BATCH_PARTITION_FIELDS",
-            ),
-            batch_time_fields: list(&t.batch_time_fields, "TRANSFORM_BATCH_TIME_FIELDS"),
-            batch_time_unit,
-            batch_order_fields: list(&t.batch_order_fields, "TRANSFORM_BATCH_ORDER_FIELDS"),
-            shape: crate::sources::shaped::Shape {
-                record_path: match &t.record_field_path {
-                    None => None,
-                    Some(path) => {
-                        let parts: Vec<String> = path.split('.').map(str::to_owned).collect();
-                        if path.trim().is_empty() || parts.iter().any(String::is_empty) {
-                            return Err(self.bad_value(
-                                &format!("{at}.record_field_path"),
-                                &format!("'{path}' is not a valid dot path"),
-                            ));
-                        }
-                        Some(parts)
-                    }
-                },
-                inject: t
-                    .inject_fields
-                    .iter()
-                    .flatten()
-                    .map(|(k, v)| (k.clone(), v.clone()))
-                    .collect(),
-            },
-        };
-        for key in transform.shape.inject.iter().map(|(k, _)| k) {
-            if key.trim().is_empty() {
-                return Err(
-                    self.bad_value(&format!("{at}.inject_fields"), "has an empty field name")
-                );
-            }
-        }
-        if !transform.batch_time_fields.is_empty() && transform.batch_time_unit.is_none() {
-            return Err(self.bad_value(
-                &format!("{at}.batch_time_unit"),
-                "is required when batch_time_fields is set",
-            ));
-        }
-        for field in transform
-            .namespace_fields
-            .iter()
-            .chain(&transform.batch_partition_fields)
-        {
-            if field.split('.').any(str::is_empty) {
-                return Err(self.bad_value(at, &format!("'{field}' is not a valid dot path")));
-            }
-        }
-        Ok(transform)
     }
 }

@@ -1,9 +1,9 @@
-//! Checks of a `Postgres` source's keys: each error names the key at fault. Pure: nothing
+//! Checks of a `Postgres` source's and sink's keys: each error names the key at fault. Pure: nothing
 //! here connects to the server (`skipprd doctor` does).
 
 use super::Validator;
 use crate::config::ConfigError;
-use crate::config::connectors::{CdcMode, PgSslMode, PostgresSourceConfig};
+use crate::config::connectors::{CdcMode, PgSslMode, PostgresSinkConfig, PostgresSourceConfig};
 
 impl Validator<'_> {
     /// Check the `Postgres` source `name`'s keys.
@@ -98,6 +98,58 @@ impl Validator<'_> {
                     "`snapshot_then_cdc` and `cdc_only` (logical replication) are not supported yet by this build: use `snapshot` (with `cursor_field` for incremental reads)",
                 );
             }
+        }
+        if matches!(c.sslmode, Some(PgSslMode::Require | PgSslMode::VerifyFull)) {
+            return bad(
+                "sslmode",
+                "`require` and `verify-full` (TLS) are not supported yet by this build: use `disable` or `prefer`",
+            );
+        }
+        Ok(())
+    }
+
+    /// Check the `Postgres` sink `name`'s keys: either `connection_string` (valid), or
+    /// `host`, `user` and `database` (not empty).
+    pub(super) fn check_postgres_sink(
+        &self,
+        name: &str,
+        c: &PostgresSinkConfig,
+    ) -> Result<(), ConfigError> {
+        let at = |key: &str| format!("data_sinks.{name}.Postgres.{key}");
+        let bad = |key: &str, message: &str| Err(self.bad_value(&at(key), message));
+        match c.connection_string.as_ref().map(|s| s.expose()) {
+            Some(text) => {
+                if text.parse::<tokio_postgres::Config>().is_err() {
+                    // The parser's message may quote the text: never show it.
+                    return bad(
+                        "connection_string",
+                        "is not a valid PostgreSQL connection string (`postgresql://user@host:port/db` or `host=... dbname=...`)",
+                    );
+                }
+            }
+            None => {
+                for (key, value) in [
+                    ("host", &c.host),
+                    ("user", &c.user),
+                    ("database", &c.database),
+                ] {
+                    match value.as_deref() {
+                        None => {
+                            return bad(key, "is required (or give `connection_string`)");
+                        }
+                        Some(v) if v.trim().is_empty() => return bad(key, "must not be empty"),
+                        Some(_) => {}
+                    }
+                }
+            }
+        }
+        if c.port == Some(0) {
+            return bad("port", "must be between 1 and 65535");
+        }
+        if let Some(schema) = &c.schema
+            && schema.trim().is_empty()
+        {
+            return bad("schema", "must not be empty");
         }
         if matches!(c.sslmode, Some(PgSslMode::Require | PgSslMode::VerifyFull)) {
             return bad(

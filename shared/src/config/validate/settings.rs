@@ -291,6 +291,13 @@ impl Validator<'_> {
         );
         let schema_auto_approve = self.yes_no("SCHEMA_AUTO_APPROVE")?.unwrap_or(true);
         let reset_offsets = self.yes_no("RESET_OFFSETS")?.unwrap_or(false);
+        let reset_metadata = self.yes_no("RESET_METADATA")?.unwrap_or(false);
+        let wal_max_delay = match self.var("WAL_MAX_DELAY_SECONDS") {
+            None => None,
+            Some(_) => Some(std::time::Duration::from_secs(
+                self.positive_bytes_or_seconds("WAL_MAX_DELAY_SECONDS", 1, "seconds")?,
+            )),
+        };
         Ok(Settings {
             tenant,
             workspace,
@@ -307,6 +314,8 @@ impl Validator<'_> {
             wal_bytes_per_file,
             schema_auto_approve,
             reset_offsets,
+            reset_metadata,
+            wal_max_delay,
         })
     }
 

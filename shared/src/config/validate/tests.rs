@@ -164,7 +164,7 @@ fn skipprlake(
             catalog_table: catalog_table.map(str::to_owned),
             table_namespace: None,
             region: None,
-            object_store,
+            object_store: object_store.map(crate::config::connectors::ObjectStoreSetting::Kind),
         }),
     }
 }
@@ -186,6 +186,7 @@ fn skipprlake_on_s3_keeps_pointers_in_dynamodb_and_refuses_the_embedded_store()
             catalog: LakeCatalog::Dynamo {
                 table: "state".into(),
                 region: None,
+                files: None,
             },
         })
     );
@@ -197,6 +198,7 @@ fn skipprlake_on_s3_keeps_pointers_in_dynamodb_and_refuses_the_embedded_store()
             Some(LakeCatalog::Dynamo {
                 table: "lake.pointers".into(),
                 region: None,
+                files: None,
             }),
             "catalog_table wins over the state store's table"
         );
@@ -217,11 +219,11 @@ fn skipprlake_on_s3_keeps_pointers_in_dynamodb_and_refuses_the_embedded_store()
     for (sink, key) in [
         (
             skipprlake("file://./x", None, Some(ObjectStoreKind::S3)),
-            "`object_store: s3`",
+            "an S3 or R2 `object_store`",
         ),
         (
             skipprlake("s3://b/x", None, Some(ObjectStoreKind::File)),
-            "`object_store: file`",
+            "a `file` `object_store`",
         ),
         (skipprlake("s3://", None, None), "`warehouse`"),
         (
@@ -305,6 +307,8 @@ fn a_duckdb_destination_carries_its_location_maintenance_and_layout() {
                 time_fields: vec!["at".into()],
                 time_unit: Some(crate::config::TimeUnit::Month),
                 order_fields: vec!["id".into()],
+                allowed_values: Vec::new(),
+                time_key: None,
             },
         }
     );
@@ -616,4 +620,244 @@ fn relative_warehouses_resolve_to_absolute_paths_even_from_a_relative_base() {
     let expected = std::path::absolute("rel/lake").unwrap();
     assert_eq!(loc.warehouse, format!("file://{}", expected.display()));
     assert!(PathBuf::from(&loc.warehouse["file://".len()..]).is_absolute());
+}
+
+const PG_SOURCE: &str = "data_sources:\n  f:\n    Postgres:\n      host: localhost\n      user: u\n      database: d\n      tables: [t]\n";
+
+#[test]
+fn pipeline_buffer_thresholds_win_over_the_variables_and_zero_is_refused() {
+    let text = format!(
+        "pipelines:\n  p:\n    data_source: data_sources.f\n    buffer_threshold_bytes: 2048\n    buffer_threshold_seconds: 5\n  q:\n    data_source: data_sources.f\n{FILE_SOURCE}"
+    );
+    let vars = [
+        ("BUFFER_THRESHOLD_BYTES", "4096"),
+        ("BUFFER_THRESHOLD_SECONDS", "9"),
+    ];
+    let (_dir, result) = validated(&text, &vars, None);
+    let config = result.unwrap();
+    assert_eq!(config.pipelines["p"].buffer_threshold_bytes, 2048);
+    assert_eq!(
+        config.pipelines["p"].buffer_threshold_seconds,
+        Duration::from_secs(5)
+    );
+    assert_eq!(config.pipelines["q"].buffer_threshold_bytes, 4096);
+    assert_eq!(
+        config.pipelines["q"].buffer_threshold_seconds,
+        Duration::from_secs(9)
+    );
+    let text = format!(
+        "pipelines:\n  p:\n    data_source: data_sources.f\n    buffer_threshold_seconds: 0\n{FILE_SOURCE}"
+    );
+    let (path, message) = bad_value(validated(&text, &[], None).1);
+    assert_eq!(path, "pipelines.p.buffer_threshold_seconds");
+    assert!(message.contains("at least 1"), "{message}");
+}
+
+#[test]
+fn cdc_goes_to_a_postgres_source_and_a_stream_mode_is_refused_until_it_is_built() {
+    // On a source that cannot capture changes: refused, naming the source.
+    let text = format!(
+        "pipelines:\n  p:\n    data_source: data_sources.f\n    cdc: snapshot_then_cdc\n{FILE_SOURCE}"
+    );
+    let (path, message) = bad_value(validated(&text, &[], None).1);
+    assert_eq!(path, "pipelines.p.cdc");
+    assert!(message.contains("`File` source"), "{message}");
+    // `snapshot` on Postgres (both forms) is its incremental read.
+    for cdc in ["snapshot", "{mode: snapshot, slot_name: s1}"] {
+        let text = format!(
+            "pipelines:\n  p:\n    data_source: data_sources.f\n    cdc: {cdc}\n{PG_SOURCE}"
+        );
+        let (_dir, result) = validated(&text, &[], None);
+        assert_eq!(
+            result.unwrap().pipelines["p"].cdc,
+            Some(crate::config::CdcMode::Snapshot)
+        );
+    }
+    // The streaming modes: a clear "not supported" naming the key and the value.
+    let text = format!(
+        "pipelines:\n  p:\n    data_source: data_sources.f\n    cdc: {{mode: cdc_only}}\n{PG_SOURCE}"
+    );
+    let error = validated(&text, &[], None).1.unwrap_err().to_string();
+    assert!(
+        error.contains("pipelines.p.cdc = 'cdc_only' is not supported"),
+        "{error}"
+    );
+    // A mode that does not exist fails at load, saying what is expected.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("skippr.yml");
+    std::fs::write(
+        &path,
+        format!(
+            "pipelines:\n  p:\n    data_source: data_sources.f\n    cdc: sometimes\n{PG_SOURCE}"
+        ),
+    )
+    .unwrap();
+    let error = load_file(&path, BTreeMap::<String, String>::new())
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("a CDC mode"), "{error}");
+}
+
+#[test]
+fn partition_allowed_values_and_time_partition_prefix_reach_the_layout_and_are_checked() {
+    let sink = "data_sinks:\n  out:\n    File:\n      output_dir: out\n";
+    let text = format!(
+        "pipelines:\n  p:\n    data_source: data_sources.f\n    data_sink: data_sinks.out\n    transform:\n      batch_partition_fields: region\n      partition_allowed_values: eu, us\n      batch_time_fields: at\n      batch_time_unit: day\n      time_partition_prefix: dt\n      enable_single_quote_parsing: 'yes'\n      enable_unicode_parsing: true\n{FILE_SOURCE}{sink}"
+    );
+    let (_dir, result) = validated(&text, &[], None);
+    let config = result.unwrap();
+    let p = &config.pipelines["p"];
+    let layout = &p.files.as_ref().unwrap().layout;
+    assert_eq!(layout.allowed_values, vec!["eu", "us"]);
+    assert_eq!(layout.time_key.as_deref(), Some("dt"));
+    assert!(p.transform.leniency.single_quotes && p.transform.leniency.unicode);
+
+    // From the environment too, as every transform key.
+    let text = format!(
+        "pipelines:\n  p:\n    data_source: data_sources.f\n    data_sink: data_sinks.out\n{FILE_SOURCE}{sink}"
+    );
+    let vars = [
+        ("TRANSFORM_BATCH_PARTITION_FIELDS", "region"),
+        ("TRANSFORM_PARTITION_ALLOWED_VALUES", "eu"),
+        ("TRANSFORM_ENABLE_UNICODE_PARSING", "yes"),
+    ];
+    let (_dir, result) = validated(&text, &vars, None);
+    let config = result.unwrap();
+    assert_eq!(
+        config.pipelines["p"]
+            .files
+            .as_ref()
+            .unwrap()
+            .layout
+            .allowed_values,
+        vec!["eu"]
+    );
+    assert!(config.pipelines["p"].transform.leniency.unicode);
+
+    // Refused where `_other` would replace the only copy of the value, or with nothing to act on.
+    let lake = "data_sinks:\n  out:\n    Duckdb:\n      warehouse: file://./lake\n";
+    let cases = [
+        (
+            format!(
+                "      batch_partition_fields: region\n      partition_allowed_values: eu\n{FILE_SOURCE}{lake}"
+            ),
+            "pipelines.p.transform.partition_allowed_values",
+            "the `Duckdb` destination `data_sinks.out`",
+        ),
+        (
+            format!("      partition_allowed_values: eu\n{FILE_SOURCE}{sink}"),
+            "pipelines.p.transform.partition_allowed_values",
+            "batch_partition_fields is not set",
+        ),
+        (
+            format!("      time_partition_prefix: dt\n{FILE_SOURCE}{sink}"),
+            "pipelines.p.transform.time_partition_prefix",
+            "batch_time_fields is not set",
+        ),
+        (
+            format!(
+                "      batch_time_fields: at\n      batch_time_unit: day\n      time_partition_prefix: '../x'\n{FILE_SOURCE}{sink}"
+            ),
+            "pipelines.p.transform.time_partition_prefix",
+            "is not a partition key name",
+        ),
+    ];
+    for (transform, key, expected) in cases {
+        let text = format!(
+            "pipelines:\n  p:\n    data_source: data_sources.f\n    data_sink: data_sinks.out\n    transform:\n{transform}"
+        );
+        let (path, message) = bad_value(validated(&text, &[], None).1);
+        assert_eq!(path, key);
+        assert!(message.contains(expected), "{message}");
+    }
+}
+
+#[test]
+fn s3_listing_depth_and_delimiter_are_bounded() {
+    let s3 = |extra: &str| {
+        format!(
+            "pipelines:\n  p:\n    data_source: data_sources.f\ndata_sources:\n  f:\n    S3:\n      s3_bucket: b\n{extra}"
+        )
+    };
+    let (_dir, result) = validated(
+        &s3("      s3_prefix_ordered_depth: 2\n      s3_delimiter: '|'\n"),
+        &[],
+        None,
+    );
+    assert!(result.is_ok(), "{result:?}");
+    let (path, message) =
+        bad_value(validated(&s3("      s3_prefix_ordered_depth: 17\n"), &[], None).1);
+    assert_eq!(path, "data_sources.f.S3.s3_prefix_ordered_depth");
+    assert!(message.contains("at most 16"), "{message}");
+    let (path, _) = bad_value(validated(&s3("      s3_delimiter: ''\n"), &[], None).1);
+    assert_eq!(path, "data_sources.f.S3.s3_delimiter");
+}
+
+#[test]
+fn a_skipprlake_object_store_map_gives_the_files_their_own_endpoint_and_keys() {
+    let lake = |store: &str| {
+        format!(
+            "skippr:\n  store: {{type: dynamodb, name: state}}\npipelines:\n  p:\n    data_source: data_sources.f\n    data_sink: data_sinks.lake\n{FILE_SOURCE}data_sinks:\n  lake:\n    SkipprLake:\n      warehouse: s3://bucket/lake\n      object_store: {store}\n"
+        )
+    };
+    let vars = [("R2_KEY", "key-id"), ("R2_SECRET", "s3cr3t")];
+    let (_dir, result) = validated(
+        &lake(
+            "{type: r2, endpoint: 'https://acct.r2.cloudflarestorage.com', access_key_id: '${R2_KEY}', secret_access_key: '${R2_SECRET}', path_style: false}",
+        ),
+        &vars,
+        None,
+    );
+    let config = result.unwrap();
+    let catalog = &config.pipelines["p"]
+        .destination
+        .as_ref()
+        .unwrap()
+        .location
+        .catalog;
+    let LakeCatalog::Dynamo { table, files, .. } = catalog else {
+        panic!("{catalog:?}");
+    };
+    assert_eq!(table, "state");
+    let access = files.as_ref().unwrap();
+    assert_eq!(
+        access.endpoint.as_deref(),
+        Some("https://acct.r2.cloudflarestorage.com")
+    );
+    assert_eq!(access.path_style, Some(false));
+    let (id, secret) = access.keys.as_ref().unwrap();
+    assert_eq!((id.expose(), secret.expose()), ("key-id", "s3cr3t"));
+    // Never printed.
+    assert!(!format!("{catalog:?}").contains("s3cr3t"), "{catalog:?}");
+
+    // The plain kinds stay; a map of `type: s3` without keys uses the AWS chain.
+    let (_dir, result) = validated(&lake("s3"), &[], None);
+    assert!(result.is_ok(), "{result:?}");
+
+    for (store, key, expected) in [
+        (
+            "{type: r2}",
+            "object_store.endpoint",
+            "needs its `endpoint`",
+        ),
+        (
+            "{type: s3, endpoint: 'ftp://x'}",
+            "object_store.endpoint",
+            "not an http:// or https:// URL",
+        ),
+        (
+            "{type: s3, access_key_id: '${R2_KEY}'}",
+            "object_store.secret_access_key",
+            "without `secret_access_key`",
+        ),
+        (
+            "{type: file}",
+            "object_store",
+            "needs a `file://` `warehouse`",
+        ),
+    ] {
+        let (path, message) = bad_value(validated(&lake(store), &vars, None).1);
+        assert_eq!(path, format!("data_sinks.lake.SkipprLake.{key}"), "{store}");
+        assert!(message.contains(expected), "{store}: {message}");
+    }
 }

@@ -377,3 +377,42 @@ fn a_sink_that_drops_rows_gets_nothing_acknowledged() {
     assert_eq!(fx.ack(), 0, "nothing is acknowledged");
     assert_eq!(wal.batches().len(), 3, "the WAL keeps the batches");
 }
+
+/// `WAL_MAX_DELAY_SECONDS`: in the read loop, batches far below the byte threshold are
+/// handed to the delivery thread once the delay passed since the last handover; without it
+/// they wait for the threshold (or the end of the pass).
+#[test]
+fn the_max_delay_hands_small_batches_over_before_the_byte_threshold() {
+    use crate::wal::Wal as _;
+    for (max_delay, delivered) in [(None, 0), (Some(std::time::Duration::ZERO), 2)] {
+        let mut fx = Fixture::new();
+        let mut wal = fx.wal();
+        fx.commit_batches(&mut wal, 2);
+        let reader = wal.reader();
+        let mut delivery = Delivery::start(
+            Some(&fx.sink as &dyn Sink),
+            None,
+            &fx.store,
+            PARTITION,
+            None,
+            "p",
+            u64::MAX,
+        )
+        .unwrap()
+        .unwrap()
+        .with_max_delay(max_delay);
+        let schema = PipelineSchema::empty("p", "w");
+        let mut report = SyncReport::default();
+        std::thread::scope(|scope| {
+            delivery.start_worker(scope, reader);
+            delivery.poll(&mut wal, &schema, &mut report).unwrap();
+            delivery.wait_for_worker(&mut wal, &mut report).unwrap();
+            delivery.stop_worker();
+        });
+        assert_eq!(report.delivered, delivered, "max delay {max_delay:?}");
+        assert_eq!(fx.ack(), delivered);
+        if delivered > 0 {
+            fx.assert_landed_once();
+        }
+    }
+}

@@ -84,6 +84,8 @@ fn samples() -> Vec<Event> {
         stopped: false,
         stopped_for_deadline: false,
         aws_requests: BTreeMap::from([("s3".to_owned(), 14)]),
+        source_requests: 0,
+        source_retries: 0,
         namespaces: Default::default(),
     };
     vec![
@@ -233,7 +235,10 @@ fn markdown() -> String {
          names are stable; new fields may be added, so read them by name and ignore the rest. \
          `sync_status` comes at most every 10 s during a pass (twice a second for the progress \
          display). `doctor --output json` prints one `doctor_complete` line, described at the \
-         end.\n\nThe values below are samples.\n",
+         end. `sync_complete` leaves out `aws_requests` without AWS backends, and has \
+         `source_requests` and `source_retries` (the HttpClient source's requests for the pages \
+         that gave records, and how many of them were retries) only when they are not 0.\n\nThe \
+         values below are samples.\n",
     );
     for event in samples() {
         let sample = RunStamp {

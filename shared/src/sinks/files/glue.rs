@@ -181,6 +181,21 @@ pub struct HiveGlue {
     client: aws_sdk_glue::Client,
     catalog_id: Option<String>,
     database: String,
+    /// `discovery_cache_ttl_secs`: how long [`KNOWN`] is trusted for this sink's tables.
+    cache_ttl: Option<std::time::Duration>,
+}
+
+/// The columns each Glue table was last seen or made with, and when, for the whole process
+/// (the `sync` loop's passes and a warm Lambda's invocations open their sinks anew). Keyed by
+/// region, catalog, database and table.
+type Known = std::collections::HashMap<String, (Vec<String>, std::time::Instant)>;
+static KNOWN: std::sync::OnceLock<std::sync::Mutex<Known>> = std::sync::OnceLock::new();
+
+fn known() -> std::sync::MutexGuard<'static, Known> {
+    KNOWN
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 fn failure<E, R>(
@@ -214,6 +229,47 @@ impl HiveGlue {
             client: aws.glue(),
             catalog_id,
             database: database.to_owned(),
+            cache_ttl: None,
+        }
+    }
+
+    /// Trust a table's definition this long once read or written (`None`: read it at every
+    /// delivery), so a delivery whose columns the table is known to have sends no Glue request.
+    pub fn with_cache_ttl(mut self, ttl: Option<std::time::Duration>) -> Self {
+        self.cache_ttl = ttl;
+        self
+    }
+
+    fn known_key(&self, table: &str) -> String {
+        format!(
+            "{}|{}|{}|{table}",
+            self.aws.region().unwrap_or_default(),
+            self.catalog_id.as_deref().unwrap_or_default(),
+            self.database
+        )
+    }
+
+    /// Whether the table is known, within the TTL, to have every one of `columns`.
+    fn known_to_have(&self, table: &str, columns: &[HiveColumn]) -> bool {
+        let Some(ttl) = self.cache_ttl else {
+            return false;
+        };
+        known()
+            .get(&self.known_key(table))
+            .is_some_and(|(names, at)| {
+                at.elapsed() < ttl && columns.iter().all(|c| names.contains(&c.name))
+            })
+    }
+
+    fn remember(&self, table: &str, columns: &[HiveColumn]) {
+        if self.cache_ttl.is_some() {
+            known().insert(
+                self.known_key(table),
+                (
+                    columns.iter().map(|c| c.name.clone()).collect(),
+                    std::time::Instant::now(),
+                ),
+            );
         }
     }
 
@@ -326,6 +382,9 @@ impl HiveGlue {
         partition_keys: &[String],
     ) -> Result<(), SinkError> {
         let target = self.target(table);
+        if self.known_to_have(table, columns) {
+            return Ok(());
+        }
         let Some(current) = self.get_table(table)? else {
             let input = self.table_input(table, location, columns, partition_keys)?;
             let create = self
@@ -336,7 +395,10 @@ impl HiveGlue {
                 .table_input(input);
             return self.aws.block_on(async move {
                 match create.send().await {
-                    Ok(_) => Ok(()),
+                    Ok(_) => {
+                        self.remember(table, columns);
+                        Ok(())
+                    }
                     // Created by another writer meanwhile: the next delivery adds columns.
                     Err(e) if code_of(&e) == Some("AlreadyExistsException") => Ok(()),
                     Err(e) => Err(failure("create", target)(e)),
@@ -362,6 +424,7 @@ impl HiveGlue {
             .cloned()
             .collect();
         if missing.is_empty() {
+            self.remember(table, &all);
             return Ok(());
         }
         all.extend(missing);
@@ -380,8 +443,9 @@ impl HiveGlue {
             .table_input(input);
         self.aws
             .block_on(async move { update.send().await })
-            .map(|_| ())
-            .map_err(failure("update", target))
+            .map_err(failure("update", target))?;
+        self.remember(table, &all);
+        Ok(())
     }
 
     /// Register the partitions (`values` in key order, the directory URI) of `table`; ones

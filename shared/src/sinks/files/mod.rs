@@ -78,6 +78,8 @@ pub struct FileSink {
     keys: Vec<PartitionKey>,
     /// The Glue tables of an `Athena` sink.
     glue: Option<HiveGlue>,
+    /// Files uploaded at once (`max_concurrency` of an Athena sink; 1 otherwise).
+    uploads: usize,
 }
 
 impl FileSink {
@@ -131,7 +133,10 @@ impl FileSink {
                 let bucket = Bucket::new(&aws, &t.bucket, None);
                 (
                     Output::Objects(Arc::new(S3Target::new(bucket, &t.prefix))),
-                    Some(HiveGlue::new(&aws, t.catalog_id.clone(), &t.database)),
+                    Some(
+                        HiveGlue::new(&aws, t.catalog_id.clone(), &t.database)
+                            .with_cache_ttl(t.glue_cache_ttl),
+                    ),
                 )
             }
             FileDestinationKind::Stdout => (Output::Stdout, None),
@@ -144,6 +149,10 @@ impl FileSink {
             keys: partition_keys(&dest.layout),
             layout: dest.layout.clone(),
             glue,
+            uploads: match &dest.kind {
+                FileDestinationKind::Athena(t) => t.upload_concurrency.max(1),
+                _ => 1,
+            },
         })
     }
 
@@ -163,7 +172,14 @@ impl FileSink {
             keys: partition_keys(&layout),
             layout,
             glue: None,
+            uploads: 1,
         }
+    }
+
+    /// Upload up to `n` files at once (an Athena sink's `max_concurrency`).
+    pub fn with_uploads(mut self, n: usize) -> FileSink {
+        self.uploads = n.max(1);
+        self
     }
 
     /// The table (directory and Glue table) of a namespace.
@@ -262,6 +278,38 @@ impl FileSink {
                 path: "<stdout>".into(),
                 source,
             })
+    }
+}
+
+/// Upload `pending` (emptied), each file on its own thread when there are several; the first
+/// failure is returned once all have finished (file names are stable, so a retried delivery
+/// overwrites what did land).
+fn upload_all(
+    target: &dyn ObjectTarget,
+    pending: &mut Vec<(String, Vec<u8>)>,
+) -> Result<(), SinkError> {
+    match pending.len() {
+        0 => Ok(()),
+        1 => {
+            let (name, bytes) = pending.remove(0);
+            Ok(target.put_whole(&name, bytes)?)
+        }
+        _ => std::thread::scope(|scope| {
+            let uploads: Vec<_> = pending
+                .drain(..)
+                .map(|(name, bytes)| scope.spawn(move || target.put_whole(&name, bytes)))
+                .collect();
+            let mut first = Ok(());
+            for upload in uploads {
+                let result = upload
+                    .join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+                if first.is_ok() {
+                    first = result;
+                }
+            }
+            Ok(first?)
+        }),
     }
 }
 
@@ -366,6 +414,8 @@ impl Sink for FileSink {
             );
         }
         let names = self.key_names();
+        // Encoded files waiting to be uploaded together (at most `uploads` of them).
+        let mut pending: Vec<(String, Vec<u8>)> = Vec::new();
         for meta in batches {
             if !delivered.wants(meta, |ns| open.get(ns).map(|o| o.landed)) {
                 continue;
@@ -414,7 +464,10 @@ impl Sink for FileSink {
                         group.rows.clone()
                     };
                     let bytes = encode::encode(&rows, self.format).map_err(align)?;
-                    target.put_whole(&name, bytes)?;
+                    pending.push((name, bytes));
+                    if pending.len() >= self.uploads {
+                        upload_all(target.as_ref(), &mut pending)?;
+                    }
                     delivered.files += 1;
                     delivered.rows += group.rows.num_rows() as u64;
                     o.wrote = true;
@@ -431,6 +484,8 @@ impl Sink for FileSink {
             }
         }
         if let Output::Objects(target) = &self.output {
+            // Every data file is in place before any table's partitions or marker.
+            upload_all(target.as_ref(), &mut pending)?;
             for (ns, o) in &open {
                 if !o.wrote {
                     continue;

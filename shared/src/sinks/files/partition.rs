@@ -13,6 +13,11 @@
 //!   seconds or milliseconds), formatted as `2024`, `2024-01`, `2024-01-02`, `2024-01-02-13`
 //!   or `2024-01-02-13-05` by `batch_time_unit` (default `day`); none: `null`.
 //!
+//! - With `partition_allowed_values`, an identity key's value outside the list is
+//!   `_other` ([`Layout::OTHER_PARTITION`]); the row keeps its value (only `File` and `S3`
+//!   take the setting, and their files keep the column).
+//! - `time_partition_prefix` names the time key in place of `{first path}_{unit}`.
+//!
 //! Every key exists in every table of the pipeline, so the partition keys of a table never
 //! change. Groups come in key order, so the same rows always give the same groups.
 
@@ -41,8 +46,9 @@ pub struct PartitionKey {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum KeySource {
-    /// The value of this dot path.
-    Field(String),
+    /// The value of this dot path; outside the allowed values (when there are any),
+    /// [`Layout::OTHER_PARTITION`].
+    Field(String, Vec<String>),
     /// The first non-null of these dot paths, truncated to the unit.
     Time(Vec<String>, TimeUnit),
 }
@@ -55,7 +61,7 @@ pub fn partition_keys(layout: &Layout) -> Vec<PartitionKey> {
         if !keys.iter().any(|k| k.name == name) {
             keys.push(PartitionKey {
                 name,
-                source: KeySource::Field(path.clone()),
+                source: KeySource::Field(path.clone(), layout.allowed_values.clone()),
             });
         }
     }
@@ -69,7 +75,7 @@ pub fn partition_keys(layout: &Layout) -> Vec<PartitionKey> {
             TimeUnit::Minute => "minute",
         };
         keys.push(PartitionKey {
-            name: format!("{}_{unit_name}", first.replace('.', "_")),
+            name: layout.time_key_name(first, unit_name),
             source: KeySource::Time(layout.time_fields.clone(), unit),
         });
     }
@@ -80,7 +86,7 @@ pub fn partition_keys(layout: &Layout) -> Vec<PartitionKey> {
 pub fn partition_columns(keys: &[PartitionKey]) -> Vec<String> {
     keys.iter()
         .filter_map(|k| match &k.source {
-            KeySource::Field(path) if !path.contains('.') => Some(path.clone()),
+            KeySource::Field(path, _) if !path.contains('.') => Some(path.clone()),
             _ => None,
         })
         .collect()
@@ -154,13 +160,22 @@ pub fn split(
 fn key_values(batch: &RecordBatch, k: &PartitionKey) -> Result<Vec<Option<String>>, ArrowError> {
     let n = batch.num_rows();
     match &k.source {
-        KeySource::Field(path) => match column_at(batch, path) {
+        KeySource::Field(path, allowed) => match column_at(batch, path) {
             None => Ok(vec![None; n]),
             Some(column) => {
                 let options = FormatOptions::default();
                 let f = ArrayFormatter::try_new(column.as_ref(), &options)?;
                 Ok((0..n)
-                    .map(|i| column.is_valid(i).then(|| f.value(i).to_string()))
+                    .map(|i| {
+                        column.is_valid(i).then(|| {
+                            let value = f.value(i).to_string();
+                            if allowed.is_empty() || allowed.contains(&value) {
+                                value
+                            } else {
+                                Layout::OTHER_PARTITION.to_owned()
+                            }
+                        })
+                    })
                     .collect())
             }
         },
@@ -310,5 +325,60 @@ mod tests {
             ]
         );
         assert!(groups[0].rows.column_by_name("region").is_none());
+    }
+
+    #[test]
+    fn values_outside_the_allowed_ones_share_one_partition_and_keep_their_value() {
+        let batch = RecordBatch::try_new(
+            Arc::new(Schema::new(vec![
+                Field::new("region", DataType::Utf8, true),
+                Field::new("at", DataType::Int64, true),
+            ])),
+            vec![
+                Arc::new(StringArray::from(vec![
+                    Some("eu"),
+                    Some("../../etc"),
+                    Some("us"),
+                    Some("mars"),
+                    None,
+                ])),
+                Arc::new(Int64Array::from(vec![Some(1_700_000_000); 5])),
+            ],
+        )
+        .unwrap();
+        let layout = Layout {
+            partition_fields: vec!["region".into()],
+            time_fields: vec!["at".into()],
+            allowed_values: vec!["eu".into(), "us".into()],
+            time_key: Some("dt".into()),
+            ..Layout::default()
+        };
+        let keys = partition_keys(&layout);
+        let names: Vec<String> = keys.iter().map(|k| k.name.clone()).collect();
+        assert_eq!(names, ["region", "dt"]);
+        let groups = split(&batch, &keys, &names, false).unwrap();
+        let dirs: Vec<(&str, usize)> = groups
+            .iter()
+            .map(|g| (g.dir.as_str(), g.rows.num_rows()))
+            .collect();
+        assert_eq!(
+            dirs,
+            [
+                ("region=null/dt=2023-11-14", 1),
+                ("region=_other/dt=2023-11-14", 2),
+                ("region=eu/dt=2023-11-14", 1),
+                ("region=us/dt=2023-11-14", 1),
+            ]
+        );
+        // The rows in `_other` keep the values they had.
+        let other = groups[1]
+            .rows
+            .column_by_name("region")
+            .unwrap()
+            .as_any()
+            .downcast_ref::<StringArray>()
+            .unwrap();
+        assert_eq!(other.value(0), "../../etc");
+        assert_eq!(other.value(1), "mars");
     }
 }

@@ -255,6 +255,8 @@ fn an_athena_sink_on_moto_renames_columns_and_drops_the_partition_column() {
             catalog_id: None,
             workgroup: None,
             results_bucket: None,
+            glue_cache_ttl: None,
+            upload_concurrency: 3,
         }),
         format: OutputFormat::Parquet,
         layout: Layout {
@@ -317,4 +319,112 @@ fn an_athena_sink_on_moto_renames_columns_and_drops_the_partition_column() {
         })
         .unwrap();
     assert_eq!(partitions.partitions().len(), 2);
+}
+
+/// `discovery_cache_ttl_secs`: once a table's definition was read or written, a delivery with
+/// columns the table is known to have sends no Glue request until the TTL passes; a new column
+/// reads and updates the table. Without it, every delivery reads the table.
+#[test]
+fn a_glue_cache_ttl_spares_requests_for_known_columns_only() {
+    use crate::aws::testing::{bucket, moto};
+    use glue::HiveColumn;
+    let aws = moto();
+    let name = bucket(&aws, "glue-ttl");
+    let database = format!("ttl_db_{}", &name[name.len() - 12..]);
+    let col = |n: &str| HiveColumn {
+        name: n.to_owned(),
+        type_name: "bigint".to_owned(),
+        comment: None,
+    };
+    let glue_requests = || aws.requests().get("glue").copied().unwrap_or(0);
+    let location = format!("s3://{name}/t/");
+    for (ttl, again) in [(None, 1), (Some(std::time::Duration::from_secs(600)), 0)] {
+        let table = format!("t_{}", u8::from(ttl.is_some()));
+        let glue = glue::HiveGlue::new(&aws, None, &database).with_cache_ttl(ttl);
+        glue.ensure_database().unwrap();
+        glue.ensure_table(&table, &location, &[col("a")], &[])
+            .unwrap();
+        let before = glue_requests();
+        glue.ensure_table(&table, &location, &[col("a")], &[])
+            .unwrap();
+        assert_eq!(glue_requests() - before, again, "ttl {ttl:?}: same columns");
+        // A sink opened anew (the next pass) shares what is known.
+        let next = glue::HiveGlue::new(&aws, None, &database).with_cache_ttl(ttl);
+        let before = glue_requests();
+        next.ensure_table(&table, &location, &[col("a")], &[])
+            .unwrap();
+        assert_eq!(glue_requests() - before, again, "ttl {ttl:?}: next pass");
+        // A new column always goes to Glue: read, then update.
+        let before = glue_requests();
+        next.ensure_table(&table, &location, &[col("a"), col("b")], &[])
+            .unwrap();
+        assert_eq!(glue_requests() - before, 2, "ttl {ttl:?}: a new column");
+    }
+}
+
+/// A target whose data-file uploads wait (up to 5 s) for `expect` of them to be in flight at
+/// once, and which records the most it saw.
+#[derive(Debug)]
+struct Overlapping {
+    inner: DirTarget,
+    expect: usize,
+    state: std::sync::Mutex<(usize, usize)>,
+    changed: std::sync::Condvar,
+}
+
+impl ObjectTarget for Overlapping {
+    fn put_whole(&self, name: &str, bytes: Vec<u8>) -> Result<(), crate::objects::ObjectError> {
+        if name.ends_with(".parquet") {
+            let mut state = self.state.lock().unwrap();
+            state.0 += 1;
+            state.1 = state.1.max(state.0);
+            self.changed.notify_all();
+            let (mut state, _) = self
+                .changed
+                .wait_timeout_while(state, std::time::Duration::from_secs(5), |s| {
+                    s.0 < self.expect && s.1 < self.expect
+                })
+                .unwrap();
+            state.0 -= 1;
+        }
+        self.inner.put_whole(name, bytes)
+    }
+    fn list(&self, dir: &str) -> Result<Vec<String>, crate::objects::ObjectError> {
+        self.inner.list(dir)
+    }
+    fn get(&self, name: &str) -> Result<Option<Vec<u8>>, crate::objects::ObjectError> {
+        self.inner.get(name)
+    }
+    fn move_to(&self, from: &str, to: &str) -> Result<(), crate::objects::ObjectError> {
+        self.inner.move_to(from, to)
+    }
+    fn location_of(&self, name: &str) -> String {
+        self.inner.location_of(name)
+    }
+}
+
+/// `max_concurrency`: a delivery's files are uploaded that many at a time, and every row still
+/// lands once, each table's marker after its files.
+#[test]
+fn files_are_uploaded_max_concurrency_at_a_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let target = Arc::new(Overlapping {
+        inner: DirTarget::new(dir.path().to_path_buf()),
+        expect: 3,
+        state: std::sync::Mutex::new((0, 0)),
+        changed: std::sync::Condvar::new(),
+    });
+    let as_target: Arc<dyn ObjectTarget> = target.clone();
+    let sink = FileSink::with_target("out", as_target, "t#w#p", OutputFormat::Parquet, layout())
+        .with_uploads(3);
+    let all: Vec<_> = (1..=3).map(|id| batch(id, 3)).collect();
+    let delivered = deliver(&sink, &all, &[1, 2, 3]);
+    assert_eq!((delivered.rows, delivered.files), (9, 6));
+    assert_eq!(
+        target.state.lock().unwrap().1,
+        3,
+        "uploads in flight at once"
+    );
+    assert_eq!(parquet_ids(dir.path()).len(), 9);
+    assert_eq!(sink.landed("events").unwrap(), 3);
 }

@@ -5,7 +5,7 @@
 //!   primitive type, becomes an identity partition field named after the path (`a.b` ->
 //!   `a_b`).
 //! - The first `batch_time_fields` path the table has with a timestamp or date type becomes a
-//!   time partition field, `{path}_{unit}`, with the transform of `batch_time_unit` (default
+//!   time partition field, `{path}_{unit}` (or `time_partition_prefix`), with the transform of `batch_time_unit` (default
 //!   `day`). Iceberg has no minute transform: `minute` partitions by hour, with a warning.
 //! - A field the table does not have yet is skipped; once a later schema has it, the table's
 //!   partition spec evolves (a new default spec; files written before keep theirs, as Iceberg
@@ -77,7 +77,7 @@ impl Layout {
             usable.then(|| (path, field.id))
         });
         if let Some((path, id)) = time {
-            let name = format!("{}_{unit_name}", path.replace('.', "_"));
+            let name = self.time_key_name(path, unit_name);
             builder = builder.add_partition_field(id, name, transform)?;
         }
         Ok((builder.build(), warnings))
@@ -177,6 +177,7 @@ mod tests {
             time_fields: vec!["nope".into(), "city".into(), "at".into()],
             time_unit: Some(TimeUnit::Month),
             order_fields: vec![],
+            ..Layout::default()
         };
         let (spec, warnings) = layout.partition_spec(&table_schema()).unwrap();
         let fields: Vec<_> = spec

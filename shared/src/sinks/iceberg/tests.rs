@@ -489,6 +489,8 @@ fn the_layout_partitions_by_value_and_time_and_sorts_rows() -> TestResult {
             time_fields: vec!["at".into()],
             time_unit: Some(crate::config::TimeUnit::Day),
             order_fields: vec!["n".into()],
+            allowed_values: Vec::new(),
+            time_key: None,
         });
     let ts = DataType::Timestamp(arrow::datatypes::TimeUnit::Microsecond, Some("UTC".into()));
     let day = 86_400_000_000_i64;

@@ -105,6 +105,8 @@ impl Batcher {
             bytes_total: Some(self.bytes_total),
             files_done: self.files_done,
             files_total: Some(self.files_total),
+            requests: 0,
+            retries: 0,
         }
     }
 

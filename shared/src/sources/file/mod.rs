@@ -264,6 +264,7 @@ mod detect;
 mod json_array;
 mod json_documents;
 mod jsonl;
+mod lenient;
 mod parquet;
 mod paths;
 mod reader;
@@ -289,6 +290,7 @@ pub(crate) use self::compression::InputStream;
 pub use self::csv::type_cell;
 pub use self::detect::detect_format;
 pub(crate) use self::detect::{HEAD_BYTES, detect_in_head};
+pub use self::lenient::Leniency;
 pub(crate) use self::parquet::ParquetReader;
 use self::paths::ListedFile;
 pub(crate) use self::reader::{FileContext, Item, RecordReader, Resume};
@@ -375,6 +377,9 @@ pub struct FileSourceOptions {
     /// types them from their text itself (and calls [`SourceBatch::parse_unparsed`] for the
     /// ones it does not). Other formats are parsed as always. Off by default.
     pub unparsed_json_lines: bool,
+    /// The lenient JSON readings a record that is not strict JSON gets
+    /// (`enable_single_quote_parsing`, `enable_unicode_parsing`; see [`Leniency`]).
+    pub leniency: Leniency,
     /// Once the checkpoint's entries take more than [`FileSourceOptions::checkpoint_bytes`],
     /// files read to their end and unchanged for this long leave it first (below the
     /// watermark), before files changed more recently: see [the watermark](self#the-watermark).
@@ -417,6 +422,7 @@ impl Default for FileSourceOptions {
             max_record_bytes: Self::DEFAULT_MAX_RECORD_BYTES,
             max_record_memory: Self::DEFAULT_MAX_RECORD_MEMORY,
             unparsed_json_lines: false,
+            leniency: Leniency::default(),
             settle: Self::DEFAULT_SETTLE,
             checkpoint_bytes: Self::DEFAULT_CHECKPOINT_BYTES,
         }
@@ -777,6 +783,7 @@ impl Inputs for FileInputs {
             uri: file.display.clone(),
             max_record_bytes: self.options.max_record_bytes.max(1),
             max_record_memory: self.options.max_record_memory,
+            leniency: self.options.leniency,
         };
         let mut start = self.starts[index];
         if file.format == FileFormat::Parquet {

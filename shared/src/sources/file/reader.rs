@@ -53,6 +53,8 @@ pub(crate) struct FileContext {
     pub(crate) max_record_bytes: usize,
     /// The most memory a JSON record may take parsed, as [`parsed_size_bound`] estimates it.
     pub(crate) max_record_memory: u64,
+    /// The lenient readings a record that is not strict JSON gets (see [`super::lenient`]).
+    pub(crate) leniency: super::lenient::Leniency,
 }
 
 impl FileContext {
@@ -102,6 +104,13 @@ impl FileContext {
         }
         match parse_json_object(text) {
             Ok(map) => self.record(map, end, line),
+            Err((error, FailureCode::Malformed)) if self.leniency.is_active() => {
+                match parse_json_object(&self.leniency.rewrite(text)) {
+                    Ok(map) => self.record(map, end, line),
+                    // The strict parser's error says what is wrong with the record as written.
+                    Err(_) => self.dead(line, start, raw_text(text), error, FailureCode::Malformed),
+                }
+            }
             Err((error, code)) => self.dead(line, start, raw_text(text), error, code),
         }
     }
@@ -277,6 +286,7 @@ mod tests {
         FileContext {
             uri: "x.jsonl".into(),
             max_record_bytes: 100,
+            leniency: Default::default(),
             max_record_memory: FileSourceOptions::DEFAULT_MAX_RECORD_MEMORY,
         }
     }
@@ -296,6 +306,7 @@ mod tests {
     #[test]
     fn a_record_that_would_take_too_much_memory_is_deadlettered_before_parsing() {
         let ctx = FileContext {
+            leniency: Default::default(),
             max_record_memory: 64 * 1024,
             ..context()
         };

@@ -7,14 +7,16 @@ use std::time::{Duration, Instant};
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue as ReqHeaderValue};
 
 use super::HttpSourceOptions;
+use super::spool::{Body, BodyReader, Spool};
 use crate::config::connectors::{HttpMethod, ResolvedAuth};
 use crate::config::credentials::redact_url;
 use crate::sources::SourceError;
 
 /// A response body, decompressed, and the headers that matter.
 pub(super) struct Fetched {
-    /// The body, decompressed.
-    pub body: Vec<u8>,
+    /// The body, decompressed: in memory, or spooled to a temporary file past
+    /// [`HttpSourceOptions::spool_bytes`].
+    pub body: Body,
     /// The `Link` header, if any.
     pub link: Option<String>,
     /// Bytes received (compressed).
@@ -165,20 +167,22 @@ impl Client {
             request = request.body(body.clone());
         }
         let limit = options.max_page_bytes;
+        let spool_bytes = options.spool_bytes;
         let future = async move {
-            let mut response = request.send().await?;
+            let mut response = request.send().await.map_err(Received::Http)?;
             let status = response.status();
             let headers = response.headers().clone();
-            let mut body = Vec::new();
+            let mut body = Spool::new(spool_bytes);
             let mut over = false;
-            while let Some(chunk) = response.chunk().await? {
-                if body.len() as u64 + chunk.len() as u64 > limit {
+            while let Some(chunk) = response.chunk().await.map_err(Received::Http)? {
+                if body.len() + chunk.len() as u64 > limit {
                     over = true;
                     break;
                 }
-                body.extend_from_slice(&chunk);
+                body.write(&chunk).map_err(Received::Spool)?;
             }
-            Ok::<_, reqwest::Error>((status, headers, body, over))
+            let body = body.finish().map_err(Received::Spool)?;
+            Ok::<_, Received>((status, headers, body, over))
         };
         let result = self.block_on(future);
         let error = |status: Option<u16>, message: String, retryable: bool| SourceError::Http {
@@ -189,15 +193,23 @@ impl Client {
         };
         let (status, headers, body, over) = match result {
             Ok(parts) => parts,
-            Err(e) => {
+            Err(Received::Http(e)) => {
                 // Connection errors, timeouts and broken bodies may succeed on a later try.
                 let message = describe(e);
                 return Err(Attempt::Retry(error(None, message, true), None));
             }
+            Err(Received::Spool(e)) => {
+                // The temporary directory is full or gone: retrying the request would not help.
+                return Err(Attempt::Fatal(error(
+                    None,
+                    format!("cannot spool the response to a temporary file: {e}"),
+                    false,
+                )));
+            }
         };
         let code = status.as_u16();
         if !status.is_success() {
-            let head = String::from_utf8_lossy(&body[..body.len().min(200)]).into_owned();
+            let head = String::from_utf8_lossy(&body.head(200)).into_owned();
             let message = format!("the server answered {status}: {head}");
             if code == 429 || status.is_server_error() {
                 let retry_after = headers
@@ -222,19 +234,34 @@ impl Client {
                 false,
             )));
         }
-        let wire_bytes = body.len() as u64;
+        let wire_bytes = body.len();
         let gzip = headers
             .get(reqwest::header::CONTENT_ENCODING)
             .and_then(|v| v.to_str().ok())
             .is_some_and(|v| v.eq_ignore_ascii_case("gzip"))
-            || body.starts_with(&[0x1f, 0x8b]);
+            || body.head(2) == [0x1f, 0x8b];
         let body = if gzip {
-            let mut out = Vec::new();
-            let reader = flate2::read::MultiGzDecoder::new(&body[..]);
-            reader.take(limit + 1).read_to_end(&mut out).map_err(|e| {
-                Attempt::Fatal(error(Some(code), format!("bad gzip body: {e}"), false))
-            })?;
-            if out.len() as u64 > limit {
+            let mut out = Spool::new(spool_bytes);
+            let mut reader =
+                flate2::read::MultiGzDecoder::new(BodyReader::new(std::sync::Arc::new(body), 0))
+                    .take(limit + 1);
+            let mut buf = vec![0u8; 64 * 1024];
+            loop {
+                let n = reader.read(&mut buf).map_err(|e| {
+                    Attempt::Fatal(error(Some(code), format!("bad gzip body: {e}"), false))
+                })?;
+                if n == 0 {
+                    break;
+                }
+                out.write(&buf[..n]).map_err(|e| {
+                    Attempt::Fatal(error(
+                        Some(code),
+                        format!("cannot spool the response to a temporary file: {e}"),
+                        false,
+                    ))
+                })?;
+            }
+            if out.len() > limit {
                 return Err(Attempt::Fatal(error(
                     Some(code),
                     format!(
@@ -244,7 +271,13 @@ impl Client {
                     false,
                 )));
             }
-            out
+            out.finish().map_err(|e| {
+                Attempt::Fatal(error(
+                    Some(code),
+                    format!("cannot spool the response to a temporary file: {e}"),
+                    false,
+                ))
+            })?
         } else {
             body
         };
@@ -318,6 +351,12 @@ fn random_fraction() -> f64 {
 }
 
 /// A reqwest error in one line, without the URL (the caller names it, redacted).
+/// Why receiving a response failed: the request, or keeping its body.
+enum Received {
+    Http(reqwest::Error),
+    Spool(std::io::Error),
+}
+
 fn describe(e: reqwest::Error) -> String {
     let e = e.without_url();
     let mut message = if e.is_timeout() {

@@ -15,8 +15,10 @@
 //!
 //! # Pages
 //!
-//! A page's body is read whole, up to [`HttpSourceOptions::max_page_bytes`] (decompressed; a
-//! larger page fails the pass, naming the limit). Its records are the array (or the one
+//! A page's body is read up to [`HttpSourceOptions::max_page_bytes`] (decompressed; a larger
+//! page fails the pass, naming the limit): held in memory up to
+//! [`HttpSourceOptions::spool_bytes`], else spooled to a temporary file and its records
+//! streamed from there one at a time (modules `spool` and `stream`). Its records are the array (or the one
 //! object) at `records_path`, or the page itself; elements that are not objects become
 //! deadletters. The paginator then names the next page: a URL at a dot path (`next_url`), the
 //! `Link` header's `rel="next"` (`link_header`), a cursor sent as a query parameter
@@ -40,10 +42,11 @@
 
 mod fetch;
 mod page;
+mod spool;
+mod stream;
 #[cfg(test)]
 mod tests;
 
-use std::collections::VecDeque;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -90,25 +93,34 @@ pub struct HttpSourceOptions {
     pub batch_rows: usize,
     /// ... or once this many response bytes were read, whichever comes first.
     pub batch_bytes: u64,
+    /// ... or once the batch has been filling this long.
+    pub batch_time: Duration,
     /// Attempts per request, the first included.
     pub max_attempts: u32,
     /// The first retry's backoff (doubled per attempt).
     pub backoff: Duration,
     /// The largest page body (decompressed) read.
     pub max_page_bytes: u64,
+    /// A page body larger than this is spooled to a temporary file and its records read one
+    /// at a time (memory stays bounded whatever the page's size).
+    pub spool_bytes: usize,
 }
 
 impl HttpSourceOptions {
     /// Default attempts per request.
     pub const DEFAULT_MAX_ATTEMPTS: u32 = 8;
-    /// Default largest page: 256 MiB.
-    pub const DEFAULT_MAX_PAGE_BYTES: u64 = 256 << 20;
+    /// Default largest page: 16 GiB (of temporary disk: a page larger than
+    /// [`Self::DEFAULT_SPOOL_BYTES`] is spooled there, not held in memory).
+    pub const DEFAULT_MAX_PAGE_BYTES: u64 = 16 << 30;
+    /// Default spool threshold: 8 MiB.
+    pub const DEFAULT_SPOOL_BYTES: usize = 8 << 20;
 
     /// Options from a validated connector config.
     pub fn from_config(
         c: &HttpClientSourceConfig,
         batch_rows: usize,
         batch_bytes: u64,
+        batch_time: Duration,
     ) -> Result<HttpSourceOptions, SourceError> {
         let auth = c
             .resolved_auth()
@@ -134,10 +146,12 @@ impl HttpSourceOptions {
             incremental: c.incremental.clone(),
             max_requests_per_second: c.max_requests_per_second,
             batch_rows: c.batch_size.unwrap_or(batch_rows).max(1),
-            batch_bytes,
+            batch_bytes: c.batch_size_bytes.unwrap_or(batch_bytes).max(1),
+            batch_time: c.batch_size_seconds.map_or(batch_time, Duration::from_secs),
             max_attempts: Self::DEFAULT_MAX_ATTEMPTS,
             backoff: Duration::from_millis(500),
             max_page_bytes: Self::DEFAULT_MAX_PAGE_BYTES,
+            spool_bytes: Self::DEFAULT_SPOOL_BYTES,
         })
     }
 }
@@ -171,7 +185,7 @@ pub struct PageAt {
 /// A page fetched and being handed out.
 struct Loaded {
     url: reqwest::Url,
-    items: VecDeque<Item>,
+    items: std::iter::Peekable<page::Items>,
     taken: u64,
     next: Option<reqwest::Url>,
 }
@@ -348,21 +362,26 @@ impl HttpSource {
         let shown = redact_url(url.as_str());
         let fetched = self.client.fetch(&self.options, &url)?;
         self.bytes_done += fetched.wire_bytes;
-        let parsed = page::parse(&fetched.body, self.options.format, &self.records_path).map_err(
-            |message| SourceError::Http {
-                url: shown.clone(),
-                status: None,
-                message,
-                retryable: false,
-            },
-        )?;
-        drop(fetched.body);
-        let count = parsed.items.len() as u64;
+        let spooled = matches!(fetched.body, spool::Body::File { .. });
+        let parsed = page::parse(
+            std::sync::Arc::new(fetched.body),
+            self.options.format,
+            &self.records_path,
+        )
+        .map_err(|message| SourceError::Http {
+            url: shown.clone(),
+            status: None,
+            message,
+            retryable: false,
+        })?;
+        let count = parsed.count;
         let next = self.next_url(&url, &parsed.document, fetched.link.as_deref(), count);
-        tracing::debug!(url = %shown, records = count, has_next = next.is_some(), "Read a page.");
-        let mut items: VecDeque<Item> = parsed.items.into();
+        tracing::debug!(url = %shown, records = count, spooled, has_next = next.is_some(), "Read a page.");
+        let mut items = parsed.items.peekable();
         let skip = std::mem::take(&mut self.skip).min(count);
-        items.drain(..skip as usize);
+        for _ in 0..skip {
+            items.next();
+        }
         self.current = Some(Loaded {
             url,
             items,
@@ -524,14 +543,19 @@ impl Source for HttpSource {
     fn next_batch(&mut self) -> Result<Option<SourceBatch>, SourceError> {
         let mut batch = SourceBatch::default();
         let start_bytes = self.bytes_done;
+        let started = std::time::Instant::now();
         let mut count = 0usize;
         loop {
             if count >= self.options.batch_rows
                 || (count > 0 && self.bytes_done - start_bytes >= self.options.batch_bytes)
+                || (count > 0 && started.elapsed() >= self.options.batch_time)
             {
                 break;
             }
-            let exhausted = self.current.as_ref().is_none_or(|c| c.items.is_empty());
+            let exhausted = self
+                .current
+                .as_mut()
+                .is_none_or(|c| c.items.peek().is_none());
             if exhausted {
                 if let Some(done) = self.current.take() {
                     self.pages += 1;
@@ -546,7 +570,7 @@ impl Source for HttpSource {
             let Some(current) = self.current.as_mut() else {
                 break;
             };
-            let Some(item) = current.items.pop_front() else {
+            let Some(item) = current.items.next() else {
                 continue;
             };
             current.taken += 1;
@@ -578,7 +602,10 @@ impl Source for HttpSource {
             count += 1;
         }
         // A page handed out to its end is closed now, so the checkpoint names the next one.
-        if self.current.as_ref().is_some_and(|c| c.items.is_empty())
+        if self
+            .current
+            .as_mut()
+            .is_some_and(|c| c.items.peek().is_none())
             && let Some(done) = self.current.take()
         {
             self.pages += 1;
@@ -608,6 +635,8 @@ impl Source for HttpSource {
             bytes_total: None,
             files_done: self.pages,
             files_total: None,
+            requests: self.client.requests,
+            retries: self.client.retries,
         }
     }
 

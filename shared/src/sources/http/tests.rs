@@ -105,9 +105,11 @@ fn options(url: &str) -> HttpSourceOptions {
         max_requests_per_second: None,
         batch_rows: 3,
         batch_bytes: 1 << 20,
+        batch_time: Duration::from_secs(600),
         max_attempts: 5,
         backoff: Duration::from_millis(10),
         max_page_bytes: 1 << 20,
+        spool_bytes: HttpSourceOptions::DEFAULT_SPOOL_BYTES,
     }
 }
 
@@ -195,10 +197,15 @@ fn paginator(style: &str) -> HttpPaginator {
 
 #[test]
 fn every_paginator_reads_every_record_once_and_resumes_from_every_checkpoint() {
-    for style in ["next_url", "link_header", "cursor", "offset", "page_number"] {
+    // Pages held in memory, and every page spooled to a file and streamed.
+    for (style, spool_bytes) in ["next_url", "link_header", "cursor", "offset", "page_number"]
+        .into_iter()
+        .flat_map(|s| [(s, HttpSourceOptions::DEFAULT_SPOOL_BYTES), (s, 0)])
+    {
         let server = paginated(style);
         let opts = HttpSourceOptions {
             paginator: Some(paginator(style)),
+            spool_bytes,
             ..options(&server.url("/items"))
         };
         let mut source = HttpSource::open_at(opts.clone(), None).unwrap();
@@ -361,15 +368,18 @@ fn gzip_bodies_and_basic_auth() {
             gz.finish().unwrap(),
         )
     });
-    let opts = HttpSourceOptions {
-        auth: ResolvedAuth::Basic {
-            user: "user".into(),
-            password: Some(Secret::new("pass")),
-        },
-        ..options(&server.url("/g"))
-    };
-    let mut source = HttpSource::open_at(opts, None).unwrap();
-    assert_eq!(read_all(&mut source).0, vec![1, 2]);
+    for spool_bytes in [HttpSourceOptions::DEFAULT_SPOOL_BYTES, 0] {
+        let opts = HttpSourceOptions {
+            auth: ResolvedAuth::Basic {
+                user: "user".into(),
+                password: Some(Secret::new("pass")),
+            },
+            spool_bytes,
+            ..options(&server.url("/g"))
+        };
+        let mut source = HttpSource::open_at(opts, None).unwrap();
+        assert_eq!(read_all(&mut source).0, vec![1, 2], "spool {spool_bytes}");
+    }
     let seen = server.seen_headers.lock().unwrap().join("\n");
     assert!(seen.contains("Basic dXNlcjpwYXNz"), "{seen}");
 }

@@ -65,7 +65,7 @@
 
 mod decode;
 pub mod doctor;
-mod reader;
+pub(crate) mod reader;
 #[cfg(test)]
 mod tests;
 
@@ -550,6 +550,8 @@ impl Source for PostgresSource {
             bytes_total: None,
             files_done: self.tables_done,
             files_total: self.plans.as_ref().map(|p| p.len() as u64),
+            requests: 0,
+            retries: 0,
         }
     }
 

@@ -82,7 +82,7 @@ pub(super) struct Plan {
 }
 
 /// Connection and query errors, with the server's message and whether retrying may help.
-pub(super) fn pg_error(
+pub(crate) fn pg_error(
     options: &PostgresSourceOptions,
     table: Option<&str>,
     doing: &str,
@@ -124,12 +124,12 @@ pub(super) fn pg_error(
 }
 
 /// Quote an identifier for SQL.
-pub(super) fn ident(name: &str) -> String {
+pub(crate) fn ident(name: &str) -> String {
     format!("\"{}\"", name.replace('"', "\"\""))
 }
 
 /// Connect and set the session up so text casts are stable (ISO dates, UTC, exact floats).
-pub(super) async fn connect(options: &PostgresSourceOptions) -> Result<Client, SourceError> {
+pub(crate) async fn connect(options: &PostgresSourceOptions) -> Result<Client, SourceError> {
     let (client, connection) = options
         .config
         .connect(NoTls)

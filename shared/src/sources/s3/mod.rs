@@ -121,6 +121,14 @@ pub struct S3SourceOptions {
     /// List every object under the prefix each pass instead of only those after the
     /// watermark (see [Checkpoint and listing](self#checkpoint-and-listing)).
     pub full_listing: bool,
+    /// `s3_prefix_ordered_depth`: list this many levels of sub-prefixes below the prefix with
+    /// [`Self::delimiter`] first, then every sub-prefix at that depth, up to
+    /// [`Self::LISTING_CONCURRENCY`] at a time (0: one flat listing). The keys and their order
+    /// are those of a flat listing; a sub-prefix wholly at or below the watermark is skipped
+    /// without a request.
+    pub ordered_depth: u32,
+    /// `s3_delimiter`: what separates the levels of [`Self::ordered_depth`] (default `/`).
+    pub delimiter: String,
     /// A batch closes at this many records and deadletters (at least 1).
     pub batch_rows: usize,
     /// ... or once this many input bytes were consumed, whichever comes first.
@@ -135,6 +143,8 @@ pub struct S3SourceOptions {
     /// Hand JSON-lines records out unparsed (see
     /// [`FileSourceOptions::unparsed_json_lines`]).
     pub unparsed_json_lines: bool,
+    /// The lenient JSON readings (see [`FileSourceOptions::leniency`]).
+    pub leniency: super::file::Leniency,
 }
 
 impl S3SourceOptions {
@@ -147,14 +157,20 @@ impl S3SourceOptions {
             prefix: prefix.to_owned(),
             format: None,
             full_listing: false,
+            ordered_depth: 0,
+            delimiter: "/".to_owned(),
             batch_rows: FileSourceOptions::DEFAULT_BATCH_ROWS,
             batch_bytes: FileSourceOptions::DEFAULT_BATCH_BYTES,
             batch_time: None,
             max_record_bytes: FileSourceOptions::DEFAULT_MAX_RECORD_BYTES,
             max_record_memory: FileSourceOptions::DEFAULT_MAX_RECORD_MEMORY,
             unparsed_json_lines: false,
+            leniency: super::file::Leniency::default(),
         }
     }
+
+    /// Sub-prefixes listed at the same time when `ordered_depth` is set.
+    pub const LISTING_CONCURRENCY: usize = 8;
 
     /// `s3://bucket/prefix`, for messages.
     fn uri(&self) -> String {
@@ -322,36 +338,63 @@ impl S3Source {
 }
 
 /// Every object under the prefix after `start_after`, in key order: one `ListObjectsV2`
-/// request per page of up to 1,000 keys.
+/// request per page of up to 1,000 keys, or, with an ordered depth, the levels above that
+/// depth with the delimiter first and then each sub-prefix at that depth (the same keys in
+/// the same order).
 fn list(
     options: &S3SourceOptions,
     client: &aws_sdk_s3::Client,
     start_after: Option<&str>,
 ) -> Result<Vec<Listed>, SourceError> {
-    let mut found = Vec::new();
+    options.aws.block_on(async {
+        if options.ordered_depth == 0 || options.delimiter.is_empty() {
+            return list_page_by_page(options, client, &options.prefix, None, start_after)
+                .await
+                .map(|level| level.objects);
+        }
+        list_ordered(options, client, start_after).await
+    })
+}
+
+/// One level (or, without a delimiter, everything) under `prefix`: its objects and, with a
+/// delimiter, its sub-prefixes, each in key order.
+#[derive(Default)]
+struct Level {
+    objects: Vec<Listed>,
+    prefixes: Vec<String>,
+}
+
+async fn list_page_by_page(
+    options: &S3SourceOptions,
+    client: &aws_sdk_s3::Client,
+    prefix: &str,
+    delimiter: Option<&str>,
+    start_after: Option<&str>,
+) -> Result<Level, SourceError> {
+    let mut level = Level::default();
     let mut token: Option<String> = None;
+    // `StartAfter` only narrows a listing when it sorts after the prefix itself.
+    let start_after = start_after.filter(|s| *s >= prefix).map(str::to_owned);
     loop {
         let request = client
             .list_objects_v2()
             .bucket(&options.bucket)
-            .prefix(&options.prefix)
-            .set_start_after(start_after.map(str::to_owned))
+            .prefix(prefix)
+            .set_delimiter(delimiter.map(str::to_owned))
+            .set_start_after(start_after.clone())
             .set_continuation_token(token.take());
-        let page = options
-            .aws
-            .block_on(request.send())
-            .map_err(|error| SourceError::S3 {
-                bucket: options.bucket.clone(),
-                key: options.prefix.clone(),
-                operation: S3Operation::List,
-                failure: Box::new(SdkFailure::from_sdk(&error)),
-            })?;
+        let page = request.send().await.map_err(|error| SourceError::S3 {
+            bucket: options.bucket.clone(),
+            key: prefix.to_owned(),
+            operation: S3Operation::List,
+            failure: Box::new(SdkFailure::from_sdk(&error)),
+        })?;
         for object in page.contents() {
             let Some(key) = object.key() else { continue };
             if key.ends_with('/') {
                 continue;
             }
-            found.push(Listed {
+            level.objects.push(Listed {
                 key: key.to_owned(),
                 etag: object.e_tag().unwrap_or_default().to_owned(),
                 size: object
@@ -360,10 +403,90 @@ fn list(
                     .unwrap_or(0),
             });
         }
+        level.prefixes.extend(
+            page.common_prefixes()
+                .iter()
+                .filter_map(|p| p.prefix())
+                .map(str::to_owned),
+        );
         match page.next_continuation_token() {
             Some(next) if page.is_truncated() == Some(true) => token = Some(next.to_owned()),
             _ => break,
         }
+    }
+    Ok(level)
+}
+
+/// Whether every key under `prefix` sorts at or below `start_after` (so the prefix needs no
+/// request): `start_after` is past `prefix` and does not itself start with it.
+fn wholly_read(prefix: &str, start_after: Option<&str>) -> bool {
+    start_after.is_some_and(|after| after > prefix && !after.starts_with(prefix))
+}
+
+/// The ordered-depth walk: `ordered_depth` levels with the delimiter, then each sub-prefix at
+/// that depth flat, [`S3SourceOptions::LISTING_CONCURRENCY`] at a time, merged back in key
+/// order (a key directly at a level sorts among the sub-prefixes beside it).
+async fn list_ordered(
+    options: &S3SourceOptions,
+    client: &aws_sdk_s3::Client,
+    start_after: Option<&str>,
+) -> Result<Vec<Listed>, SourceError> {
+    use futures::StreamExt as _;
+
+    /// An entry of a level in key order: an object, or a sub-prefix still to expand.
+    enum Entry {
+        Object(Listed),
+        Prefix(String),
+    }
+    fn key(entry: &Entry) -> &str {
+        match entry {
+            Entry::Object(o) => &o.key,
+            Entry::Prefix(p) => p,
+        }
+    }
+    let delimiter = options.delimiter.as_str();
+    let mut entries = vec![Entry::Prefix(options.prefix.clone())];
+    for _ in 0..options.ordered_depth {
+        let mut next = Vec::with_capacity(entries.len());
+        for entry in entries {
+            match entry {
+                Entry::Object(o) => next.push(Entry::Object(o)),
+                Entry::Prefix(p) if wholly_read(&p, start_after) => {}
+                Entry::Prefix(p) => {
+                    // Without `StartAfter`: servers differ on whether a sub-prefix that sorts
+                    // before it (but holds later keys) is listed. Levels are small; what is
+                    // wholly read is skipped here.
+                    let level =
+                        list_page_by_page(options, client, &p, Some(delimiter), None).await?;
+                    let mut here: Vec<Entry> = level
+                        .objects
+                        .into_iter()
+                        .filter(|o| start_after.is_none_or(|after| o.key.as_str() > after))
+                        .map(Entry::Object)
+                        .chain(level.prefixes.into_iter().map(Entry::Prefix))
+                        .collect();
+                    here.sort_by(|a, b| key(a).cmp(key(b)));
+                    next.extend(here);
+                }
+            }
+        }
+        entries = next;
+    }
+    let listings = futures::stream::iter(entries.into_iter().map(|entry| async move {
+        match entry {
+            Entry::Object(o) => Ok(vec![o]),
+            Entry::Prefix(p) if wholly_read(&p, start_after) => Ok(Vec::new()),
+            Entry::Prefix(p) => list_page_by_page(options, client, &p, None, start_after)
+                .await
+                .map(|level| level.objects),
+        }
+    }))
+    .buffered(S3SourceOptions::LISTING_CONCURRENCY)
+    .collect::<Vec<_>>()
+    .await;
+    let mut found = Vec::new();
+    for listing in listings {
+        found.extend(listing?);
     }
     Ok(found)
 }
@@ -504,6 +627,7 @@ impl Inputs for Objects {
             uri: uri.clone(),
             max_record_bytes: self.options.max_record_bytes.max(1),
             max_record_memory: self.options.max_record_memory,
+            leniency: self.options.leniency,
         };
         if format == FileFormat::Parquet {
             // Ranged reads from here: the first bytes were only for telling the format.

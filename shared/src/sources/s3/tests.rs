@@ -360,3 +360,62 @@ fn parquet_bytes(values: &[&str]) -> Vec<u8> {
     writer.close().unwrap();
     out
 }
+
+#[test]
+fn an_ordered_depth_listing_reads_the_keys_of_a_flat_one_in_the_same_order_and_skips_what_was_read()
+{
+    let aws = moto();
+    let bucket = bucket(&aws, "s3depth");
+    // Keys at every level, with names that sort around the delimiter (`-` < `/` < `0`).
+    let keys = [
+        "in/2024-01/a.jsonl",
+        "in/2024-01/x/b.jsonl",
+        "in/2024-01-b/c.jsonl",
+        "in/2024-02/d.jsonl",
+        "in/2024-02/y/z/e.jsonl",
+        "in/top.jsonl",
+        "in/zz/f.jsonl",
+    ];
+    for (i, key) in keys.iter().enumerate() {
+        put(&aws, &bucket, key, &lines(&format!("k{i}-"), 1));
+    }
+    put(&aws, &bucket, "other/no.jsonl", &lines("no", 1));
+    let flat = S3SourceOptions::new(aws.clone(), &bucket, "in/");
+    let (flat_records, flat_checkpoint) = read_from(&flat, None);
+    for depth in [1, 2, 3] {
+        let options = S3SourceOptions {
+            ordered_depth: depth,
+            ..flat.clone()
+        };
+        let source = S3Source::open_at(options.clone(), None).unwrap();
+        let listed: Vec<&str> = source.keys().collect();
+        let mut sorted = keys.to_vec();
+        sorted.sort_unstable();
+        assert_eq!(listed, sorted, "depth {depth}");
+        let (records, checkpoint) = read_from(&options, None);
+        assert_eq!(
+            field(&records, "f"),
+            field(&flat_records, "f"),
+            "depth {depth}"
+        );
+        assert_eq!(parsed(&checkpoint), parsed(&flat_checkpoint));
+    }
+
+    // After everything up to `in/2024-02/...` was read, a depth-1 walk lists the top level
+    // once and then only the sub-prefixes not wholly read: `in/2024-01/` and `in/2024-01-b/`
+    // cost nothing; `in/2024-02/` (the watermark is inside it) and `in/zz/` one LIST each.
+    let options = S3SourceOptions {
+        ordered_depth: 1,
+        ..flat.clone()
+    };
+    let mut checkpoint = S3Checkpoint::new(&bucket, "in/");
+    checkpoint.after = Some("in/2024-02/d.jsonl".to_owned());
+    let before = s3_requests(&aws);
+    let bytes = serde_json::to_vec(&checkpoint).unwrap();
+    let source = S3Source::open_at(options, Some(&bytes)).unwrap();
+    assert_eq!(
+        source.keys().collect::<Vec<_>>(),
+        vec!["in/2024-02/y/z/e.jsonl", "in/top.jsonl", "in/zz/f.jsonl"]
+    );
+    assert_eq!(s3_requests(&aws) - before, 3);
+}

@@ -236,11 +236,18 @@ fn the_real_products_environment_variables_are_read_and_checked() {
         ("WAL_BYTES_PER_FILE", "8388608"),
         ("SCHEMA_AUTO_APPROVE", "false"),
         ("RESET_OFFSETS", "TRUE"),
+        ("RESET_METADATA", "yes"),
+        ("WAL_MAX_DELAY_SECONDS", "30"),
     ])
     .unwrap();
     assert_eq!(s.wal_bytes_per_file, Some(8_388_608));
     assert!(!s.schema_auto_approve);
     assert!(s.reset_offsets);
+    assert!(s.reset_metadata);
+    assert_eq!(s.wal_max_delay, Some(std::time::Duration::from_secs(30)));
+    let unset = settings(&[]).unwrap();
+    assert!(!unset.reset_metadata);
+    assert_eq!(unset.wal_max_delay, None);
     assert!(
         settings(&[("SCHEMA_AUTO_APPROVE", "yes")])
             .unwrap()
@@ -251,6 +258,9 @@ fn the_real_products_environment_variables_are_read_and_checked() {
         ("WAL_BYTES_PER_FILE", "0"),
         ("SCHEMA_AUTO_APPROVE", "maybe"),
         ("RESET_OFFSETS", "please"),
+        ("RESET_METADATA", "sometimes"),
+        ("WAL_MAX_DELAY_SECONDS", "0"),
+        ("WAL_MAX_DELAY_SECONDS", "soon"),
     ] {
         let e = settings(&[(var, bad)]).unwrap_err().to_string();
         assert!(e.contains(var) && e.contains(bad), "{var}={bad}: {e}");

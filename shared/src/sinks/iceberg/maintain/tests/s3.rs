@@ -38,6 +38,7 @@ fn s3_fixture(policy: Policy, on: On) -> Result<Fixture, Box<dyn std::error::Err
             LakeCatalog::Dynamo {
                 table,
                 region: None,
+                files: None,
             }
         }
     };
