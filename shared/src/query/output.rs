@@ -90,7 +90,8 @@ impl QueryOutput {
 }
 
 /// A statement's result read batch by batch ([`super::QueryEngine::sql_stream`]): an Arrow
-/// [`RecordBatchReader`], so it can be exported through the Arrow C stream interface.
+/// [`RecordBatchReader`](arrow::record_batch::RecordBatchReader), so it can be exported
+/// through the Arrow C stream interface.
 pub struct QueryStream {
     runtime: Arc<tokio::runtime::Runtime>,
     schema: SchemaRef,
