@@ -282,11 +282,76 @@ fn incremental_passes_land_only_the_new_records() {
     check(dir.path(), 750, "third pass");
 }
 
+/// The test server's own counts (`/_stats`: requests, faults, rate_limited).
+fn stats(port: u16) -> Value {
+    let out = std::process::Command::new("python3")
+        .args([
+            "-c",
+            &format!(
+                "import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:{port}/_stats').read().decode())"
+            ),
+        ])
+        .output()
+        .unwrap();
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[test]
+fn discover_samples_the_first_pages_of_an_api() {
+    let server = api(&["--style", "next_url", "--pages", "50", "--per-page", "1000"]);
+    let dir = tempfile::tempdir().unwrap();
+    write_config(
+        dir.path(),
+        &format!(
+            "url: http://127.0.0.1:{}/items\nrecords_path: data\n{}",
+            server.port,
+            paginator("next_url")
+        ),
+    );
+    let discover = |extra: &[&str]| {
+        let out = skipprd_command(dir.path())
+            .arg("discover")
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "discover {extra:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        stats(server.port)["requests"].as_u64().unwrap()
+    };
+    // 10,000 records are the first 10 pages of 1,000: not the 50 the API has.
+    let first = discover(&[]);
+    assert!(
+        (10..=12).contains(&first),
+        "default sample: {first} requests"
+    );
+    // `--limit` sets the sample: 30,000 records, 30 more pages.
+    let second = discover(&["--limit", "30000"]) - first;
+    assert!(
+        (30..=32).contains(&second),
+        "--limit 30000: {second} requests"
+    );
+    // The schema was saved (discover's one write), and no table was.
+    let schema = std::fs::read_to_string(dir.path().join("data/default_api/schema.json")).unwrap();
+    assert!(schema.contains("\"seq\""), "{schema}");
+    assert!(!table(dir.path()).exists(), "discover wrote a table");
+}
+
 #[test]
 fn rate_limits_and_random_500s_are_retried_and_every_record_lands_once() {
+    // `next_url` ends at a page without a next link; `offset` (pages of 200, the last one full)
+    // only at the empty page after it, a request made after the last batch: counted too.
+    for style in ["next_url", "offset"] {
+        faults_land_once(style);
+    }
+}
+
+fn faults_land_once(style: &str) {
     let server = api(&[
         "--style",
-        "next_url",
+        style,
         "--pages",
         "20",
         "--per-page",
@@ -302,25 +367,16 @@ fn rate_limits_and_random_500s_are_retried_and_every_record_lands_once() {
         &format!(
             "url: http://127.0.0.1:{}/items\nrecords_path: data\n{}",
             server.port,
-            paginator("next_url")
+            if style == "offset" {
+                "paginator:\n  offset:\n    param: offset\n    limit_param: limit\n    page_size: 200"
+            } else {
+                paginator(style)
+            }
         ),
     );
-    let out = sync_ok(dir.path(), &[], "faults");
-    check(dir.path(), 4_000, "faults");
-    let stats: Value = serde_json::from_str(
-        &std::process::Command::new("python3")
-            .args([
-                "-c",
-                &format!(
-                    "import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:{}/_stats').read().decode())",
-                    server.port
-                ),
-            ])
-            .output()
-            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-            .unwrap(),
-    )
-    .unwrap();
+    let out = sync_ok(dir.path(), &[], style);
+    check(dir.path(), 4_000, style);
+    let stats = stats(server.port);
     let faults = stats["faults"].as_u64().unwrap() + stats["rate_limited"].as_u64().unwrap();
     assert!(stats["rate_limited"].as_u64().unwrap() > 0, "{stats}");
     assert!(stats["faults"].as_u64().unwrap() > 0, "{stats}");

@@ -19,7 +19,8 @@ use super::secret::Secret;
 /// URL (credentials as `***`), the status and the start of the body. A page over 8 MiB is
 /// spooled to a temporary file and its records streamed (memory stays bounded; at most
 /// 16 GiB). Records go to the namespace `http.{url_host}` made table-safe
-/// (`http_api_example_com`) unless `transform.namespace_fields` routes them.
+/// (`http_api_example_com`) unless `transform.namespace_fields` routes them. `discover` samples
+/// the first 10,000 records (its first pages; `--limit` sets the number), never the whole API.
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct HttpClientSourceConfig {

@@ -5,7 +5,9 @@
 //! inference is order-independent; see [`crate::schema`]); `limit` stops after that many
 //! records, for a quick look at a large source (the result then depends on what came first).
 //! A Postgres source is sampled: at most [`crate::sources::postgres::DISCOVER_SAMPLE_ROWS`]
-//! rows of each table (the first in key order).
+//! rows of each table (the first in key order). An HttpClient source is sampled too: its
+//! first [`crate::sources::http::DISCOVER_SAMPLE_RECORDS`] records (its first pages; `limit`
+//! sets the number), so discover neither walks a whole API nor spends its rate limit.
 //!
 //! The inference is merged into the saved schema, never replacing it: a column and its widest
 //! type, once saved, stay (committed batches and the tables use them), and the save is fenced
@@ -27,7 +29,7 @@ use crate::schema::{
 use super::events::{Event, Observer};
 use super::held::Held;
 use super::schema_save::{Fenced, save_schema};
-use super::source::{open_source, read_ahead};
+use super::source::{open_source_for_discover, read_ahead};
 use super::{DeadletterLog, PipelineError};
 
 /// Options of one `discover` run.
@@ -173,25 +175,10 @@ fn discover_with(
 ) -> Result<DiscoverReport, PipelineError> {
     let started = Instant::now();
     let name = pipeline.name.clone();
-    let source = match &pipeline.source.connector {
-        // A database is sampled: the first rows of each table in key order, not every row.
-        crate::config::SourceConnector::Postgres(c) => {
-            let mut options = crate::sources::postgres::PostgresSourceOptions::from_config(c)
-                .map_err(|source| PipelineError::Source {
-                    pipeline: name.clone(),
-                    source,
-                })?;
-            options.sample_rows = Some(crate::sources::postgres::DISCOVER_SAMPLE_ROWS);
-            let source = crate::sources::postgres::PostgresSource::open_at(options, None).map_err(
-                |source| PipelineError::Source {
-                    pipeline: name.clone(),
-                    source,
-                },
-            )?;
-            Box::new(source) as Box<dyn crate::sources::Source>
-        }
-        _ => open_source(pipeline, &config.settings, &config.base_dir)?,
-    };
+    // An API and a database are sampled (their first pages, the first rows of each table),
+    // never read whole; files are read to `limit`.
+    let source =
+        open_source_for_discover(pipeline, &config.settings, &config.base_dir, options.limit)?;
     let progress = source.progress();
     observer.event(&Event::DiscoverStart {
         pipeline: name.clone(),

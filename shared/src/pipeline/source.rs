@@ -7,7 +7,7 @@ use crate::config::SourceConnector;
 use crate::config::connectors::{InputFormat, S3Listing};
 use crate::config::validate::{Settings, ValidatedPipeline};
 use crate::sources::file::{FileFormat, FileSource, FileSourceOptions};
-use crate::sources::http::{HttpSource, HttpSourceOptions};
+use crate::sources::http::{DISCOVER_SAMPLE_RECORDS, HttpSource, HttpSourceOptions};
 use crate::sources::postgres::{PostgresSource, PostgresSourceOptions};
 use crate::sources::s3::{S3Source, S3SourceOptions};
 use crate::sources::{Progress, Source, SourceBatch, SourceError};
@@ -32,7 +32,30 @@ pub fn open_source_at(
     base_dir: &Path,
     checkpoint: Option<&[u8]>,
 ) -> Result<Box<dyn Source>, PipelineError> {
-    open(pipeline, settings, base_dir, checkpoint, false, None)
+    open(pipeline, settings, base_dir, checkpoint, false, None, None)
+}
+
+/// Open the pipeline's source to sample it for `discover`, at its start: an HttpClient source
+/// ends after `limit` records (default [`DISCOVER_SAMPLE_RECORDS`]: the first pages, not the
+/// whole API), a Postgres source reads the first
+/// [`DISCOVER_SAMPLE_ROWS`](crate::sources::postgres::DISCOVER_SAMPLE_ROWS) rows of each table
+/// in key order. Files and objects are read as for a sync (the caller stops at `limit`).
+pub fn open_source_for_discover(
+    pipeline: &ValidatedPipeline,
+    settings: &Settings,
+    base_dir: &Path,
+    limit: Option<u64>,
+) -> Result<Box<dyn Source>, PipelineError> {
+    let sample = limit.unwrap_or(DISCOVER_SAMPLE_RECORDS);
+    open(
+        pipeline,
+        settings,
+        base_dir,
+        None,
+        false,
+        None,
+        Some(sample),
+    )
 }
 
 /// [`open_source_at`] for a caller that types JSON lines from their text: JSON-lines records
@@ -46,7 +69,7 @@ pub(crate) fn open_source_unparsed_at(
     checkpoint: Option<&[u8]>,
     aws: Option<&Aws>,
 ) -> Result<Box<dyn Source>, PipelineError> {
-    open(pipeline, settings, base_dir, checkpoint, true, aws)
+    open(pipeline, settings, base_dir, checkpoint, true, aws, None)
 }
 
 /// The connector's source, shaped by the pipeline's `record_field_path` and `inject_fields`
@@ -60,24 +83,34 @@ fn open(
     checkpoint: Option<&[u8]>,
     unparsed_json_lines: bool,
     aws: Option<&Aws>,
+    sample: Option<u64>,
 ) -> Result<Box<dyn Source>, PipelineError> {
     let shape = &pipeline.transform.shape;
     if !shape.is_active() {
-        return open_connector(pipeline, base_dir, checkpoint, unparsed_json_lines, aws);
+        return open_connector(
+            pipeline,
+            base_dir,
+            checkpoint,
+            unparsed_json_lines,
+            aws,
+            sample,
+        );
     }
-    let inner = open_connector(pipeline, base_dir, checkpoint, false, aws)?;
+    let inner = open_connector(pipeline, base_dir, checkpoint, false, aws, sample)?;
     Ok(Box::new(crate::sources::shaped::Shaped::new(
         inner,
         shape.clone(),
     )))
 }
 
+/// `sample`: opened for `discover` (see [`open_source_for_discover`]).
 fn open_connector(
     pipeline: &ValidatedPipeline,
     base_dir: &Path,
     checkpoint: Option<&[u8]>,
     unparsed_json_lines: bool,
     aws: Option<&Aws>,
+    sample: Option<u64>,
 ) -> Result<Box<dyn Source>, PipelineError> {
     let source_error = |source| PipelineError::Source {
         pipeline: pipeline.name.clone(),
@@ -144,18 +177,23 @@ fn open_connector(
             Ok(Box::new(source))
         }
         SourceConnector::HttpClient(c) => {
-            let options = HttpSourceOptions::from_config(
+            let mut options = HttpSourceOptions::from_config(
                 c,
                 FileSourceOptions::DEFAULT_BATCH_ROWS,
                 pipeline.buffer_threshold_bytes,
                 pipeline.buffer_threshold_seconds,
             )
             .map_err(source_error)?;
+            options.sample_records = sample;
             let source = HttpSource::open_at(options, checkpoint).map_err(source_error)?;
             Ok(Box::new(source))
         }
         SourceConnector::Postgres(c) => {
-            let options = PostgresSourceOptions::from_config(c).map_err(source_error)?;
+            let mut options = PostgresSourceOptions::from_config(c).map_err(source_error)?;
+            if sample.is_some() {
+                // A database is sampled: the first rows of each table in key order.
+                options.sample_rows = Some(crate::sources::postgres::DISCOVER_SAMPLE_ROWS);
+            }
             let source = PostgresSource::open_at(options, checkpoint).map_err(source_error)?;
             Ok(Box::new(source))
         }
@@ -213,35 +251,44 @@ pub fn read_ahead<R>(
     depth: usize,
     consume: impl FnOnce(std::sync::mpsc::Receiver<ReadAhead>) -> R,
 ) -> R {
-    read_ahead_with(source, depth, |batch| batch, consume)
+    read_ahead_with(source, depth, |batch| batch, consume).0
 }
 
-/// [`read_ahead`], with each batch passed through `prepare` on the reading thread too.
+/// [`read_ahead`], with each batch passed through `prepare` on the reading thread too; also
+/// returns the source's progress as it stopped (its request counts then include any request
+/// made after the last batch, such as the empty page that ended a pagination).
 pub fn read_ahead_with<T: Send, R>(
     mut source: Box<dyn Source>,
     depth: usize,
     mut prepare: impl FnMut(SourceBatch) -> T + Send,
     consume: impl FnOnce(std::sync::mpsc::Receiver<Result<(T, Progress, Vec<u8>), SourceError>>) -> R,
-) -> R {
+) -> (R, Progress) {
     let (tx, rx) = std::sync::mpsc::sync_channel(depth);
     std::thread::scope(|scope| {
-        scope.spawn(move || {
+        let reader = scope.spawn(move || {
             loop {
                 let step = match source.next_batch() {
                     Ok(Some(batch)) => source
                         .checkpoint()
                         .map(|c| (prepare(batch), source.progress(), c)),
-                    Ok(None) => return,
+                    Ok(None) => return source.progress(),
                     Err(e) => Err(e),
                 };
                 // An error about one file lets reading go on with the next file (the source
                 // moves on when called again); any other error ends reading.
                 let stop = step.as_ref().is_err_and(|e| !e.affects_one_file());
                 if tx.send(step).is_err() || stop {
-                    return;
+                    return source.progress();
                 }
             }
         });
-        consume(rx)
+        // `consume` owns the receiver: when it returns, the reader's next send fails and it
+        // stops, so the join below does not wait for the rest of the source.
+        let result = consume(rx);
+        let progress = match reader.join() {
+            Ok(progress) => progress,
+            Err(panic) => std::panic::resume_unwind(panic),
+        };
+        (result, progress)
     })
 }

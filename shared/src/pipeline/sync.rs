@@ -422,7 +422,7 @@ pub fn sync_pass(
         if let Some(d) = delivery.as_mut() {
             d.start_worker(scope, wal_reader.clone());
         }
-        let result = read_ahead_with(source, 2, prepare, |steps| -> Result<(), PipelineError> {
+        let read = read_ahead_with(source, 2, prepare, |steps| -> Result<(), PipelineError> {
             for step in steps {
                 let (prepared, progress, checkpoint) = match step {
                     Ok(step) => step,
@@ -616,6 +616,10 @@ pub fn sync_pass(
             }
             Ok(())
         });
+        // Requests made after the last batch (the empty page that ended a pagination) count.
+        let (result, ended) = read;
+        report.source_requests = report.source_requests.max(ended.requests);
+        report.source_retries = report.source_retries.max(ended.retries);
         // The worker finishes the job in hand (whose outcome is taken below, or redone by the
         // next pass) and ends when its queue closes.
         let finished = match (&result, delivery.as_mut()) {

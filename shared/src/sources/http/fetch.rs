@@ -2,6 +2,8 @@
 //! 429, 5xx and connection errors (honouring `Retry-After`), a bounded body, gzip.
 
 use std::io::Read;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue as ReqHeaderValue};
@@ -29,10 +31,28 @@ pub(super) struct Client {
     client: reqwest::Client,
     headers: HeaderMap,
     last_request: Option<Instant>,
+    /// Requests and retries so far, shared with the source (which reads them while this
+    /// client fetches the next page on another thread).
+    pub counts: Arc<Counts>,
+}
+
+/// A client's requests (retries included) and retries.
+#[derive(Debug, Default)]
+pub(super) struct Counts {
+    requests: AtomicU64,
+    retries: AtomicU64,
+}
+
+impl Counts {
+    /// Requests sent so far, retries included.
+    pub fn requests(&self) -> u64 {
+        self.requests.load(Ordering::Relaxed)
+    }
+
     /// Retries made so far.
-    pub retries: u64,
-    /// Requests sent so far (retries included).
-    pub requests: u64,
+    pub fn retries(&self) -> u64 {
+        self.retries.load(Ordering::Relaxed)
+    }
 }
 
 impl Drop for Client {
@@ -98,8 +118,7 @@ impl Client {
             client,
             headers,
             last_request: None,
-            retries: 0,
-            requests: 0,
+            counts: Arc::default(),
         })
     }
 
@@ -113,7 +132,7 @@ impl Client {
         let mut attempt: u32 = 0;
         loop {
             self.pace(options.max_requests_per_second);
-            self.requests += 1;
+            self.counts.requests.fetch_add(1, Ordering::Relaxed);
             let outcome = self.once(options, url, &shown);
             let (error, wait) = match outcome {
                 Ok(fetched) => return Ok(fetched),
@@ -132,7 +151,7 @@ impl Client {
                 error = %error,
                 "An HTTP request failed; retrying."
             );
-            self.retries += 1;
+            self.counts.retries.fetch_add(1, Ordering::Relaxed);
             std::thread::sleep(backoff);
         }
     }

@@ -26,6 +26,14 @@
 //! than `page_size` records is the last). An empty page, a missing or empty next URL or
 //! cursor, or a next URL equal to the page's own ends the pass.
 //!
+//! As soon as a page is parsed and its successor known, the successor is fetched on a thread
+//! of its own (with the client: requests stay one at a time, paced and retried as above)
+//! while this page's records are handed out, so the API's latency and the parsing overlap.
+//! One page ahead at most: its body is held (or spooled) until its turn. A sample
+//! ([`HttpSourceOptions::sample_records`]) fetches nothing ahead. A pass that stops early
+//! (a stop request, a deadline) may have asked for one page it did not read; the page is read
+//! again, by the checkpoint, next time.
+//!
 //! # Checkpoint
 //!
 //! [`Source::checkpoint`] returns an [`HttpCheckpoint`] as JSON: the page being read (its URL
@@ -47,6 +55,7 @@ mod stream;
 #[cfg(test)]
 mod tests;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -104,7 +113,15 @@ pub struct HttpSourceOptions {
     /// A page body larger than this is spooled to a temporary file and its records read one
     /// at a time (memory stays bounded whatever the page's size).
     pub spool_bytes: usize,
+    /// Hand out at most this many records and deadletters, then end (as if the last page
+    /// ended there): how `discover` samples an API's first pages. `None`: every page.
+    pub sample_records: Option<u64>,
 }
+
+/// How many records `discover` reads from an HttpClient source unless `--limit` says
+/// otherwise: the first pages, enough to see every field a page usually has, without walking
+/// an API that may hold millions of records (and charge for each request).
+pub const DISCOVER_SAMPLE_RECORDS: u64 = 10_000;
 
 impl HttpSourceOptions {
     /// Default attempts per request.
@@ -152,6 +169,7 @@ impl HttpSourceOptions {
             backoff: Duration::from_millis(500),
             max_page_bytes: Self::DEFAULT_MAX_PAGE_BYTES,
             spool_bytes: Self::DEFAULT_SPOOL_BYTES,
+            sample_records: None,
         })
     }
 }
@@ -190,10 +208,22 @@ struct Loaded {
     next: Option<reqwest::Url>,
 }
 
+/// A page fetched ahead on its own thread, with the client that fetches it (given back when
+/// joined).
+struct Prefetch {
+    url: reqwest::Url,
+    thread: std::thread::JoinHandle<(Client, Result<fetch::Fetched, SourceError>)>,
+}
+
 /// Reads records from a REST API; see the [module documentation](self).
 pub struct HttpSource {
-    options: HttpSourceOptions,
-    client: Client,
+    options: Arc<HttpSourceOptions>,
+    /// The client; `None` while it fetches the next page on the prefetch thread.
+    client: Option<Client>,
+    /// Its requests and retries (readable while the client is away).
+    counts: Arc<fetch::Counts>,
+    /// The next page, being fetched while the current one is handed out.
+    prefetch: Option<Prefetch>,
     configured: reqwest::Url,
     records_path: Vec<String>,
     cursor_path: Vec<String>,
@@ -207,6 +237,8 @@ pub struct HttpSource {
     cursor: Option<Value>,
     bytes_done: u64,
     reported: bool,
+    /// Records and deadletters handed out by this source (bounded by `sample_records`).
+    handed_out: u64,
 }
 
 impl std::fmt::Debug for HttpSource {
@@ -263,6 +295,8 @@ impl HttpSource {
         };
         let client = Client::new(&options)?;
         let mut source = HttpSource {
+            counts: Arc::clone(&client.counts),
+            prefetch: None,
             records_path: options
                 .records_path
                 .as_deref()
@@ -273,7 +307,7 @@ impl HttpSource {
                 .as_ref()
                 .map(|i| page::segments(&i.cursor_path))
                 .unwrap_or_default(),
-            client,
+            client: Some(client),
             configured,
             pending: None,
             skip: 0,
@@ -283,7 +317,8 @@ impl HttpSource {
             cursor: old.as_ref().and_then(|c| c.cursor.clone()),
             bytes_done: 0,
             reported: false,
-            options,
+            handed_out: 0,
+            options: Arc::new(options),
         };
         match old.and_then(|c| c.page) {
             Some(at) => {
@@ -301,12 +336,12 @@ impl HttpSource {
 
     /// Requests retried so far.
     pub fn retries(&self) -> u64 {
-        self.client.retries
+        self.counts.retries()
     }
 
     /// Requests sent so far, retries included.
     pub fn requests(&self) -> u64 {
-        self.client.requests
+        self.counts.requests()
     }
 
     /// The configured URL with the incremental parameter, for the pass's first request.
@@ -360,7 +395,7 @@ impl HttpSource {
             return Ok(false);
         };
         let shown = redact_url(url.as_str());
-        let fetched = self.client.fetch(&self.options, &url)?;
+        let fetched = self.fetch(&url)?;
         self.bytes_done += fetched.wire_bytes;
         let spooled = matches!(fetched.body, spool::Body::File { .. });
         let parsed = page::parse(
@@ -377,6 +412,9 @@ impl HttpSource {
         let count = parsed.count;
         let next = self.next_url(&url, &parsed.document, fetched.link.as_deref(), count);
         tracing::debug!(url = %shown, records = count, spooled, has_next = next.is_some(), "Read a page.");
+        if let Some(next) = &next {
+            self.fetch_ahead(next.clone());
+        }
         let mut items = parsed.items.peekable();
         let skip = std::mem::take(&mut self.skip).min(count);
         for _ in 0..skip {
@@ -389,6 +427,78 @@ impl HttpSource {
             next,
         });
         Ok(true)
+    }
+
+    /// The page at `url`: the one fetched ahead when it is that page, else fetched now.
+    fn fetch(&mut self, url: &reqwest::Url) -> Result<fetch::Fetched, SourceError> {
+        if let Some(ahead) = self.prefetch.take() {
+            let same = ahead.url == *url;
+            let fetched = self.join(ahead)?;
+            if same {
+                return fetched;
+            }
+        }
+        let options = Arc::clone(&self.options);
+        self.client()?.fetch(&options, url)
+    }
+
+    /// Start fetching `url` on its own thread, with the client, while the current page is
+    /// handed out: the request and the parsing of a page overlap. Not while sampling (a
+    /// sample must not ask for a page past its end).
+    fn fetch_ahead(&mut self, url: reqwest::Url) {
+        if self.options.sample_records.is_some() || self.prefetch.is_some() {
+            return;
+        }
+        let Some(mut client) = self.client.take() else {
+            return;
+        };
+        let options = Arc::clone(&self.options);
+        let thread_url = url.clone();
+        let spawned = std::thread::Builder::new()
+            .name("skipprd-http-ahead".into())
+            .spawn(move || {
+                let fetched = client.fetch(&options, &thread_url);
+                (client, fetched)
+            });
+        match spawned {
+            Ok(thread) => self.prefetch = Some(Prefetch { url, thread }),
+            // No thread to be had: the page is fetched when it is needed, as without this.
+            Err(e) => tracing::debug!(error = %e, "Could not start the prefetch thread."),
+        }
+    }
+
+    /// Wait for a page fetched ahead; the client comes back.
+    fn join(
+        &mut self,
+        ahead: Prefetch,
+    ) -> Result<Result<fetch::Fetched, SourceError>, SourceError> {
+        match ahead.thread.join() {
+            Ok((client, fetched)) => {
+                self.client = Some(client);
+                Ok(fetched)
+            }
+            Err(_) => Err(SourceError::Http {
+                url: redact_url(ahead.url.as_str()),
+                status: None,
+                message: "the thread fetching the page ahead panicked".into(),
+                retryable: true,
+            }),
+        }
+    }
+
+    /// The client, made again if a prefetch thread lost it.
+    fn client(&mut self) -> Result<&mut Client, SourceError> {
+        if self.client.is_none() {
+            let mut client = Client::new(&self.options)?;
+            client.counts = Arc::clone(&self.counts);
+            self.client = Some(client);
+        }
+        self.client.as_mut().ok_or_else(|| SourceError::Http {
+            url: self.options.url.redacted(),
+            status: None,
+            message: "no HTTP client".into(),
+            retryable: true,
+        })
     }
 
     /// The page after `url`, which had `count` records.
@@ -547,6 +657,10 @@ impl Source for HttpSource {
         let mut count = 0usize;
         loop {
             if count >= self.options.batch_rows
+                || self
+                    .options
+                    .sample_records
+                    .is_some_and(|n| self.handed_out >= n)
                 || (count > 0 && self.bytes_done - start_bytes >= self.options.batch_bytes)
                 || (count > 0 && started.elapsed() >= self.options.batch_time)
             {
@@ -600,6 +714,7 @@ impl Source for HttpSource {
                 }),
             }
             count += 1;
+            self.handed_out += 1;
         }
         // A page handed out to its end is closed now, so the checkpoint names the next one.
         if self
@@ -619,8 +734,8 @@ impl Source for HttpSource {
                 tracing::info!(
                     url = %self.options.url,
                     pages = self.pages,
-                    requests = self.client.requests,
-                    retries = self.client.retries,
+                    requests = self.counts.requests(),
+                    retries = self.counts.retries(),
                     "The HttpClient source read its last page."
                 );
             }
@@ -635,8 +750,8 @@ impl Source for HttpSource {
             bytes_total: None,
             files_done: self.pages,
             files_total: None,
-            requests: self.client.requests,
-            retries: self.client.retries,
+            requests: self.counts.requests(),
+            retries: self.counts.retries(),
         }
     }
 

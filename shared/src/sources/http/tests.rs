@@ -110,6 +110,7 @@ fn options(url: &str) -> HttpSourceOptions {
         backoff: Duration::from_millis(10),
         max_page_bytes: 1 << 20,
         spool_bytes: HttpSourceOptions::DEFAULT_SPOOL_BYTES,
+        sample_records: None,
     }
 }
 
@@ -402,4 +403,20 @@ fn a_checkpoint_of_another_version_is_refused() {
     let bytes = br#"{"version":99,"source":"http://127.0.0.1:9/x","page":null,"cursor":null}"#;
     let e = HttpSource::open_at(opts, Some(bytes)).unwrap_err();
     assert!(matches!(e, SourceError::BadCheckpoint { .. }), "{e}");
+}
+
+#[test]
+fn a_sample_ends_after_its_records_and_fetches_no_page_beyond_them() {
+    let server = paginated("next_url");
+    let opts = HttpSourceOptions {
+        paginator: Some(paginator("next_url")),
+        sample_records: Some(PER_PAGE + 1),
+        ..options(&server.url("/items"))
+    };
+    let mut source = HttpSource::open_at(opts, None).unwrap();
+    let (ids, _) = read_all(&mut source);
+    assert_eq!(ids, (0..=PER_PAGE).collect::<Vec<_>>());
+    // The first page and one record of the second: two requests, not PAGES.
+    assert_eq!(server.hits.load(Ordering::SeqCst), 2);
+    assert!(source.next_batch().unwrap().is_none());
 }
