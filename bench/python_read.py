@@ -40,7 +40,7 @@ elif which == "pyiceberg":
     table = StaticTable.from_metadata(sys.argv[2]).scan().to_arrow()
 else:
     sys.exit(f"unknown reader {which}")
-seconds = time.perf_counter() - started
-if hasattr(table, "read_all"):
+if hasattr(table, "read_all"):  # DuckDB's .arrow() may hand back a reader: read it all
     table = table.read_all()
+seconds = time.perf_counter() - started
 print(f"{seconds:.3f} {table.num_rows} {table.nbytes / 2**20:.1f}")
