@@ -185,6 +185,8 @@ fn open_connector(
             )
             .map_err(source_error)?;
             options.sample_records = sample;
+            // Lenient readings apply to records that fail strict parsing, as read.
+            options.unparsed = unparsed_json_lines && !pipeline.transform.leniency.is_active();
             let source = HttpSource::open_at(options, checkpoint).map_err(source_error)?;
             Ok(Box::new(source))
         }

@@ -26,6 +26,13 @@
 //! than `page_size` records is the last). An empty page, a missing or empty next URL or
 //! cursor, or a next URL equal to the page's own ends the pass.
 //!
+//! For the sync pass ([`HttpSourceOptions::unparsed`]) a JSON page's records array is not
+//! built into values: the page is checked to be JSON, then scanned for each element's bounds
+//! (as a spooled page is) and each element handed out as its text, which the pass types from
+//! the text as it does JSON lines (see [`crate::pipeline`]'s typing); an element that is not a
+//! JSON object becomes a deadletter there. Not with `incremental`, whose cursor is read from
+//! each parsed record.
+//!
 //! As soon as a page is parsed and its successor known, the successor is fetched on a thread
 //! of its own (with the client: requests stay one at a time, paced and retried as above)
 //! while this page's records are handed out, so the API's latency and the parsing overlap.
@@ -63,7 +70,7 @@ use serde_json::Value;
 
 use self::fetch::Client;
 use self::page::Item;
-use super::{Position, Progress, Source, SourceBatch, SourceError, SourceRecord};
+use super::{Position, Progress, Source, SourceBatch, SourceError, SourceRecord, UnparsedJson};
 use crate::config::connectors::{
     HttpClientSourceConfig, HttpFormat, HttpIncremental, HttpMethod, HttpPaginator, ResolvedAuth,
 };
@@ -104,6 +111,10 @@ pub struct HttpSourceOptions {
     pub batch_bytes: u64,
     /// ... or once the batch has been filling this long.
     pub batch_time: Duration,
+    /// Hand out the elements of a JSON page's records array as their text
+    /// ([`SourceRecord::unparsed`]), for a caller that types records from their text (the
+    /// sync pass); ignored with `incremental`, whose cursor is read from each parsed record.
+    pub unparsed: bool,
     /// Attempts per request, the first included.
     pub max_attempts: u32,
     /// The first retry's backoff (doubled per attempt).
@@ -165,6 +176,7 @@ impl HttpSourceOptions {
             batch_rows: c.batch_size.unwrap_or(batch_rows).max(1),
             batch_bytes: c.batch_size_bytes.unwrap_or(batch_bytes).max(1),
             batch_time: c.batch_size_seconds.map_or(batch_time, Duration::from_secs),
+            unparsed: false,
             max_attempts: Self::DEFAULT_MAX_ATTEMPTS,
             backoff: Duration::from_millis(500),
             max_page_bytes: Self::DEFAULT_MAX_PAGE_BYTES,
@@ -202,6 +214,8 @@ pub struct PageAt {
 
 /// A page fetched and being handed out.
 struct Loaded {
+    /// `url` redacted, as records' positions name it.
+    shown: String,
     url: reqwest::Url,
     items: std::iter::Peekable<page::Items>,
     taken: u64,
@@ -402,6 +416,7 @@ impl HttpSource {
             std::sync::Arc::new(fetched.body),
             self.options.format,
             &self.records_path,
+            self.options.unparsed && self.options.incremental.is_none(),
         )
         .map_err(|message| SourceError::Http {
             url: shown.clone(),
@@ -421,6 +436,7 @@ impl HttpSource {
             items.next();
         }
         self.current = Some(Loaded {
+            shown,
             url,
             items,
             taken: skip,
@@ -689,7 +705,7 @@ impl Source for HttpSource {
             };
             current.taken += 1;
             let position = Position {
-                uri: redact_url(current.url.as_str()),
+                uri: current.shown.clone(),
                 offset: current.taken,
                 record: current.taken,
             };
@@ -703,6 +719,16 @@ impl Source for HttpSource {
                         namespace: None,
                     });
                 }
+                Item::Unparsed(text) => batch.records.push(SourceRecord {
+                    value: serde_json::Map::new(),
+                    unparsed: Some(UnparsedJson {
+                        text,
+                        start: position.offset,
+                        deadletters_before: batch.deadletters.len(),
+                    }),
+                    position,
+                    namespace: None,
+                }),
                 Item::Bad(raw, error, code) => batch.deadletters.push(Deadletter {
                     source_uri: position.uri,
                     line: position.record,

@@ -15,6 +15,9 @@ pub(super) enum Item {
     Record(Map<String, Value>),
     /// Not a record: its text, why, and the failure code.
     Bad(String, String, crate::deadletter::FailureCode),
+    /// An element's JSON text, not parsed (see [`parse`]'s `unparsed`): the pipeline types it
+    /// from the text, or parses it; a text that is not a JSON object becomes a deadletter.
+    Unparsed(Vec<u8>),
 }
 
 /// A page's items, read lazily.
@@ -31,15 +34,23 @@ pub(super) struct Page {
 }
 
 /// Parse `body` in `format`, taking the records from `records_path` (dot segments): a body in
-/// memory whole, a spooled one record by record (see [`super::stream`]).
+/// memory whole, a spooled one record by record (see [`super::stream`]). With `unparsed`, a
+/// JSON page's records array is not built into values: the page is checked to be JSON, then
+/// scanned as a spooled one is, each element handed out as its text ([`Item::Unparsed`]).
 pub(super) fn parse(
     body: Arc<Body>,
     format: HttpFormat,
     records_path: &[String],
+    unparsed: bool,
 ) -> Result<Page, String> {
     let bytes = match &*body {
+        Body::Memory(bytes) if unparsed && format == HttpFormat::Json => {
+            serde_json::from_slice::<serde::de::IgnoredAny>(bytes)
+                .map_err(|e| format!("the page is not JSON: {e}"))?;
+            return parse_spooled(body, format, records_path, true);
+        }
         Body::Memory(bytes) => bytes,
-        Body::File { .. } => return parse_spooled(body, format, records_path),
+        Body::File { .. } => return parse_spooled(body, format, records_path, unparsed),
     };
     let page = parse_bytes(bytes, format, records_path)?;
     Ok(Page {
@@ -54,6 +65,7 @@ fn parse_spooled(
     body: Arc<Body>,
     format: HttpFormat,
     records_path: &[String],
+    unparsed: bool,
 ) -> Result<Page, String> {
     let io = |e: std::io::Error| format!("reading the spooled page: {e}");
     match format {
@@ -66,9 +78,11 @@ fn parse_spooled(
             };
             let items: Items = match at.span {
                 None => Box::new(std::iter::empty()),
-                Some((start, _)) if at.is_array => {
-                    Box::new(super::stream::Elements::new(Arc::clone(&body), start))
-                }
+                Some((start, _)) if at.is_array => Box::new(super::stream::Elements::new(
+                    Arc::clone(&body),
+                    start,
+                    unparsed,
+                )),
                 Some((start, end)) => {
                     let bytes = body.range(start, end).map_err(io)?;
                     let parsed: Value = serde_json::from_slice(&bytes)
@@ -318,7 +332,7 @@ mod tests {
         for threshold in [usize::MAX, 0] {
             let mut spool = crate::sources::http::spool::Spool::new(threshold);
             spool.write(body).unwrap();
-            let page = parse(Arc::new(spool.finish().unwrap()), format, path)?;
+            let page = parse(Arc::new(spool.finish().unwrap()), format, path, false)?;
             let count = page.count;
             let items: Vec<Item> = page.items.collect();
             assert_eq!(count, items.len() as u64);
@@ -331,6 +345,7 @@ mod tests {
                 .map(|i| match i {
                     Item::Record(m) => Value::Object(m.clone()).to_string(),
                     Item::Bad(raw, _, code) => format!("{code:?} {raw}"),
+                    Item::Unparsed(text) => format!("text {}", String::from_utf8_lossy(text)),
                 })
                 .collect::<Vec<_>>()
         };
@@ -377,7 +392,17 @@ mod tests {
         assert_eq!(items.len(), 2);
         let (items, _) = both(br#"{"a":1}"#, HttpFormat::Json, &[]).unwrap();
         assert_eq!(items.len(), 1);
-        assert!(parse(Arc::new(Body::Memory(b"{".to_vec())), HttpFormat::Json, &[]).is_err());
+        for unparsed in [false, true] {
+            assert!(
+                parse(
+                    Arc::new(Body::Memory(b"{".to_vec())),
+                    HttpFormat::Json,
+                    &[],
+                    unparsed
+                )
+                .is_err()
+            );
+        }
     }
 
     #[test]

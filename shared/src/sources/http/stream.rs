@@ -284,14 +284,17 @@ pub(super) struct Elements {
     s: Scanner,
     started: bool,
     done: bool,
+    /// Hand each element out as its text ([`Item::Unparsed`]) instead of parsing it.
+    unparsed: bool,
 }
 
 impl Elements {
-    pub(super) fn new(body: Arc<Body>, start: u64) -> Elements {
+    pub(super) fn new(body: Arc<Body>, start: u64, unparsed: bool) -> Elements {
         Elements {
             s: Scanner::new(body, start),
             started: false,
             done: false,
+            unparsed,
         }
     }
 
@@ -317,6 +320,9 @@ impl Elements {
                 ),
                 FailureCode::TooLarge,
             )));
+        }
+        if self.unparsed {
+            return Ok(Some(Item::Unparsed(raw)));
         }
         Ok(Some(match serde_json::from_slice::<Value>(&raw) {
             Ok(value) => item(value),
@@ -373,6 +379,7 @@ mod tests {
             .map(|i| match i {
                 Item::Record(map) => Value::Object(map).to_string(),
                 Item::Bad(raw, error, _) => format!("bad {raw}: {error}"),
+                Item::Unparsed(text) => format!("text {}", String::from_utf8_lossy(&text)),
             })
             .collect()
     }
@@ -388,7 +395,7 @@ mod tests {
         assert_eq!(at.count, 4);
         let (start, _) = at.span.unwrap();
         assert_eq!(
-            records(Elements::new(Arc::clone(&body), start)),
+            records(Elements::new(Arc::clone(&body), start, false)),
             vec![
                 r#"{"a":1}"#.to_owned(),
                 r#"{"b":"x\"]"}"#.to_owned(),
@@ -407,7 +414,7 @@ mod tests {
         let body = spooled(r#"[{"a":1},{"a":2}]"#);
         let at = locate(&body, &[]).unwrap();
         assert_eq!((at.is_array, at.count), (true, 2));
-        assert_eq!(records(Elements::new(Arc::clone(&body), 0)).len(), 2);
+        assert_eq!(records(Elements::new(Arc::clone(&body), 0, false)).len(), 2);
 
         let body = spooled(r#"{"next": null, "other": [1,2]}"#);
         let at = locate(&body, &path("data.items")).unwrap();

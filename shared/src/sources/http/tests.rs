@@ -111,6 +111,7 @@ fn options(url: &str) -> HttpSourceOptions {
         max_page_bytes: 1 << 20,
         spool_bytes: HttpSourceOptions::DEFAULT_SPOOL_BYTES,
         sample_records: None,
+        unparsed: false,
     }
 }
 
@@ -419,4 +420,47 @@ fn a_sample_ends_after_its_records_and_fetches_no_page_beyond_them() {
     // The first page and one record of the second: two requests, not PAGES.
     assert_eq!(server.hits.load(Ordering::SeqCst), 2);
     assert!(source.next_batch().unwrap().is_none());
+}
+
+#[test]
+fn unparsed_records_parse_to_the_records_a_parsing_read_gives() {
+    // A page in memory and a spooled one; a non-object element is a deadletter either way.
+    let server = Server::start(|_, _| {
+        let body = json!({"data": [{"id": 1, "s": "a\nb"}, 7, {"id": 2, "n": {"x": [1, 2]}}], "next": null});
+        (200, vec![], serde_json::to_vec_pretty(&body).unwrap())
+    });
+    let read = |unparsed: bool, spool_bytes: usize| {
+        let opts = HttpSourceOptions {
+            paginator: Some(paginator("next_url")),
+            unparsed,
+            spool_bytes,
+            batch_rows: 100,
+            ..options(&server.url("/items"))
+        };
+        let mut source = HttpSource::open_at(opts, None).unwrap();
+        let mut batch = source.next_batch().unwrap().unwrap();
+        assert_eq!(
+            batch.records.iter().all(|r| r.unparsed.is_some()),
+            unparsed,
+            "unparsed {unparsed}"
+        );
+        batch.parse_unparsed(|_| true);
+        let records: Vec<Value> = batch
+            .records
+            .iter()
+            .map(|r| Value::Object(r.value.clone()))
+            .collect();
+        let dead: Vec<(u64, crate::deadletter::FailureCode)> = batch
+            .deadletters
+            .iter()
+            .map(|d| (d.offset, d.code))
+            .collect();
+        (records, dead)
+    };
+    for spool_bytes in [HttpSourceOptions::DEFAULT_SPOOL_BYTES, 0] {
+        let parsed = read(false, spool_bytes);
+        assert_eq!(parsed.0.len(), 2);
+        assert_eq!(parsed.1.len(), 1);
+        assert_eq!(read(true, spool_bytes), parsed, "spool {spool_bytes}");
+    }
 }
