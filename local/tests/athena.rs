@@ -482,7 +482,7 @@ data_sinks:
     assert!(output.stdout.is_empty());
     assert_eq!(
         text(&output.stderr),
-        "error: pipeline 'local_lake': `--engine athena` needs an AthenaIceberg data sink, but its data_sink 'lake' is Duckdb; choose a pipeline with one (-p NAME) or use the local engine\n"
+        "error: pipeline 'local_lake': `--engine athena` needs an Athena or AthenaIceberg data sink, but its data_sink 'lake' is Duckdb; choose a pipeline with one (-p NAME) or use the local engine\n"
     );
 
     let output = run(
@@ -494,7 +494,7 @@ data_sinks:
     assert_eq!(output.status.code(), Some(2), "{}", text(&output.stderr));
     assert!(
         text(&output.stderr)
-            .contains("pipeline 'bare': `--engine athena` needs an AthenaIceberg data sink, but it has no data_sink"),
+            .contains("pipeline 'bare': `--engine athena` needs an Athena or AthenaIceberg data sink, but it has no data_sink"),
         "{}",
         text(&output.stderr)
     );

@@ -91,6 +91,9 @@ pub trait ObjectTarget: Send + Sync + std::fmt::Debug {
     /// The names of the objects directly in `dir` (not in its subdirectories), each as
     /// `{dir}/{file}`, in name order; none when `dir` does not exist.
     fn list(&self, dir: &str) -> Result<Vec<String>, ObjectError>;
+    /// The names of every object below `dir`, at any depth, each as `{dir}/{path}`, in name
+    /// order; none when `dir` does not exist.
+    fn list_below(&self, dir: &str) -> Result<Vec<String>, ObjectError>;
     /// The bytes of the object `name`, or `None` when there is none.
     fn get(&self, name: &str) -> Result<Option<Vec<u8>>, ObjectError>;
     /// Move the object `from` to `to`. A crash part-way never loses it: a file is renamed in
@@ -140,6 +143,31 @@ impl ObjectTarget for DirTarget {
                 .is_file()
             {
                 names.push(format!("{dir}/{}", entry.file_name().to_string_lossy()));
+            }
+        }
+        names.sort();
+        Ok(names)
+    }
+
+    fn list_below(&self, dir: &str) -> Result<Vec<String>, ObjectError> {
+        let mut names = Vec::new();
+        let mut pending = vec![dir.to_owned()];
+        while let Some(dir) = pending.pop() {
+            let path = self.dir.join(&dir);
+            let entries = match std::fs::read_dir(&path) {
+                Ok(entries) => entries,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(ObjectError::io("list", &path)(e)),
+            };
+            for entry in entries {
+                let entry = entry.map_err(ObjectError::io("list", &path))?;
+                let kind = entry.file_type().map_err(ObjectError::io("list", &path))?;
+                let name = format!("{dir}/{}", entry.file_name().to_string_lossy());
+                if kind.is_dir() {
+                    pending.push(name);
+                } else if kind.is_file() {
+                    names.push(name);
+                }
             }
         }
         names.sort();
@@ -237,6 +265,21 @@ impl ObjectTarget for S3Target {
             .collect())
     }
 
+    fn list_below(&self, dir: &str) -> Result<Vec<String>, ObjectError> {
+        let prefix = self.key_of(&format!("{dir}/"));
+        let mut names: Vec<String> = self
+            .bucket
+            .list(&prefix)
+            .map_err(|failure| self.failed("list", &prefix, failure))?
+            .iter()
+            .filter_map(|key| key.strip_prefix(&prefix))
+            .filter(|path| !path.is_empty() && !path.ends_with('/'))
+            .map(|path| format!("{dir}/{path}"))
+            .collect();
+        names.sort();
+        Ok(names)
+    }
+
     fn get(&self, name: &str) -> Result<Option<Vec<u8>>, ObjectError> {
         let key = self.key_of(name);
         self.bucket
@@ -277,6 +320,35 @@ mod tests {
         assert_eq!(file_name("p/b01.jsonl"), "b01.jsonl");
         assert_eq!(file_name("s3://bucket/r/p/b01.jsonl"), "b01.jsonl");
         assert_eq!(file_name("b01.jsonl"), "b01.jsonl");
+    }
+
+    /// `list_below` on any target: every object below the directory at any depth, in name
+    /// order, and nothing of a sibling whose name starts the same.
+    fn lists_below(target: &dyn ObjectTarget) {
+        assert_eq!(target.list_below("t").unwrap(), Vec::<String>::new());
+        for name in [
+            "t/k=2/c/d.parquet",
+            "t/a.parquet",
+            "t/k=1/b.parquet",
+            "tt/x.parquet",
+        ] {
+            target.put_whole(name, b"x".to_vec()).unwrap();
+        }
+        assert_eq!(
+            target.list_below("t").unwrap(),
+            ["t/a.parquet", "t/k=1/b.parquet", "t/k=2/c/d.parquet"]
+        );
+        assert_eq!(target.list("t").unwrap(), ["t/a.parquet"]);
+        assert_eq!(target.list_below("t/k=2").unwrap(), ["t/k=2/c/d.parquet"]);
+    }
+
+    #[test]
+    fn both_targets_list_every_object_below_a_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        lists_below(&DirTarget::new(dir.path().join("out")));
+        let aws = moto();
+        let name = bucket(&aws, "below");
+        lists_below(&S3Target::new(Bucket::new(&aws, &name, None), "r"));
     }
 
     #[test]

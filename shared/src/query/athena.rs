@@ -1,4 +1,4 @@
-//! SQL through Amazon Athena, over the Glue tables an `AthenaIceberg` sink lands.
+//! SQL through Amazon Athena, over the Glue tables an `Athena` or `AthenaIceberg` sink lands.
 //!
 //! [`AthenaEngine::sql`] runs one statement: `StartQueryExecution` in the sink's Glue database
 //! (and its workgroup and results bucket when the sink names them), then `GetQueryExecution`
@@ -48,7 +48,7 @@ const RESULTS_PREFIX: &str = "skipprd-query-results/";
 pub enum AthenaError {
     /// A selected pipeline does not land in Athena-readable tables (exit code 2).
     #[error(
-        "pipeline '{pipeline}': `--engine athena` needs an AthenaIceberg data sink, but {found}; choose a pipeline with one (-p NAME) or use the local engine"
+        "pipeline '{pipeline}': `--engine athena` needs an Athena or AthenaIceberg data sink, but {found}; choose a pipeline with one (-p NAME) or use the local engine"
     )]
     NotAthena {
         /// The pipeline.

@@ -57,6 +57,18 @@ pub enum QueryError {
         /// What went wrong.
         message: String,
     },
+    /// The landed files of a pipeline's `File` or `S3` destination (their listing, a table's
+    /// marker, a file's Parquet footer) could not be read.
+    #[error("pipeline '{pipeline}': reading its landed files: {message}")]
+    Landed {
+        /// The pipeline.
+        pipeline: String,
+        /// What could not be read (the file's path or `s3://` location) and why.
+        message: String,
+        /// Whether reading again may succeed (a network or S3 failure, an object replaced
+        /// while it was read), not a file that is not valid Parquet.
+        retryable: bool,
+    },
     /// A landed Iceberg table of a pipeline could not be listed or loaded.
     #[error("pipeline '{pipeline}': reading its Iceberg tables: {source}")]
     Lake {
@@ -110,6 +122,7 @@ impl QueryError {
             QueryError::Scan { retryable, .. } => *retryable,
             QueryError::Athena(error) => error.is_retryable(),
             QueryError::Management { retryable, .. } => *retryable,
+            QueryError::Landed { retryable, .. } => *retryable,
             _ => false,
         }
     }

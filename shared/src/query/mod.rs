@@ -67,7 +67,7 @@ struct PipelineWal {
     name: String,
     wal: Arc<dyn WalView>,
     lake: Option<Arc<LakeSource>>,
-    files: Option<(std::path::PathBuf, Arc<crate::sinks::files::FileSink>)>,
+    files: Option<files::FilesSource>,
 }
 
 /// Where a pipeline's landed tables are.
@@ -172,6 +172,20 @@ impl QueryEngine {
                     lake.catalog.file_io().clone(),
                 )),
             );
+        }
+        // The landed objects of an S3 destination, through an S3 client of its own.
+        for pipeline in &wals {
+            let Some((bucket, store)) = pipeline.files.as_ref().and_then(|f| f.s3.as_ref()) else {
+                continue;
+            };
+            let url = datafusion::execution::object_store::ObjectStoreUrl::parse(format!(
+                "s3://{bucket}"
+            ))
+            .map_err(|e| QueryError::Unsupported {
+                pipeline: pipeline.name.clone(),
+                reason: format!("the destination bucket `{bucket}` is not a valid URL host: {e}"),
+            })?;
+            ctx.register_object_store(url.as_ref(), Arc::clone(store) as _);
         }
         let mut engine = QueryEngine {
             runtime: Arc::new(runtime),
@@ -336,7 +350,9 @@ fn build_tables(
         .map(|pipeline| {
             let lakes = match (&pipeline.lake, &pipeline.files) {
                 (Some(lake), _) => runtime.block_on(load_lake(&pipeline.name, lake))?,
-                (None, Some((root, sink))) => files::load_files(&pipeline.name, root, sink)?,
+                (None, Some(files)) => {
+                    runtime.block_on(files::load_files(&pipeline.name, files))?
+                }
                 (None, None) => BTreeMap::new(),
             };
             table::namespace_tables(&pipeline.name, &pipeline.wal, lakes)

@@ -596,13 +596,13 @@ fn the_target_comes_from_the_athena_iceberg_sink_and_other_sinks_are_refused() {
     let error = pick(&["a", "f"]).unwrap_err();
     assert_eq!(
         error.to_string(),
-        "pipeline 'f': `--engine athena` needs an AthenaIceberg data sink, but its data_sink 'files' is Duckdb; choose a pipeline with one (-p NAME) or use the local engine"
+        "pipeline 'f': `--engine athena` needs an Athena or AthenaIceberg data sink, but its data_sink 'files' is Duckdb; choose a pipeline with one (-p NAME) or use the local engine"
     );
     assert!(error.is_config());
     let error = pick(&["n"]).unwrap_err();
     assert!(
         error.to_string().starts_with(
-            "pipeline 'n': `--engine athena` needs an AthenaIceberg data sink, but it has no data_sink;"
+            "pipeline 'n': `--engine athena` needs an Athena or AthenaIceberg data sink, but it has no data_sink;"
         ),
         "{error}"
     );

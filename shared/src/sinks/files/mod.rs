@@ -229,6 +229,24 @@ impl FileSink {
             .collect())
     }
 
+    /// The data files of `table` from this pipeline's batches at or below `landed`, each as
+    /// its location (a path for a `File` destination, an `s3://` URI for an `S3` one), sorted;
+    /// files of later batches (a crashed delivery's) and of other pipelines are left out.
+    pub fn data_files(&self, table: &str, landed: u64) -> Result<Vec<String>, SinkError> {
+        let Output::Objects(target) = &self.output else {
+            return Ok(Vec::new());
+        };
+        Ok(target
+            .list_below(table)?
+            .into_iter()
+            .filter(|name| {
+                self.batch_of(crate::objects::file_name(name))
+                    .is_some_and(|batch| batch <= landed)
+            })
+            .map(|name| target.location_of(&name))
+            .collect())
+    }
+
     /// The WAL batch id of a file name of this pipeline (`{stem}-b{id}-p{part}.{ext}`), or
     /// `None` for a name of another pipeline or no data file (a temporary file).
     pub fn batch_of(&self, file: &str) -> Option<u64> {

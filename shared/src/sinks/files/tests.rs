@@ -392,6 +392,9 @@ impl ObjectTarget for Overlapping {
     fn list(&self, dir: &str) -> Result<Vec<String>, crate::objects::ObjectError> {
         self.inner.list(dir)
     }
+    fn list_below(&self, dir: &str) -> Result<Vec<String>, crate::objects::ObjectError> {
+        self.inner.list_below(dir)
+    }
     fn get(&self, name: &str) -> Result<Option<Vec<u8>>, crate::objects::ObjectError> {
         self.inner.get(name)
     }
