@@ -588,6 +588,10 @@ fn bad_keys_fail_validation_with_exit_2_naming_the_key() {
             "database: d\ntables: [a, a]\n",
             "data_sources.pg.Postgres.tables[1]",
         ),
+        (
+            "database: d\nsslmode: require\nsslrootcert: ca.pem\n",
+            "data_sources.pg.Postgres.sslrootcert",
+        ),
     ] {
         write_config(dir.path(), source);
         let out = skipprd_command(dir.path())
@@ -698,4 +702,157 @@ fn discover_samples_each_table_and_doctor_reports_each_check_with_a_fix() {
     pg.sql(&db, &format!("DROP OWNED BY {role}; "));
     pg.sql("postgres", &format!("DROP DATABASE {db} WITH (FORCE)"));
     pg.sql("postgres", &format!("DROP ROLE {role}"));
+}
+
+/// TLS by `sslmode`, on the source and the destination. The test server refuses the role
+/// `skippr_tls` without TLS (`hostnossl ... reject` in pg_hba.conf, tests/postgres/pg.sh), so
+/// a pass that lands proves its sessions were encrypted. The server's certificate names
+/// `localhost` only and is signed by the throwaway CA in `SKIPPR_TEST_PG_CA`.
+#[test]
+fn sslmode_require_and_verify_full_connect_over_tls_and_a_refused_certificate_says_why() {
+    let pg = pg();
+    let ca = std::env::var("SKIPPR_TEST_PG_CA")
+        .expect("SKIPPR_TEST_PG_CA: the test server's CA (tests/postgres/pg.sh)");
+    let secret = "tls-Role-pw-81";
+    pg.sql(
+        "postgres",
+        "DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'skippr_tls') \
+         THEN CREATE ROLE skippr_tls LOGIN; END IF; END $$",
+    );
+    pg.sql(
+        "postgres",
+        &format!("ALTER ROLE skippr_tls PASSWORD '{secret}'"),
+    );
+    let db = pg.database("tls");
+    pg.sql(
+        &db,
+        "CREATE TABLE items (id int4 PRIMARY KEY, v text);
+         INSERT INTO items SELECT g, 'v' || g FROM generate_series(1, 700) g;
+         GRANT SELECT ON items TO skippr_tls;",
+    );
+    let tls_keys = |host: &str, extra: &str| {
+        format!(
+            "host: {host}\nport: {}\nuser: skippr_tls\npassword: ${{PG_PASSWORD}}\ndatabase: {db}\ntables: [items]\n{extra}",
+            pg.port
+        )
+    };
+
+    // Without TLS the server refuses the role, and says so.
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), &tls_keys(&pg.host, "sslmode: disable\n"));
+    fails_naming(dir.path(), secret, &["no encryption"], &[secret]);
+
+    // `prefer` (the default) and `require` encrypt without checking the certificate;
+    // `verify-full` checks it against `sslrootcert` and the host name `localhost`.
+    for (host, extra) in [
+        (pg.host.as_str(), String::new()),
+        (pg.host.as_str(), "sslmode: require\n".to_owned()),
+        (
+            "localhost",
+            format!("sslmode: verify-full\nsslrootcert: '{ca}'\n"),
+        ),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        write_config(dir.path(), &tls_keys(host, &extra));
+        sync_ok(dir.path(), secret, &format!("TLS with {extra:?}"));
+        rows_once(dir.path(), "postgres_items", 700);
+    }
+
+    // verify-full refuses a certificate that does not name the host connected to, and one
+    // no trusted root signed; the message says why and what to set.
+    let dir = tempfile::tempdir().unwrap();
+    write_config(
+        dir.path(),
+        &tls_keys(
+            &pg.host,
+            &format!("sslmode: verify-full\nsslrootcert: '{ca}'\n"),
+        ),
+    );
+    fails_naming(
+        dir.path(),
+        secret,
+        &[
+            "certificate was refused",
+            "not valid for name",
+            "sslrootcert",
+        ],
+        &[secret],
+    );
+    write_config(dir.path(), &tls_keys("localhost", "sslmode: verify-full\n"));
+    fails_naming(
+        dir.path(),
+        secret,
+        &["certificate was refused", "sslrootcert"],
+        &[secret],
+    );
+    // A root file that is not there is named.
+    write_config(
+        dir.path(),
+        &tls_keys(
+            "localhost",
+            "sslmode: verify-full\nsslrootcert: /nonexistent/ca.pem\n",
+        ),
+    );
+    fails_naming(dir.path(), secret, &["/nonexistent/ca.pem"], &[secret]);
+
+    // The destination over TLS too: the superuser reads over `prefer`, `skippr_tls` writes
+    // with `verify-full` (through a connection string) into a database it owns.
+    let out_db = pg.database("tls_out");
+    pg.sql(
+        "postgres",
+        &format!("ALTER DATABASE {out_db} OWNER TO skippr_tls"),
+    );
+    pg.sql(&out_db, "ALTER SCHEMA public OWNER TO skippr_tls");
+    let dir = tempfile::tempdir().unwrap();
+    let text = format!(
+        "\
+pipelines:
+  pg:
+    data_source: data_sources.pg
+    data_sink: data_sinks.out
+data_sources:
+  pg:
+    Postgres:
+      host: {host}
+      port: {port}
+      user: {user}
+      password: ${{SOURCE_PASSWORD}}
+      database: {db}
+      tables: [items]
+data_sinks:
+  out:
+    Postgres:
+      connection_string: ${{PG_PASSWORD}}
+      sslrootcert: '{ca}'
+",
+        host = pg.host,
+        port = pg.port,
+        user = pg.user,
+    );
+    std::fs::write(dir.path().join("skippr.yml"), text).unwrap();
+    let url = format!(
+        "postgresql://skippr_tls:{secret}@localhost:{}/{out_db}?sslmode=verify-full",
+        pg.port
+    );
+    let out = sync_command(dir.path(), &url, &[])
+        .env("SOURCE_PASSWORD", &pg.password)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "sync into Postgres over TLS: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let table = pg.sql(
+        &out_db,
+        "SELECT quote_ident(table_name) FROM information_schema.tables \
+         WHERE table_schema = 'public' AND table_name LIKE '%items%'",
+    );
+    assert_eq!(
+        pg.sql(
+            &out_db,
+            &format!("SELECT count(*), count(DISTINCT id) FROM {table}")
+        ),
+        "700|700"
+    );
 }

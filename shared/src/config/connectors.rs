@@ -650,11 +650,17 @@ pub struct PostgresSinkConfig {
     /// Schema to write tables into (created when missing). Default `public`.
     #[serde(default)]
     pub schema: Option<String>,
-    /// libpq `sslmode`: `disable` or `prefer` (default; plain when the server offers no TLS).
-    /// `require` and `verify-full` are not supported yet by this build (validation fails
-    /// naming the key).
+    /// libpq `sslmode`: `disable` (never TLS), `prefer` (default: TLS when the server offers
+    /// it, else plain), `require` (always TLS, the certificate not checked) or `verify-full`
+    /// (always TLS, the certificate's chain checked against `sslrootcert` or the system's roots,
+    /// and its names against the host).
     #[serde(default)]
     pub sslmode: Option<PgSslMode>,
+    /// A PEM file of the CA certificates `sslmode: verify-full` trusts (libpq's
+    /// `sslrootcert`), e.g. Amazon RDS's `global-bundle.pem`. Default: the system's trusted
+    /// roots. Only with `verify-full` (in `sslmode` or the connection string).
+    #[serde(default)]
+    pub sslrootcert: Option<std::path::PathBuf>,
 }
 
 /// `S3` sink (data or deadletters).

@@ -81,11 +81,17 @@ pub struct PostgresSourceConfig {
     /// CDC: a pass ends after this many seconds with no new change. Default 10.
     #[serde(default)]
     pub cdc_idle_timeout_seconds: Option<u64>,
-    /// TLS: `disable`, or `prefer` (default: plain when the server offers no TLS). `require`
-    /// and `verify-full` are accepted names but not supported yet by this build (validation
-    /// fails naming the key).
+    /// libpq `sslmode`: `disable` (never TLS), `prefer` (default: TLS when the server offers
+    /// it, else plain), `require` (always TLS, the certificate not checked) or `verify-full`
+    /// (always TLS, the certificate's chain checked against `sslrootcert` or the system's roots,
+    /// and its names against the host).
     #[serde(default)]
     pub sslmode: Option<PgSslMode>,
+    /// A PEM file of the CA certificates `sslmode: verify-full` trusts (libpq's
+    /// `sslrootcert`), e.g. Amazon RDS's `global-bundle.pem`. Default: the system's trusted
+    /// roots. Only with `verify-full` (in `sslmode` or the connection string).
+    #[serde(default)]
+    pub sslrootcert: Option<std::path::PathBuf>,
 }
 
 impl PostgresSourceConfig {
@@ -119,7 +125,7 @@ pub enum CdcMode {
 pub enum PgSslMode {
     /// Never TLS.
     Disable,
-    /// TLS when the server offers it (this build: plain).
+    /// TLS when the server offers it, without checking the certificate; else plain.
     Prefer,
     /// TLS, without checking the certificate.
     Require,

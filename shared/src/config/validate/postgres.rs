@@ -26,7 +26,7 @@ impl Validator<'_> {
                 Some(_) => {}
             }
         } else if let Some(text) = c.connection_string.as_ref().map(|s| s.expose())
-            && text.parse::<tokio_postgres::Config>().is_err()
+            && crate::sources::postgres::tls::parse_connection_string(text).is_none()
         {
             // The parser's message may quote the text: never show it.
             return bad(
@@ -99,11 +99,12 @@ impl Validator<'_> {
                 );
             }
         }
-        if matches!(c.sslmode, Some(PgSslMode::Require | PgSslMode::VerifyFull)) {
-            return bad(
-                "sslmode",
-                "`require` and `verify-full` (TLS) are not supported yet by this build: use `disable` or `prefer`",
-            );
+        if let Err(message) = check_tls(
+            c.sslmode,
+            c.sslrootcert.as_deref(),
+            c.connection_string.as_ref().map(|s| s.expose()),
+        ) {
+            return bad("sslrootcert", message);
         }
         Ok(())
     }
@@ -119,7 +120,7 @@ impl Validator<'_> {
         let bad = |key: &str, message: &str| Err(self.bad_value(&at(key), message));
         match c.connection_string.as_ref().map(|s| s.expose()) {
             Some(text) => {
-                if text.parse::<tokio_postgres::Config>().is_err() {
+                if crate::sources::postgres::tls::parse_connection_string(text).is_none() {
                     // The parser's message may quote the text: never show it.
                     return bad(
                         "connection_string",
@@ -151,12 +152,38 @@ impl Validator<'_> {
         {
             return bad("schema", "must not be empty");
         }
-        if matches!(c.sslmode, Some(PgSslMode::Require | PgSslMode::VerifyFull)) {
-            return bad(
-                "sslmode",
-                "`require` and `verify-full` (TLS) are not supported yet by this build: use `disable` or `prefer`",
-            );
+        if let Err(message) = check_tls(
+            c.sslmode,
+            c.sslrootcert.as_deref(),
+            c.connection_string.as_ref().map(|s| s.expose()),
+        ) {
+            return bad("sslrootcert", message);
         }
         Ok(())
     }
+}
+
+/// `sslrootcert` is only read by `verify-full` (from `sslmode` or the connection string);
+/// anywhere else it would be a silent no-op, so it is refused.
+fn check_tls(
+    mode: Option<PgSslMode>,
+    root_cert: Option<&std::path::Path>,
+    connection_string: Option<&str>,
+) -> Result<(), &'static str> {
+    let Some(root_cert) = root_cert else {
+        return Ok(());
+    };
+    if root_cert.as_os_str().is_empty() {
+        return Err("must not be empty");
+    }
+    let verify_full = match connection_string {
+        Some(text) => text.contains("sslmode=verify-full"),
+        None => mode == Some(PgSslMode::VerifyFull),
+    };
+    if !verify_full {
+        return Err(
+            "is only used with `sslmode: verify-full` (libpq's `require` and `prefer` do not check the certificate)",
+        );
+    }
+    Ok(())
 }

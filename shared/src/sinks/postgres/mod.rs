@@ -327,6 +327,7 @@ impl PostgresSink {
             publication_name: None,
             cdc_idle_timeout_seconds: None,
             sslmode: c.sslmode,
+            sslrootcert: c.sslrootcert.clone(),
         };
         let options = PostgresSourceOptions::from_config(&keys).map_err(from_source)?;
         let runtime = tokio::runtime::Builder::new_current_thread()

@@ -68,6 +68,7 @@ pub mod doctor;
 pub(crate) mod reader;
 #[cfg(test)]
 mod tests;
+pub mod tls;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -91,6 +92,8 @@ pub struct PostgresSourceOptions {
     pub config: tokio_postgres::Config,
     /// `host:port/database`, for messages.
     pub server: String,
+    /// TLS, from `sslmode` (or the connection string's) and `sslrootcert`.
+    pub tls: tls::PgTls,
     /// The schema of the tables.
     pub schema: String,
     /// The tables; empty: every table of `schema`.
@@ -118,17 +121,16 @@ impl std::fmt::Debug for PostgresSourceOptions {
 impl PostgresSourceOptions {
     /// Options from a validated connector config.
     pub fn from_config(c: &PostgresSourceConfig) -> Result<PostgresSourceOptions, SourceError> {
-        let mut config = match &c.connection_string {
-            Some(text) => text
-                .expose()
-                .parse::<tokio_postgres::Config>()
-                .map_err(|_| SourceError::Postgres {
+        let (mut config, mode) = match &c.connection_string {
+            Some(text) => tls::parse_connection_string(text.expose()).ok_or_else(|| {
+                SourceError::Postgres {
                     server: "connection_string".into(),
                     table: None,
                     message: "`connection_string` is not a valid PostgreSQL connection string"
                         .into(),
                     retryable: false,
-                })?,
+                }
+            })?,
             None => {
                 let mut config = tokio_postgres::Config::new();
                 config
@@ -147,13 +149,18 @@ impl PostgresSourceOptions {
                 if let Some(password) = &c.password {
                     config.password(password.expose());
                 }
-                config.ssl_mode(match c.sslmode {
-                    Some(PgSslMode::Disable) => tokio_postgres::config::SslMode::Disable,
-                    _ => tokio_postgres::config::SslMode::Prefer,
-                });
-                config
+                (config, c.sslmode.unwrap_or(PgSslMode::Prefer))
             }
         };
+        let tls = match mode {
+            PgSslMode::Disable => tls::PgTls::Disable,
+            PgSslMode::Prefer => tls::PgTls::Prefer,
+            PgSslMode::Require => tls::PgTls::Require,
+            PgSslMode::VerifyFull => tls::PgTls::VerifyFull {
+                root_cert: c.sslrootcert.clone(),
+            },
+        };
+        config.ssl_mode(tls.ssl_mode());
         if config.get_user().is_none() {
             config.user(PostgresSourceConfig::DEFAULT_USER);
         }
@@ -166,6 +173,7 @@ impl PostgresSourceOptions {
         Ok(PostgresSourceOptions {
             config,
             server,
+            tls,
             schema: c
                 .schema
                 .clone()

@@ -102,18 +102,14 @@ pub(crate) fn pg_error(
             }
             (message, retryable)
         }
-        None => {
-            let mut message = format!("{doing}: {e}");
-            let mut source = std::error::Error::source(e);
-            while let Some(inner) = source {
-                let text = inner.to_string();
-                if !message.contains(&text) {
-                    message.push_str(&format!(": {text}"));
-                }
-                source = inner.source();
-            }
-            (message, true)
-        }
+        None if super::tls::certificate_refused(e) => (
+            format!(
+                "{doing}: the server's TLS certificate was refused (sslmode verify-full): {}; set `sslrootcert` to the CA that signed it, or connect by a host name the certificate names",
+                error_chain(e)
+            ),
+            false,
+        ),
+        None => (format!("{doing}: {}", error_chain(e)), true),
     };
     SourceError::Postgres {
         server: options.server.clone(),
@@ -123,6 +119,20 @@ pub(crate) fn pg_error(
     }
 }
 
+/// The messages of `e`'s causes, innermost last, each once.
+fn error_chain(e: &tokio_postgres::Error) -> String {
+    let mut message = e.to_string();
+    let mut source = std::error::Error::source(e);
+    while let Some(inner) = source {
+        let text = inner.to_string();
+        if !message.contains(&text) {
+            message.push_str(&format!(": {text}"));
+        }
+        source = inner.source();
+    }
+    message
+}
+
 /// Quote an identifier for SQL.
 pub(crate) fn ident(name: &str) -> String {
     format!("\"{}\"", name.replace('"', "\"\""))
@@ -130,16 +140,36 @@ pub(crate) fn ident(name: &str) -> String {
 
 /// Connect and set the session up so text casts are stable (ISO dates, UTC, exact floats).
 pub(crate) async fn connect(options: &PostgresSourceOptions) -> Result<Client, SourceError> {
-    let (client, connection) = options
-        .config
-        .connect(NoTls)
-        .await
-        .map_err(|e| pg_error(options, None, "cannot connect", &e))?;
-    tokio::spawn(async move {
-        if let Err(e) = connection.await {
-            tracing::debug!(error = %e, "PostgreSQL connection ended");
+    let connector = options
+        .tls
+        .connector()
+        .map_err(|message| SourceError::Postgres {
+            server: options.server.clone(),
+            table: None,
+            message,
+            retryable: false,
+        })?;
+    let failed = |e| pg_error(options, None, "cannot connect", &e);
+    let client = match connector {
+        None => {
+            let (client, connection) = options.config.connect(NoTls).await.map_err(failed)?;
+            tokio::spawn(async move {
+                if let Err(e) = connection.await {
+                    tracing::debug!(error = %e, "PostgreSQL connection ended");
+                }
+            });
+            client
         }
-    });
+        Some(tls) => {
+            let (client, connection) = options.config.connect(tls).await.map_err(failed)?;
+            tokio::spawn(async move {
+                if let Err(e) = connection.await {
+                    tracing::debug!(error = %e, "PostgreSQL connection ended");
+                }
+            });
+            client
+        }
+    };
     client
         .batch_execute(
             "SET DateStyle = 'ISO, YMD'; SET TimeZone = 'UTC'; SET extra_float_digits = 3; \

@@ -121,6 +121,7 @@ mod checkpoint {
         PostgresSourceOptions {
             server: server_name(&config),
             config,
+            tls: crate::sources::postgres::tls::PgTls::Disable,
             schema: "public".into(),
             tables: tables
                 .iter()
@@ -134,6 +135,64 @@ mod checkpoint {
             batch_rows: 2,
             sample_rows: None,
         }
+    }
+
+    /// `sslmode` from the key or from the connection string (where tokio-postgres does not
+    /// know `verify-full`: it is negotiated as `require` and checked by our connector), and
+    /// `sslrootcert` carried into `verify-full`.
+    #[test]
+    fn sslmode_resolves_from_the_key_or_the_connection_string() {
+        use crate::config::connectors::{PgSslMode, PostgresSourceConfig};
+        use crate::sources::postgres::tls::PgTls;
+        let keys = |yaml: &str| -> PostgresSourceConfig { serde_norway::from_str(yaml).unwrap() };
+        let resolved = |yaml: &str| {
+            let options = PostgresSourceOptions::from_config(&keys(yaml)).unwrap();
+            (options.tls, options.config.get_ssl_mode())
+        };
+        use tokio_postgres::config::SslMode;
+        assert_eq!(resolved("database: d"), (PgTls::Prefer, SslMode::Prefer));
+        assert_eq!(
+            resolved("database: d\nsslmode: disable"),
+            (PgTls::Disable, SslMode::Disable)
+        );
+        assert_eq!(
+            resolved("database: d\nsslmode: require"),
+            (PgTls::Require, SslMode::Require)
+        );
+        assert_eq!(
+            resolved("database: d\nsslmode: verify-full\nsslrootcert: /etc/ca.pem"),
+            (
+                PgTls::VerifyFull {
+                    root_cert: Some("/etc/ca.pem".into())
+                },
+                SslMode::Require
+            )
+        );
+        let from_url = |url: &str, root: Option<&str>| {
+            let mut c = keys("{}");
+            c.connection_string = Some(crate::config::secret::Secret::new(url));
+            c.sslrootcert = root.map(Into::into);
+            c.sslmode = Some(PgSslMode::Disable); // the string's own sslmode wins
+            let options = PostgresSourceOptions::from_config(&c).unwrap();
+            (options.tls, options.config.get_ssl_mode())
+        };
+        assert_eq!(
+            from_url("postgresql://u:p@h/db", None),
+            (PgTls::Prefer, SslMode::Prefer)
+        );
+        assert_eq!(
+            from_url("postgresql://u:p@h/db?sslmode=require", None),
+            (PgTls::Require, SslMode::Require)
+        );
+        assert_eq!(
+            from_url("host=h dbname=db sslmode=verify-full", Some("ca.pem")),
+            (
+                PgTls::VerifyFull {
+                    root_cert: Some("ca.pem".into())
+                },
+                SslMode::Require
+            )
+        );
     }
 
     fn rows(n: usize) -> Vec<Map<String, Value>> {
