@@ -147,15 +147,30 @@ impl QueryEngine {
             session = session.with_default_catalog_and_schema(CATALOG, &only.name);
         }
         let ctx = SessionContext::new_with_config(session);
-        // The landed files of a lake on S3 are read through its catalog's file I/O.
+        // The landed files on S3 are read through the lake catalog's file I/O, or an S3
+        // destination's own client (its region and endpoint).
         for pipeline in &wals {
-            let Some(lake) = &pipeline.lake else { continue };
-            let Some(bucket) = lake
-                .catalog
-                .warehouse()
-                .strip_prefix("s3://")
-                .and_then(|rest| rest.split('/').next())
-            else {
+            let store: Option<(&str, &str, Arc<s3_objects::FileIoObjects>)> =
+                match (&pipeline.lake, &pipeline.files) {
+                    (Some(lake), _) => lake
+                        .catalog
+                        .warehouse()
+                        .strip_prefix("s3://")
+                        .and_then(|rest| rest.split('/').next())
+                        .map(|bucket| {
+                            let objects = s3_objects::FileIoObjects::new(
+                                bucket.to_owned(),
+                                lake.catalog.file_io().clone(),
+                            );
+                            ("warehouse", bucket, Arc::new(objects))
+                        }),
+                    (None, Some(files)) => files
+                        .s3
+                        .as_ref()
+                        .map(|(bucket, store)| ("destination", bucket.as_str(), Arc::clone(store))),
+                    (None, None) => None,
+                };
+            let Some((what, bucket, store)) = store else {
                 continue;
             };
             let url = datafusion::execution::object_store::ObjectStoreUrl::parse(format!(
@@ -163,29 +178,9 @@ impl QueryEngine {
             ))
             .map_err(|e| QueryError::Unsupported {
                 pipeline: pipeline.name.clone(),
-                reason: format!("the warehouse bucket `{bucket}` is not a valid URL host: {e}"),
+                reason: format!("the {what} bucket `{bucket}` is not a valid URL host: {e}"),
             })?;
-            ctx.register_object_store(
-                url.as_ref(),
-                Arc::new(s3_objects::FileIoObjects::new(
-                    bucket.to_owned(),
-                    lake.catalog.file_io().clone(),
-                )),
-            );
-        }
-        // The landed objects of an S3 destination, through an S3 client of its own.
-        for pipeline in &wals {
-            let Some((bucket, store)) = pipeline.files.as_ref().and_then(|f| f.s3.as_ref()) else {
-                continue;
-            };
-            let url = datafusion::execution::object_store::ObjectStoreUrl::parse(format!(
-                "s3://{bucket}"
-            ))
-            .map_err(|e| QueryError::Unsupported {
-                pipeline: pipeline.name.clone(),
-                reason: format!("the destination bucket `{bucket}` is not a valid URL host: {e}"),
-            })?;
-            ctx.register_object_store(url.as_ref(), Arc::clone(store) as _);
+            ctx.register_object_store(url.as_ref(), store as _);
         }
         let mut engine = QueryEngine {
             runtime: Arc::new(runtime),

@@ -180,21 +180,22 @@ impl ServerCertVerifier for Unchecked {
 /// Whether `e` (a connection error) is the server's certificate refused by `verify-full`:
 /// connecting again cannot help until the configuration or the certificate changes.
 pub fn certificate_refused(e: &(dyn std::error::Error + 'static)) -> bool {
+    let refused = |tls: &rustls::Error| {
+        matches!(
+            tls,
+            rustls::Error::InvalidCertificate(_) | rustls::Error::NoCertificatesPresented
+        )
+    };
     let mut source = Some(e);
     while let Some(inner) = source {
-        if let Some(tls) = inner.downcast_ref::<rustls::Error>() {
-            return matches!(
-                tls,
-                rustls::Error::InvalidCertificate(_) | rustls::Error::NoCertificatesPresented
-            );
-        }
-        if let Some(io) = inner.downcast_ref::<std::io::Error>()
-            && let Some(tls) = io.get_ref().and_then(|e| e.downcast_ref::<rustls::Error>())
-        {
-            return matches!(
-                tls,
-                rustls::Error::InvalidCertificate(_) | rustls::Error::NoCertificatesPresented
-            );
+        let tls = inner.downcast_ref::<rustls::Error>().or_else(|| {
+            inner
+                .downcast_ref::<std::io::Error>()
+                .and_then(|io| io.get_ref())
+                .and_then(|e| e.downcast_ref::<rustls::Error>())
+        });
+        if let Some(tls) = tls {
+            return refused(tls);
         }
         source = inner.source();
     }
