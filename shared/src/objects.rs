@@ -252,22 +252,15 @@ impl ObjectTarget for S3Target {
     }
 
     fn list(&self, dir: &str) -> Result<Vec<String>, ObjectError> {
-        let prefix = self.key_of(&format!("{dir}/"));
-        let keys = self
-            .bucket
-            .list(&prefix)
-            .map_err(|failure| self.failed("list", &prefix, failure))?;
-        Ok(keys
-            .iter()
-            .filter_map(|key| key.strip_prefix(&prefix))
-            .filter(|file| !file.is_empty() && !file.contains('/'))
-            .map(|file| format!("{dir}/{file}"))
-            .collect())
+        let mut names = self.list_below(dir)?;
+        names.retain(|name| !name[dir.len() + 1..].contains('/'));
+        Ok(names)
     }
 
     fn list_below(&self, dir: &str) -> Result<Vec<String>, ObjectError> {
         let prefix = self.key_of(&format!("{dir}/"));
-        let mut names: Vec<String> = self
+        // S3 lists in UTF-8 byte order, which is `String`'s order: already sorted.
+        Ok(self
             .bucket
             .list(&prefix)
             .map_err(|failure| self.failed("list", &prefix, failure))?
@@ -275,9 +268,7 @@ impl ObjectTarget for S3Target {
             .filter_map(|key| key.strip_prefix(&prefix))
             .filter(|path| !path.is_empty() && !path.ends_with('/'))
             .map(|path| format!("{dir}/{path}"))
-            .collect();
-        names.sort();
-        Ok(names)
+            .collect())
     }
 
     fn get(&self, name: &str) -> Result<Option<Vec<u8>>, ObjectError> {

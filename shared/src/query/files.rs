@@ -15,7 +15,6 @@ use std::sync::Arc;
 
 use arrow::datatypes::SchemaRef;
 use futures::{StreamExt as _, TryStreamExt as _};
-use object_store::ObjectStoreExt as _;
 use parquet::arrow::ParquetRecordBatchStreamBuilder;
 use parquet::arrow::arrow_reader::ArrowReaderMetadata;
 use parquet::arrow::async_reader::ParquetObjectReader;
@@ -124,7 +123,8 @@ pub(super) async fn load_files(
             continue;
         }
         let locations = sink.data_files(&table, landed).map_err(sink_failed)?;
-        let mut landed_files: Vec<(String, SchemaRef)> = match &source.s3 {
+        // In the order of `data_files` (sorted).
+        let landed_files: Vec<(String, SchemaRef)> = match &source.s3 {
             None => locations
                 .into_iter()
                 .map(|location| {
@@ -138,12 +138,11 @@ pub(super) async fn load_files(
                     let schema = s3_footer(bucket, store, &location).await?;
                     Ok::<_, (String, bool)>((location, schema))
                 })
-                .buffer_unordered(FOOTER_READS)
+                .buffered(FOOTER_READS)
                 .try_collect()
                 .await
                 .map_err(|(message, retryable)| failed(message, retryable))?,
         };
-        landed_files.sort_by(|a, b| a.0.cmp(&b.0));
         let schemas: Vec<SchemaRef> = landed_files.iter().map(|(_, s)| Arc::clone(s)).collect();
         parts.insert(
             table,
@@ -180,13 +179,11 @@ async fn s3_footer(
         .ok_or_else(|| (format!("{location} is not in s3://{bucket}"), false))?;
     let path =
         object_store::path::Path::parse(key).map_err(|e| (format!("{location}: {e}"), false))?;
-    // An object listed a moment ago and gone now was replaced under the query: read again.
-    let meta = store
-        .head(&path)
-        .await
-        .map_err(|e| (format!("{location}: {e}"), true))?;
+    // The footer is fetched with suffix range reads (no HEAD for the size first). A store
+    // failure (an object listed a moment ago and replaced since, S3 unreachable) may pass if
+    // read again; a file that is not Parquet will not.
     let store: Arc<dyn object_store::ObjectStore> = Arc::clone(store) as _;
-    let reader = ParquetObjectReader::new(store, path).with_file_size(meta.size);
+    let reader = ParquetObjectReader::new(store, path);
     let builder = ParquetRecordBatchStreamBuilder::new(reader)
         .await
         .map_err(|e| {

@@ -4,6 +4,7 @@
 use super::Validator;
 use crate::config::ConfigError;
 use crate::config::connectors::{CdcMode, PgSslMode, PostgresSinkConfig, PostgresSourceConfig};
+use crate::sources::postgres::tls::parse_connection_string;
 
 impl Validator<'_> {
     /// Check the `Postgres` source `name`'s keys.
@@ -26,7 +27,7 @@ impl Validator<'_> {
                 Some(_) => {}
             }
         } else if let Some(text) = c.connection_string.as_ref().map(|s| s.expose())
-            && crate::sources::postgres::tls::parse_connection_string(text).is_none()
+            && parse_connection_string(text).is_none()
         {
             // The parser's message may quote the text: never show it.
             return bad(
@@ -120,7 +121,7 @@ impl Validator<'_> {
         let bad = |key: &str, message: &str| Err(self.bad_value(&at(key), message));
         match c.connection_string.as_ref().map(|s| s.expose()) {
             Some(text) => {
-                if crate::sources::postgres::tls::parse_connection_string(text).is_none() {
+                if parse_connection_string(text).is_none() {
                     // The parser's message may quote the text: never show it.
                     return bad(
                         "connection_string",
@@ -176,11 +177,11 @@ fn check_tls(
     if root_cert.as_os_str().is_empty() {
         return Err("must not be empty");
     }
-    let verify_full = match connection_string {
-        Some(text) => text.contains("sslmode=verify-full"),
-        None => mode == Some(PgSslMode::VerifyFull),
+    let mode = match connection_string {
+        Some(text) => parse_connection_string(text).map(|(_, mode)| mode),
+        None => mode,
     };
-    if !verify_full {
+    if mode != Some(PgSslMode::VerifyFull) {
         return Err(
             "is only used with `sslmode: verify-full` (libpq's `require` and `prefer` do not check the certificate)",
         );

@@ -138,6 +138,18 @@ pub(crate) fn ident(name: &str) -> String {
     format!("\"{}\"", name.replace('"', "\"\""))
 }
 
+/// Run a connection's I/O in the background until the client is dropped.
+fn drive<C>(connection: C)
+where
+    C: std::future::Future<Output = Result<(), tokio_postgres::Error>> + Send + 'static,
+{
+    tokio::spawn(async move {
+        if let Err(e) = connection.await {
+            tracing::debug!(error = %e, "PostgreSQL connection ended");
+        }
+    });
+}
+
 /// Connect and set the session up so text casts are stable (ISO dates, UTC, exact floats).
 pub(crate) async fn connect(options: &PostgresSourceOptions) -> Result<Client, SourceError> {
     let connector = options
@@ -153,20 +165,12 @@ pub(crate) async fn connect(options: &PostgresSourceOptions) -> Result<Client, S
     let client = match connector {
         None => {
             let (client, connection) = options.config.connect(NoTls).await.map_err(failed)?;
-            tokio::spawn(async move {
-                if let Err(e) = connection.await {
-                    tracing::debug!(error = %e, "PostgreSQL connection ended");
-                }
-            });
+            drive(connection);
             client
         }
         Some(tls) => {
             let (client, connection) = options.config.connect(tls).await.map_err(failed)?;
-            tokio::spawn(async move {
-                if let Err(e) = connection.await {
-                    tracing::debug!(error = %e, "PostgreSQL connection ended");
-                }
-            });
+            drive(connection);
             client
         }
     };

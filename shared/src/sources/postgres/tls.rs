@@ -13,8 +13,9 @@
 //! chain against `sslrootcert` (a PEM file of CA certificates) or, without it, the system's
 //! trusted roots, and the certificate's names against the host connected to.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::crypto::WebPkiSupportedAlgorithms;
@@ -26,7 +27,7 @@ use tokio_postgres_rustls::MakeRustlsConnect;
 use crate::config::connectors::PgSslMode;
 
 /// How a connection uses TLS: libpq's `sslmode`, resolved.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub enum PgTls {
     /// Never.
     Disable,
@@ -52,17 +53,34 @@ impl PgTls {
         }
     }
 
-    /// The connector for this mode; `None` for `disable`. Fails when `sslrootcert` cannot be
-    /// read or holds no certificate, or the system's roots cannot be loaded; the message
-    /// names the file.
+    /// The connector for this mode; `None` for `disable`. Built once per mode and process
+    /// (the trust store is read once, not at every connection; a destination connects at every
+    /// delivery). Fails when `sslrootcert` cannot be read or holds no certificate, or the
+    /// system's roots cannot be loaded; the message names the file. A failure is not kept, so
+    /// a file fixed meanwhile is read at the next connection.
     pub fn connector(&self) -> Result<Option<MakeRustlsConnect>, String> {
+        static BUILT: Mutex<BTreeMap<PgTls, MakeRustlsConnect>> = Mutex::new(BTreeMap::new());
+        if *self == PgTls::Disable {
+            return Ok(None);
+        }
+        if let Some(built) = BUILT.lock().ok().and_then(|b| b.get(self).cloned()) {
+            return Ok(Some(built));
+        }
+        let built = self.build()?;
+        if let Ok(mut cache) = BUILT.lock() {
+            cache.insert(self.clone(), built.clone());
+        }
+        Ok(Some(built))
+    }
+
+    /// A new connector for this mode (not `disable`).
+    fn build(&self) -> Result<MakeRustlsConnect, String> {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let builder = rustls::ClientConfig::builder_with_provider(Arc::clone(&provider))
             .with_safe_default_protocol_versions()
             .map_err(|e| format!("TLS set-up: {e}"))?;
         let config = match self {
-            PgTls::Disable => return Ok(None),
-            PgTls::Prefer | PgTls::Require => builder
+            PgTls::Disable | PgTls::Prefer | PgTls::Require => builder
                 .dangerous()
                 .with_custom_certificate_verifier(Arc::new(Unchecked {
                     algorithms: provider.signature_verification_algorithms,
@@ -76,7 +94,7 @@ impl PgTls {
                 builder.with_root_certificates(roots).with_no_client_auth()
             }
         };
-        Ok(Some(MakeRustlsConnect::new(config)))
+        Ok(MakeRustlsConnect::new(config))
     }
 }
 
