@@ -34,7 +34,7 @@ use serde_json::{Value, json};
 
 use bin::skipprd_command;
 use local_aws::reader_python;
-use pg::{Pg, pg};
+use pg::{Pg, TYPES_SQL, pg};
 
 /// The test server, from the environment `tests/postgres/pg.sh` exports.
 /// A project whose pipeline `pg` reads `source` (the lines under `Postgres:`) into a lake.
@@ -124,28 +124,6 @@ fn rows_once(dir: &Path, table: &str, expected: u64) {
         assert_eq!(keys.last(), Some(&json!(expected)), "{reader} {table}");
     }
 }
-
-const TYPES_SQL: &str = "
-CREATE TYPE mood AS ENUM ('sad', 'ok', 'happy');
-CREATE TABLE ints (id int4 PRIMARY KEY, a int2, b int4, c int8, o oid, flag bool);
-INSERT INTO ints VALUES (1, -32768, 2147483647, 9007199254740993, 4000000000, true),
-  (2, NULL, NULL, NULL, NULL, NULL), (3, 7, -7, -9223372036854775808, 0, false);
-CREATE TABLE nums (id int4 PRIMARY KEY, n numeric(12,3), big numeric, r float4, d float8);
-INSERT INTO nums VALUES (1, -1234.500, 123456789012345678901234567890123456789012.0001, 1.5, 0.1),
-  (2, NULL, NULL, NULL, NULL), (3, 0.001, 'NaN', -2.25, 1e300);
-CREATE TABLE texts (id int4 PRIMARY KEY, t text, v varchar(10), c char(3), m mood, u uuid);
-INSERT INTO texts VALUES (1, 'héllo \"wörld\"', 'v', 'ab', 'happy', 'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11'),
-  (2, NULL, NULL, NULL, NULL, NULL), (3, '', 'line\nbreak', 'xyz', 'sad', '00000000-0000-0000-0000-000000000000');
-CREATE TABLE times (id int4 PRIMARY KEY, d date, ts timestamp, tz timestamptz, tm time);
-INSERT INTO times VALUES (1, '2026-01-02', '2026-01-02 03:04:05.123456', '2026-01-02 03:04:05.5+02', '12:34:56.7'),
-  (2, NULL, NULL, NULL, NULL), (3, '1999-12-31', '1970-01-01 00:00:00', '2038-01-19 03:14:08+00', '00:00:00');
-CREATE TABLE docs (id int4 PRIMARY KEY, j json, jb jsonb, bin bytea);
-INSERT INTO docs VALUES (1, '{\"a\": [1, 2]}', '{\"b\": {\"c\": null}}', '\\x00ff10'),
-  (2, NULL, NULL, NULL), (3, '[1,\"x\"]', '\"just a string\"', '');
-CREATE TABLE lists (id int4 PRIMARY KEY, ia int4[], ta text[], grid int8[][], iv interval);
-INSERT INTO lists VALUES (1, '{1,NULL,3}', '{a,\"b c\"}', '{{1,2},{3,4}}', '1 day 02:00:00'),
-  (2, NULL, NULL, NULL, NULL), (3, '{}', '{\"\"}', '{{5}}', '-00:00:01');
-";
 
 #[test]
 fn a_snapshot_of_every_type_reads_back_exactly_in_duckdb_and_pyiceberg() {
@@ -573,8 +551,12 @@ fn bad_keys_fail_validation_with_exit_2_naming_the_key() {
             "data_sources.pg.Postgres.query",
         ),
         (
-            "database: d\ncdc_mode: cdc_only\n",
-            "data_sources.pg.Postgres.cdc_mode",
+            "database: d\ncdc_mode: cdc_only\nreplication_slot_name: Bad-Slot\n",
+            "data_sources.pg.Postgres.replication_slot_name",
+        ),
+        (
+            "database: d\ncdc_mode: snapshot_then_cdc\nquery: SELECT 1\n",
+            "data_sources.pg.Postgres.query",
         ),
         (
             "database: d\ntables: [{name: a, cursor: x}]\n",
@@ -661,12 +643,11 @@ fn discover_samples_each_table_and_doctor_reports_each_check_with_a_fix() {
         "{stdout}"
     );
 
-    // doctor as a user who may read two tables, with no replication attribute.
+    // doctor as a user who may read two tables, in snapshot mode: no stream checks.
     write_config(
         dir.path(),
         &format!(
             "host: {}\nport: {}\nuser: {role}\npassword: ${{PG_PASSWORD}}\ndatabase: {db}\n\
-             replication_slot_name: {slot}\npublication_name: pub_doctor\n\
              tables: [big, hidden, absent, {{name: nokey, cursor_field: updated_at}}]\n",
             pg.host, pg.port
         ),
@@ -677,7 +658,6 @@ fn discover_samples_each_table_and_doctor_reports_each_check_with_a_fix() {
         .output()
         .unwrap();
     let report = String::from_utf8_lossy(&out.stdout);
-    pg.sql(&db, &format!("SELECT pg_drop_replication_slot('{slot}')"));
     assert_eq!(out.status.code(), Some(1), "{report}");
     for line in [
         format!(
@@ -690,10 +670,38 @@ fn discover_samples_each_table_and_doctor_reports_each_check_with_a_fix() {
         "[FAIL] pg: source table public.absent: no such table".to_owned(),
         "[FAIL] pg: source table public.nokey: has no primary key".to_owned(),
         "[ok]   pg: source wal_level: logical".to_owned(),
+    ] {
+        assert!(report.contains(&line), "`{line}` not in:\n{report}");
+    }
+    assert!(!report.contains("replication slot"), "{report}");
+
+    // The same user and tables streamed by CDC, with no replication attribute.
+    write_config(
+        dir.path(),
+        &format!(
+            "host: {}\nport: {}\nuser: {role}\npassword: ${{PG_PASSWORD}}\ndatabase: {db}\n\
+             cdc_mode: snapshot_then_cdc\nreplication_slot_name: {slot}\npublication_name: pub_doctor\n\
+             tables: [big, small, nokey]\n",
+            pg.host, pg.port
+        ),
+    );
+    let out = skipprd_command(dir.path())
+        .args(["doctor"])
+        .env("PG_PASSWORD", "reader-pw")
+        .output()
+        .unwrap();
+    let report = String::from_utf8_lossy(&out.stdout);
+    pg.sql(&db, &format!("SELECT pg_drop_replication_slot('{slot}')"));
+    assert_eq!(out.status.code(), Some(1), "{report}");
+    for line in [
+        "[ok]   pg: source table public.big: readable, snapshot, then its changes".to_owned(),
+        "[FAIL] pg: source table public.nokey: has no primary key: published for CDC".to_owned(),
+        "fix: ALTER TABLE \"public\".\"nokey\" REPLICA IDENTITY FULL;".to_owned(),
         format!("[ok]   pg: source replication slot: `{slot}` exists (pgoutput)"),
         format!("[FAIL] pg: source replication permission: `{role}` has no REPLICATION attribute"),
-        format!("fix: ALTER ROLE {role} WITH REPLICATION;"),
-        "[ok]   pg: source publication: `pub_doctor` exists".to_owned(),
+        format!("fix: ALTER ROLE \"{role}\" WITH REPLICATION;"),
+        "[FAIL] pg: source publication: `pub_doctor` does not publish `public.nokey`".to_owned(),
+        "fix: ALTER PUBLICATION \"pub_doctor\" ADD TABLE \"public\".\"nokey\";".to_owned(),
     ] {
         assert!(report.contains(&line), "`{line}` not in:\n{report}");
     }

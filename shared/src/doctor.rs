@@ -217,7 +217,7 @@ impl Pipeline<'_> {
     fn source(&mut self) {
         let name = self.name("source");
         if let SourceConnector::Postgres(c) = &self.pipeline.source.connector {
-            for check in crate::sources::postgres::doctor::diagnose(c) {
+            for check in crate::sources::postgres::doctor::diagnose(c, self.pipeline.cdc.as_ref()) {
                 let part = self.name(&format!("source {}", check.part));
                 self.push(match check.fix {
                     None => Check::ok(part, check.detail),

@@ -186,10 +186,11 @@ pub struct PipelineConfig {
     #[serde(default)]
     pub buffer_threshold_seconds: Option<u64>,
     /// Change data capture, passed to a source that can stream changes: a mode
-    /// (`snapshot`, `snapshot_then_cdc`, `cdc_only`) or a map `{mode, slot_name, publication}`.
-    /// `snapshot` (a bounded read, today's behaviour) is accepted on the Postgres source; the
-    /// streaming modes are refused at validation until the Postgres CDC reader lands, and any
-    /// `cdc` on a source that cannot capture changes is refused naming the source.
+    /// (`snapshot`, `snapshot_then_cdc`, `cdc_only`) or a map `{mode, slot_name, publication}`;
+    /// wins over the Postgres source's `cdc_mode`, `replication_slot_name` and
+    /// `publication_name`. `snapshot` is the source's bounded (incremental) read; the other two
+    /// stream changes by logical replication. Any `cdc` on a source that cannot capture
+    /// changes is refused naming the source.
     #[serde(default)]
     pub cdc: Option<CdcSetting>,
     /// Directory for the WAL, resume positions and (in local storage mode) the schema; the
@@ -382,10 +383,12 @@ impl CdcSetting {
 pub struct CdcOptions {
     /// How changes are read.
     pub mode: CdcMode,
-    /// Logical replication slot name. Default: derived from the workspace and pipeline.
+    /// Logical replication slot name (wins over the source's `replication_slot_name`).
+    /// Default: `skipprd_{pipeline}`.
     #[serde(default)]
     pub slot_name: Option<String>,
-    /// Publication to stream. Default: one made for the pipeline's tables.
+    /// Publication to stream (wins over the source's `publication_name`). Default
+    /// `skipprd_{pipeline}`, made for the pipeline's tables when missing.
     #[serde(default)]
     pub publication: Option<String>,
 }

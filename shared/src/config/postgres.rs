@@ -66,16 +66,20 @@ pub struct PostgresSourceConfig {
     #[serde(default)]
     pub batch_size_rows: Option<usize>,
     /// `snapshot` (default): each pass reads the tables (incrementally where a table has a
-    /// `cursor_field`). `snapshot_then_cdc` and `cdc_only` (logical replication) are not
-    /// supported yet by this build and fail validation by name.
+    /// `cursor_field`). `snapshot_then_cdc`: the tables once, at the replication slot's
+    /// consistent point, then every insert, update and delete after it (logical replication,
+    /// `pgoutput`); `cdc_only`: the changes only. Change records carry `_op` (`r` snapshot,
+    /// `c`, `u`, `d`, `t` truncate), `_lsn`, `_commit_lsn` and `_commit_ts`. The pipeline's
+    /// `cdc` wins over this key.
     #[serde(default)]
     pub cdc_mode: Option<CdcMode>,
-    /// The logical replication slot CDC reads (for `snapshot_then_cdc` and `cdc_only`).
-    /// Default `skipprd_{pipeline}`.
+    /// The logical replication slot CDC reads (for `snapshot_then_cdc` and `cdc_only`),
+    /// created when missing: 1-63 lower-case letters, digits and `_`. Default
+    /// `skipprd_{pipeline}` (lower-cased, other characters as `_`).
     #[serde(default)]
     pub replication_slot_name: Option<String>,
-    /// The publication CDC reads (for `snapshot_then_cdc` and `cdc_only`). Default
-    /// `skipprd_{pipeline}`.
+    /// The publication CDC reads (for `snapshot_then_cdc` and `cdc_only`), created for the
+    /// tables when missing (which needs their owner). Default `skipprd_{pipeline}`.
     #[serde(default)]
     pub publication_name: Option<String>,
     /// CDC: a pass ends after this many seconds with no new change. Default 10.

@@ -186,6 +186,44 @@ pub struct Named<C> {
     pub connector: C,
 }
 
+/// A Postgres source's change stream, resolved from the pipeline's `cdc` and the source's
+/// keys (see `sources::postgres::cdc`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResolvedCdc {
+    /// `snapshot_then_cdc`: the tables are read once, at the slot's consistent point, before
+    /// the stream; `false`: `cdc_only`.
+    pub snapshot_first: bool,
+    /// The logical replication slot (created when missing).
+    pub slot_name: String,
+    /// The publication (created for the tables when missing).
+    pub publication: String,
+    /// A pass ends once no change has come for this long.
+    pub idle_timeout: Duration,
+}
+
+impl ResolvedCdc {
+    /// Default `cdc_idle_timeout_seconds`.
+    pub const DEFAULT_IDLE_TIMEOUT_SECONDS: u64 = 10;
+}
+
+/// `skipprd_{pipeline}` as a replication slot may be named: lower case, letters, digits and
+/// `_` (anything else becomes `_`), at most 63 bytes.
+pub fn default_cdc_name(pipeline: &str) -> String {
+    let mut name: String = format!("skipprd_{pipeline}")
+        .chars()
+        .map(|c| {
+            let c = c.to_ascii_lowercase();
+            if c.is_ascii_lowercase() || c.is_ascii_digit() {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    name.truncate(63);
+    name
+}
+
 /// One pipeline, references resolved.
 #[derive(Debug, Clone)]
 pub struct ValidatedPipeline {
@@ -219,9 +257,9 @@ pub struct ValidatedPipeline {
     /// `buffer_threshold_seconds`, else [`Settings::buffer_threshold_seconds`]; a source's
     /// `batch_size_seconds` wins).
     pub buffer_threshold_seconds: Duration,
-    /// The CDC mode passed to the source (validated against it); `None`: the source's own
-    /// read.
-    pub cdc: Option<super::CdcMode>,
+    /// The Postgres change stream (`snapshot_then_cdc` or `cdc_only`, from the pipeline's
+    /// `cdc` or the source's `cdc_mode`); `None`: the source's own read (`snapshot`).
+    pub cdc: Option<ResolvedCdc>,
     /// The data directory (the pipeline's own directory is [`Self::state_dir`]).
     pub data_dir: PathBuf,
     /// Routing and shaping of records.
@@ -573,7 +611,7 @@ pub fn validate_with(
                 return Err(v.bad_value(&at(key), "must be at least 1"));
             }
         }
-        let cdc = v.cdc(&at("cdc"), p.cdc.as_ref(), &source)?;
+        let cdc = v.cdc(&at("cdc"), name, p.cdc.as_ref(), &source)?;
         let data_dir = match &p.data_dir {
             Some(dir) => v.base_dir.join(dir),
             None => match v.env.var("DATA_DIR").filter(|d| !d.is_empty()) {
@@ -781,43 +819,98 @@ struct Validator<'a> {
 }
 
 impl Validator<'_> {
-    /// A pipeline's `cdc`: only a source that can capture changes takes it, and of the modes
-    /// only `snapshot` (its bounded incremental read) until the Postgres change stream lands.
+    /// A pipeline's change stream: its `cdc` (only a source that can capture changes takes
+    /// it) over the Postgres source's `cdc_mode`, `replication_slot_name` and
+    /// `publication_name`; the slot and publication default to `skipprd_{pipeline}`.
     fn cdc(
         &self,
         path: &str,
+        pipeline: &str,
         cdc: Option<&super::CdcSetting>,
         source: &Named<SourceConnector>,
-    ) -> Result<Option<super::CdcMode>, ConfigError> {
-        let Some(cdc) = cdc else { return Ok(None) };
-        let mode = cdc.mode();
-        if !matches!(source.connector, SourceConnector::Postgres(_)) {
+    ) -> Result<Option<ResolvedCdc>, ConfigError> {
+        let SourceConnector::Postgres(c) = &source.connector else {
+            if cdc.is_some() {
+                return Err(self.bad_value(
+                    path,
+                    &format!(
+                        "`data_sources.{}` is a `{}` source, which cannot capture changes; `cdc` is for a Postgres source",
+                        source.name,
+                        source.connector.type_name()
+                    ),
+                ));
+            }
+            return Ok(None);
+        };
+        use crate::config::connectors::CdcMode as SourceMode;
+        let (slot, publication) = match cdc {
+            Some(super::CdcSetting::Options(o)) => (o.slot_name.clone(), o.publication.clone()),
+            _ => (None, None),
+        };
+        let stream = match cdc.map(super::CdcSetting::mode) {
+            Some(super::CdcMode::Snapshot) => None,
+            Some(super::CdcMode::SnapshotThenCdc) => Some(true),
+            Some(super::CdcMode::CdcOnly) => Some(false),
+            None => match c.cdc_mode {
+                None | Some(SourceMode::Snapshot) => None,
+                Some(SourceMode::SnapshotThenCdc) => Some(true),
+                Some(SourceMode::CdcOnly) => Some(false),
+            },
+        };
+        let Some(snapshot_first) = stream else {
+            return Ok(None);
+        };
+        let source_key = |key: &str| format!("data_sources.{}.Postgres.{key}", source.name);
+        if c.query.is_some() {
             return Err(self.bad_value(
-                path,
-                &format!(
-                    "`data_sources.{}` is a `{}` source, which cannot capture changes; `cdc` is for a Postgres source",
-                    source.name,
-                    source.connector.type_name()
-                ),
+                &source_key("query"),
+                "a custom query cannot be streamed by CDC: name the `tables` instead",
             ));
         }
-        match mode {
-            super::CdcMode::Snapshot => Ok(Some(mode)),
-            super::CdcMode::SnapshotThenCdc | super::CdcMode::CdcOnly => {
-                Err(ConfigError::UnsupportedSetting {
-                    setting: path.to_owned(),
-                    value: match mode {
-                        super::CdcMode::SnapshotThenCdc => "snapshot_then_cdc",
-                        _ => "cdc_only",
-                    }
-                    .to_owned(),
-                    note: Some(
-                        "this build reads Postgres tables by cursor and primary key only (mode `snapshot`); the logical-replication change stream is not built yet"
-                            .to_owned(),
-                    ),
-                })
-            }
+        if let Some(index) = c
+            .tables
+            .iter()
+            .position(|t| t.config().cursor_field.is_some())
+        {
+            return Err(self.bad_value(
+                &source_key(&format!("tables[{index}].cursor_field")),
+                "is for `cdc_mode: snapshot`; the change stream reads every change without a cursor",
+            ));
         }
+        let default_name = || default_cdc_name(pipeline);
+        let (slot_name, slot_path) = match (slot, &c.replication_slot_name) {
+            (Some(s), _) => (s, format!("{path}.slot_name")),
+            (None, Some(s)) => (s.clone(), source_key("replication_slot_name")),
+            (None, None) => (default_name(), String::new()),
+        };
+        if slot_name.is_empty()
+            || slot_name.len() > 63
+            || !slot_name
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+        {
+            return Err(self.bad_value(
+                &slot_path,
+                "a replication slot name is 1-63 lower-case letters, digits and underscores",
+            ));
+        }
+        let (publication, publication_path) = match (publication, &c.publication_name) {
+            (Some(p), _) => (p, format!("{path}.publication")),
+            (None, Some(p)) => (p.clone(), source_key("publication_name")),
+            (None, None) => (default_name(), String::new()),
+        };
+        if publication.trim().is_empty() || publication.len() > 63 {
+            return Err(self.bad_value(&publication_path, "a publication name is 1-63 bytes"));
+        }
+        Ok(Some(ResolvedCdc {
+            snapshot_first,
+            slot_name,
+            publication,
+            idle_timeout: Duration::from_secs(
+                c.cdc_idle_timeout_seconds
+                    .unwrap_or(ResolvedCdc::DEFAULT_IDLE_TIMEOUT_SECONDS),
+            ),
+        }))
     }
 
     fn bad_name(&self, section: &'static str, name: &str, reason: String) -> ConfigError {

@@ -3,7 +3,7 @@
 
 use super::Validator;
 use crate::config::ConfigError;
-use crate::config::connectors::{CdcMode, PgSslMode, PostgresSinkConfig, PostgresSourceConfig};
+use crate::config::connectors::{PgSslMode, PostgresSinkConfig, PostgresSourceConfig};
 use crate::sources::postgres::tls::parse_connection_string;
 
 impl Validator<'_> {
@@ -90,15 +90,6 @@ impl Validator<'_> {
         }
         if c.cdc_idle_timeout_seconds == Some(0) {
             return bad("cdc_idle_timeout_seconds", "must be at least 1");
-        }
-        match c.cdc_mode {
-            None | Some(CdcMode::Snapshot) => {}
-            Some(CdcMode::SnapshotThenCdc | CdcMode::CdcOnly) => {
-                return bad(
-                    "cdc_mode",
-                    "`snapshot_then_cdc` and `cdc_only` (logical replication) are not supported yet by this build: use `snapshot` (with `cursor_field` for incremental reads)",
-                );
-            }
         }
         if let Err(message) = check_tls(
             c.sslmode,

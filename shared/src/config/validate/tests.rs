@@ -654,7 +654,7 @@ fn pipeline_buffer_thresholds_win_over_the_variables_and_zero_is_refused() {
 }
 
 #[test]
-fn cdc_goes_to_a_postgres_source_and_a_stream_mode_is_refused_until_it_is_built() {
+fn cdc_goes_to_a_postgres_source_and_resolves_its_slot_and_publication() {
     // On a source that cannot capture changes: refused, naming the source.
     let text = format!(
         "pipelines:\n  p:\n    data_source: data_sources.f\n    cdc: snapshot_then_cdc\n{FILE_SOURCE}"
@@ -662,26 +662,61 @@ fn cdc_goes_to_a_postgres_source_and_a_stream_mode_is_refused_until_it_is_built(
     let (path, message) = bad_value(validated(&text, &[], None).1);
     assert_eq!(path, "pipelines.p.cdc");
     assert!(message.contains("`File` source"), "{message}");
-    // `snapshot` on Postgres (both forms) is its incremental read.
+    // `snapshot` on Postgres (both forms) is its incremental read: no stream.
     for cdc in ["snapshot", "{mode: snapshot, slot_name: s1}"] {
         let text = format!(
             "pipelines:\n  p:\n    data_source: data_sources.f\n    cdc: {cdc}\n{PG_SOURCE}"
         );
         let (_dir, result) = validated(&text, &[], None);
-        assert_eq!(
-            result.unwrap().pipelines["p"].cdc,
-            Some(crate::config::CdcMode::Snapshot)
-        );
+        assert_eq!(result.unwrap().pipelines["p"].cdc, None);
     }
-    // The streaming modes: a clear "not supported" naming the key and the value.
+    // The stream modes: the pipeline's map wins over the source's keys; names default to
+    // `skipprd_{pipeline}`, made a legal slot name.
+    let with_keys = PG_SOURCE.replace(
+        "tables: [t]\n",
+        "tables: [t]\n      cdc_mode: snapshot_then_cdc\n      replication_slot_name: from_source\n      cdc_idle_timeout_seconds: 3\n",
+    );
     let text = format!(
-        "pipelines:\n  p:\n    data_source: data_sources.f\n    cdc: {{mode: cdc_only}}\n{PG_SOURCE}"
+        "pipelines:\n  p:\n    data_source: data_sources.f\n    cdc: {{mode: cdc_only, slot_name: from_pipeline}}\n  Orders-EU:\n    data_source: data_sources.f\n{with_keys}"
     );
-    let error = validated(&text, &[], None).1.unwrap_err().to_string();
-    assert!(
-        error.contains("pipelines.p.cdc = 'cdc_only' is not supported"),
-        "{error}"
+    let (_dir, result) = validated(&text, &[], None);
+    let config = result.unwrap();
+    let p = config.pipelines["p"].cdc.clone().unwrap();
+    assert!(!p.snapshot_first);
+    assert_eq!(
+        (p.slot_name.as_str(), p.publication.as_str()),
+        ("from_pipeline", "skipprd_p")
     );
+    assert_eq!(p.idle_timeout, Duration::from_secs(3));
+    let q = config.pipelines["Orders-EU"].cdc.clone().unwrap();
+    assert!(q.snapshot_first);
+    assert_eq!(
+        (q.slot_name.as_str(), q.publication.as_str()),
+        ("from_source", "skipprd_orders_eu")
+    );
+    // A slot name PostgreSQL refuses, a custom query, a cursor: refused naming the key.
+    for (cdc, source, want) in [
+        (
+            "{mode: cdc_only, slot_name: Bad-Name}",
+            PG_SOURCE.to_owned(),
+            "pipelines.p.cdc.slot_name",
+        ),
+        (
+            "cdc_only",
+            PG_SOURCE.replace("tables: [t]", "query: SELECT 1"),
+            "data_sources.f.Postgres.query",
+        ),
+        (
+            "snapshot_then_cdc",
+            PG_SOURCE.replace("tables: [t]", "tables: [{name: t, cursor_field: u}]"),
+            "data_sources.f.Postgres.tables[0].cursor_field",
+        ),
+    ] {
+        let text =
+            format!("pipelines:\n  p:\n    data_source: data_sources.f\n    cdc: {cdc}\n{source}");
+        let (path, _message) = bad_value(validated(&text, &[], None).1);
+        assert_eq!(path, want);
+    }
     // A mode that does not exist fails at load, saying what is expected.
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("skippr.yml");

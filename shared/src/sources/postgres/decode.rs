@@ -150,7 +150,7 @@ fn text(raw: &[u8]) -> String {
 }
 
 /// A finite float as a JSON number; NaN and the infinities as PostgreSQL spells them.
-fn float(value: f64) -> Value {
+pub(crate) fn float(value: f64) -> Value {
     match Number::from_f64(value) {
         Some(number) => Value::Number(number),
         None if value.is_nan() => Value::String("NaN".into()),
@@ -160,7 +160,7 @@ fn float(value: f64) -> Value {
 }
 
 /// Days, microseconds: PostgreSQL's epoch is 2000-01-01.
-fn pg_epoch() -> chrono::NaiveDateTime {
+pub(crate) fn pg_epoch() -> chrono::NaiveDateTime {
     chrono::NaiveDate::from_ymd_opt(2000, 1, 1)
         .and_then(|d| d.and_hms_opt(0, 0, 0))
         .unwrap_or_default()
@@ -174,18 +174,29 @@ fn date(days: i32) -> String {
             .date()
             .checked_add_signed(chrono::TimeDelta::days(i64::from(days)))
         {
-            Some(day) => day.format("%Y-%m-%d").to_string(),
+            Some(day) => format_date(day),
             None => format!("{days} days after 2000-01-01"),
         },
     }
 }
 
-fn timestamp(micros: i64, zone: &str) -> String {
+/// A day as this source writes it (`YYYY-MM-DD`; chrono's sign for years outside 1-9999).
+pub(crate) fn format_date(day: chrono::NaiveDate) -> String {
+    day.format("%Y-%m-%d").to_string()
+}
+
+/// An instant as this source writes it (`YYYY-MM-DDTHH:MM:SS.ffffff`, then `zone`).
+pub(crate) fn format_timestamp(at: chrono::NaiveDateTime, zone: &str) -> String {
+    format!("{}{zone}", at.format("%Y-%m-%dT%H:%M:%S%.6f"))
+}
+
+/// Microseconds after 2000-01-01 as a timestamp (`zone` `Z` for `timestamptz`).
+pub(crate) fn timestamp(micros: i64, zone: &str) -> String {
     match micros {
         i64::MAX => "infinity".into(),
         i64::MIN => "-infinity".into(),
         _ => match pg_epoch().checked_add_signed(chrono::TimeDelta::microseconds(micros)) {
-            Some(at) => format!("{}{zone}", at.format("%Y-%m-%dT%H:%M:%S%.6f")),
+            Some(at) => format_timestamp(at, zone),
             None => format!("{micros} microseconds after 2000-01-01"),
         },
     }

@@ -56,6 +56,14 @@
 //! rows already handed out, which is exact when it has an `ORDER BY` and the data did not
 //! change.
 //!
+//! # Change stream
+//!
+//! With `cdc_mode: snapshot_then_cdc` (the tables once, at the slot's consistent point, as
+//! records with `_op: r`) or `cdc_only`, a pass reads the changes of a logical replication
+//! slot after the committed position, exactly once across crashes: see [`cdc`]. The stream's
+//! position is [`PostgresCheckpoint::cdc`]; a new stream commits its slot's starting point in
+//! an empty first batch. `discover` samples the tables and never touches the slot.
+//!
 //! # Errors
 //!
 //! Every error is a [`SourceError::Postgres`] naming the server as `host:port/database` and
@@ -63,11 +71,14 @@
 //!
 //! [`Source::checkpoint`]: crate::sources::Source::checkpoint
 
+pub mod cdc;
 mod decode;
 pub mod doctor;
+pub(crate) mod pgoutput;
 pub(crate) mod reader;
 #[cfg(test)]
 mod tests;
+mod text;
 pub mod tls;
 
 use std::collections::BTreeMap;
@@ -75,9 +86,11 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use self::cdc::{CdcAt, StreamMessage, StreamOptions};
 use self::reader::{Chunk, Message, Plan};
 use super::{Position, Progress, Source, SourceBatch, SourceError, SourceRecord};
 use crate::config::connectors::{PgSslMode, PostgresSourceConfig, PostgresTableConfig};
+use crate::config::validate::ResolvedCdc;
 
 /// The rows of each table `skipprd discover` samples.
 pub const DISCOVER_SAMPLE_ROWS: usize = 10_000;
@@ -105,6 +118,9 @@ pub struct PostgresSourceOptions {
     /// Read at most this many rows of each table (the first in key order), for `discover`;
     /// `None`: every row.
     pub sample_rows: Option<usize>,
+    /// The change stream (`snapshot_then_cdc`, `cdc_only`); `None`: `snapshot`. A sampling
+    /// read (`discover`) never streams.
+    pub cdc: Option<ResolvedCdc>,
 }
 
 impl std::fmt::Debug for PostgresSourceOptions {
@@ -185,6 +201,7 @@ impl PostgresSourceOptions {
                 .unwrap_or(PostgresSourceConfig::DEFAULT_BATCH_SIZE_ROWS)
                 .max(1),
             sample_rows: None,
+            cdc: None,
         })
     }
 }
@@ -209,6 +226,14 @@ pub fn server_name(config: &tokio_postgres::Config) -> String {
     format!("{host}:{port}/{db}")
 }
 
+/// The namespace of a table's records: `postgres.{table}` (the schema left out).
+fn namespace_of(table: &str) -> String {
+    crate::schema::sanitize_namespace(&format!(
+        "postgres.{}",
+        table.rsplit('.').next().unwrap_or(table)
+    ))
+}
+
 /// The Postgres source's checkpoint (see the [module docs](self#incremental-reading-and-checkpoint)).
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct PostgresCheckpoint {
@@ -221,6 +246,9 @@ pub struct PostgresCheckpoint {
     pub in_pass: bool,
     /// Per table (`schema.table`, or `query`).
     pub tables: BTreeMap<String, TableAt>,
+    /// Where the change stream stands (CDC modes only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cdc: Option<CdcAt>,
 }
 
 /// Where one table stands.
@@ -254,6 +282,13 @@ pub struct PostgresSource {
     /// The pass's tables, once known.
     plans: Option<Vec<Plan>>,
     rx: Option<tokio::sync::mpsc::Receiver<Message>>,
+    /// The change stream of this pass, once started.
+    stream_rx: Option<tokio::sync::mpsc::Receiver<StreamMessage>>,
+    /// The stream's slot is ready and [`PostgresCheckpoint::cdc`] is set.
+    cdc_ready: bool,
+    /// The stream is new: its first checkpoint goes out at once, in an empty batch, so the
+    /// slot's starting point is committed before anything else happens.
+    cdc_announce: bool,
     finished: bool,
     rows_done: u64,
     tables_done: u64,
@@ -335,6 +370,9 @@ impl PostgresSource {
             state,
             plans: None,
             rx: None,
+            stream_rx: None,
+            cdc_ready: false,
+            cdc_announce: false,
             finished: false,
             rows_done: 0,
             tables_done: 0,
@@ -438,10 +476,109 @@ impl PostgresSource {
         let (tx, rx) = tokio::sync::mpsc::channel(1);
         let options = self.options.clone();
         let task_plans = plans.clone();
-        self.runtime()?.spawn(reader::run(options, task_plans, tx));
+        // The snapshot before a change stream records what it saw, once (a resumed
+        // snapshot keeps the first one's: see `cdc`).
+        let (filter_tx, filter_rx) = match &self.state.cdc {
+            Some(at) if at.snapshot.is_none() => {
+                let (t, r) = tokio::sync::oneshot::channel();
+                (Some(t), Some(r))
+            }
+            _ => (None, None),
+        };
+        self.runtime()?
+            .spawn(reader::run(options, task_plans, tx, filter_tx));
+        if let Some(filter_rx) = filter_rx {
+            // A reader that failed first says why through `rx`.
+            if let Ok(filter) = self.runtime()?.block_on(filter_rx)
+                && let Some(at) = self.state.cdc.as_mut()
+            {
+                at.snapshot = Some(filter);
+            }
+        }
         self.plans = Some(plans);
         self.rx = Some(rx);
         Ok(())
+    }
+
+    /// Ready the change stream's slot and publication, and move the slot to the committed
+    /// position (see [`cdc`]).
+    fn prepare_cdc(&mut self, settings: &ResolvedCdc) -> Result<(), SourceError> {
+        let stream = StreamOptions {
+            publication: settings.publication.clone(),
+            idle: settings.idle_timeout,
+        };
+        let fresh = self.state.cdc.is_none();
+        let options = self.options.clone();
+        let slot = settings.slot_name.clone();
+        let at = self.state.cdc.take();
+        let mut at = self
+            .runtime()?
+            .block_on(async move { cdc::prepare(&options, &stream, &slot, at).await })?;
+        if fresh {
+            at.snapshot_pending = settings.snapshot_first;
+            // A new stream starts its snapshot afresh.
+            self.state.in_pass = false;
+            self.state.tables.clear();
+        }
+        self.state.cdc = Some(at);
+        self.cdc_ready = true;
+        self.cdc_announce = fresh;
+        Ok(())
+    }
+
+    /// The next batch of the change stream (started on first call); `None` once the pass
+    /// ends.
+    fn next_change_batch(
+        &mut self,
+        settings: &ResolvedCdc,
+    ) -> Result<Option<SourceBatch>, SourceError> {
+        let mut rx = match self.stream_rx.take() {
+            Some(rx) => rx,
+            None => {
+                let Some(at) = self.state.cdc.clone() else {
+                    return Ok(None);
+                };
+                let (tx, rx) = tokio::sync::mpsc::channel(1);
+                let stream = StreamOptions {
+                    publication: settings.publication.clone(),
+                    idle: settings.idle_timeout,
+                };
+                self.runtime()?
+                    .spawn(cdc::run(self.options.clone(), stream, at, tx));
+                rx
+            }
+        };
+        let message = self.runtime()?.block_on(rx.recv());
+        match message {
+            None => {
+                self.finished = true;
+                Ok(None)
+            }
+            Some(Err(e)) => {
+                self.finished = true;
+                Err(e)
+            }
+            Some(Ok(changes)) => {
+                self.stream_rx = Some(rx);
+                let mut batch = SourceBatch::default();
+                for (table, record) in changes.records {
+                    self.rows_done += 1;
+                    let offset = record.get(cdc::LSN).and_then(|v| v.as_u64()).unwrap_or(0);
+                    batch.records.push(SourceRecord {
+                        value: record,
+                        position: Position {
+                            uri: format!("postgres://{}/{table}", self.options.server),
+                            offset,
+                            record: self.rows_done,
+                        },
+                        unparsed: None,
+                        namespace: Some(namespace_of(&table)),
+                    });
+                }
+                self.state.cdc = Some(changes.at);
+                Ok(Some(batch))
+            }
+        }
     }
 
     /// Mark the pass finished, and stop reading.
@@ -484,14 +621,19 @@ impl PostgresSource {
             .and_then(|p| p.get(chunk.table))
             .map(|p| p.name.clone())
             .unwrap_or_default();
-        let namespace = crate::schema::sanitize_namespace(&format!(
-            "postgres.{}",
-            name.rsplit('.').next().unwrap_or(&name)
-        ));
+        let namespace = namespace_of(&name);
         let uri = format!("postgres://{}/{name}", self.options.server);
+        let streaming = self.state.cdc.is_some();
         let at = self.state.tables.entry(name).or_default();
         let mut batch = SourceBatch::default();
-        for value in chunk.rows {
+        for mut value in chunk.rows {
+            if streaming {
+                // A snapshot row before the stream: before every change.
+                value.insert(cdc::OP.into(), serde_json::Value::from("r"));
+                value.insert(cdc::LSN.into(), serde_json::Value::from(0));
+                value.insert(cdc::COMMIT_LSN.into(), serde_json::Value::from(0));
+                value.insert(cdc::COMMIT_TS.into(), serde_json::Value::Null);
+            }
             at.rows += 1;
             batch.records.push(SourceRecord {
                 value,
@@ -513,17 +655,18 @@ impl PostgresSource {
         }
         if chunk.last_of_pass {
             self.reset_for_next_pass();
+            if let Some(cdc) = self.state.cdc.as_mut() {
+                cdc.snapshot_pending = false;
+            }
         }
         self.rows_done += batch.records.len() as u64;
         (!batch.records.is_empty()).then_some(batch)
     }
 }
 
-impl Source for PostgresSource {
-    fn next_batch(&mut self) -> Result<Option<SourceBatch>, SourceError> {
-        if self.finished {
-            return Ok(None);
-        }
+impl PostgresSource {
+    /// The next batch of the tables' read (started on first call).
+    fn next_snapshot_batch(&mut self) -> Result<Option<SourceBatch>, SourceError> {
         if self.rx.is_none() {
             self.start()?;
         }
@@ -550,6 +693,45 @@ impl Source for PostgresSource {
                 }
             }
         }
+    }
+}
+
+impl Source for PostgresSource {
+    fn next_batch(&mut self) -> Result<Option<SourceBatch>, SourceError> {
+        if self.finished {
+            return Ok(None);
+        }
+        if let Some(settings) = self
+            .options
+            .cdc
+            .clone()
+            .filter(|_| self.options.sample_rows.is_none())
+        {
+            if !self.cdc_ready {
+                self.prepare_cdc(&settings)?;
+            }
+            if std::mem::take(&mut self.cdc_announce) {
+                return Ok(Some(SourceBatch::default()));
+            }
+            if self.state.cdc.as_ref().is_some_and(|c| c.snapshot_pending) {
+                if let Some(batch) = self.next_snapshot_batch()? {
+                    return Ok(Some(batch));
+                }
+                self.finished = false;
+                if let Some(cdc) = self.state.cdc.as_mut()
+                    && cdc.snapshot_pending
+                {
+                    // The snapshot ended without a batch to carry its end: an empty batch
+                    // commits it, so a crash now does not take the snapshot again.
+                    cdc.snapshot_pending = false;
+                    self.state.in_pass = false;
+                    return Ok(Some(SourceBatch::default()));
+                }
+            }
+            self.rx = None;
+            return self.next_change_batch(&settings);
+        }
+        self.next_snapshot_batch()
     }
 
     fn progress(&self) -> Progress {

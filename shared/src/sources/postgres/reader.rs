@@ -7,6 +7,7 @@ use tokio::sync::mpsc;
 use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::{Client, NoTls};
 
+use super::cdc::SnapshotFilter;
 use super::decode::{Decoder, RawValue};
 use super::{PostgresSourceOptions, TableStart};
 use crate::sources::SourceError;
@@ -206,12 +207,15 @@ pub(super) async fn list_tables(
 
 /// Read every planned table (or the query) inside one snapshot, sending pages to `tx`.
 /// Ends quietly when the receiver is gone.
+/// With `filter`, the snapshot's visible transactions and WAL position are sent there first
+/// (for the change stream that follows it).
 pub(super) async fn run(
     options: PostgresSourceOptions,
     plans: Vec<Plan>,
     tx: mpsc::Sender<Message>,
+    filter: Option<tokio::sync::oneshot::Sender<SnapshotFilter>>,
 ) {
-    if let Err(e) = read_all(&options, &plans, &tx).await {
+    if let Err(e) = read_all(&options, &plans, &tx, filter).await {
         let _ = tx.send(Err(e)).await;
     }
 }
@@ -220,6 +224,7 @@ async fn read_all(
     options: &PostgresSourceOptions,
     plans: &[Plan],
     tx: &mpsc::Sender<Message>,
+    filter: Option<tokio::sync::oneshot::Sender<SnapshotFilter>>,
 ) -> Result<(), SourceError> {
     let client = connect(options).await?;
     client
@@ -232,6 +237,28 @@ async fn read_all(
         .and_then(|row| row.try_get(0))
         .map_err(|e| pg_error(options, None, "cannot export the snapshot", &e))?;
     tracing::debug!(server = %options.server, %snapshot, "PostgreSQL snapshot taken");
+    if let Some(filter) = filter {
+        // In the snapshot's transaction: what it sees, and the WAL position after it.
+        let row = client
+            .query_one(
+                "SELECT pg_current_snapshot()::text, pg_current_wal_insert_lsn()::text",
+                &[],
+            )
+            .await
+            .map_err(|e| pg_error(options, None, "cannot read the snapshot's position", &e))?;
+        let read = |e| pg_error(options, None, "cannot read the snapshot's position", &e);
+        let seen: String = row.try_get(0).map_err(read)?;
+        let lsn: String = row.try_get(1).map_err(read)?;
+        let parsed = super::pgoutput::parse_lsn(&lsn)
+            .and_then(|lsn| SnapshotFilter::parse(&seen, lsn))
+            .ok_or_else(|| SourceError::Postgres {
+                server: options.server.clone(),
+                table: None,
+                message: format!("cannot read the snapshot `{seen}` at `{lsn}`"),
+                retryable: false,
+            })?;
+        let _ = filter.send(parsed);
+    }
     let mut out = Out { tx, held: None };
     for (index, plan) in plans.iter().enumerate() {
         if plan.start.done {

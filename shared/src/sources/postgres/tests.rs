@@ -134,6 +134,7 @@ mod checkpoint {
             query: None,
             batch_rows: 2,
             sample_rows: None,
+            cdc: None,
         }
     }
 
