@@ -619,3 +619,136 @@ fn what_cdc_lacks_fails_naming_the_table_or_slot_and_the_fix() {
     assert!(stderr.contains("RESET PIPELINE"), "{stderr}");
     let _ = std::io::stdout().flush();
 }
+
+/// A project streaming `source_db`'s tables by CDC into the Postgres database `dest_db`,
+/// with no write policy declared.
+fn write_merge_config(dir: &Path, pg: &Pg, source_db: &str, dest_db: &str, slot: &str) {
+    let text = format!(
+        "pipelines:\n  pg:\n    data_source: data_sources.pg\n    data_sink: data_sinks.dest\n\
+         data_sources:\n  pg:\n    Postgres:\n      host: {h}\n      port: {p}\n      user: {u}\n      password: ${{PG_PASSWORD}}\n      database: {source_db}\n      cdc_idle_timeout_seconds: 1\n      cdc_mode: snapshot_then_cdc\n      replication_slot_name: {slot}\n      batch_size_rows: 7\n      tables: [ev, acct, log]\n\
+         data_sinks:\n  dest:\n    Postgres:\n      host: {h}\n      port: {p}\n      user: {u}\n      password: ${{PG_PASSWORD}}\n      database: {dest_db}\n",
+        h = pg.host,
+        p = pg.port,
+        u = pg.user,
+    );
+    std::fs::write(dir.join("skippr.yml"), text).unwrap();
+}
+
+/// 25 random inserts, updates (some changing `acct`'s key), deletes and log lines.
+fn random_changes(random: &mut impl FnMut(u64) -> u64, next: &mut u64) -> String {
+    let mut script = String::new();
+    for _ in 0..25 {
+        let id = 1 + random(*next + 5);
+        script.push_str(&match random(7) {
+            0 | 1 => {
+                *next += 1;
+                format!("INSERT INTO ev VALUES ({}, 'new');\n", *next)
+            }
+            2 => format!(
+                "UPDATE ev SET v = 'u{id}-{}' WHERE id = {id};\n",
+                random(1000)
+            ),
+            3 => format!("DELETE FROM ev WHERE id = {id};\n"),
+            4 => format!(
+                "UPDATE acct SET bal = bal + 1, region = region || '{}' WHERE code = '{}';\n",
+                ["", "x"][random(2) as usize],
+                ["a", "b"][random(2) as usize]
+            ),
+            5 => format!("INSERT INTO acct VALUES ('c{id}', 'eu', {id}) ON CONFLICT DO NOTHING;\n"),
+            _ => format!("INSERT INTO log VALUES ('l{id}');\n"),
+        });
+    }
+    script
+}
+
+/// The destination equals the source: the keyed tables row for row, the unkeyed one as a
+/// change log of `changes` records.
+fn assert_same(pg: &Pg, source: &str, dest: &str, log_changes: usize, what: &str) {
+    for (table, columns) in [("ev", "id, v"), ("acct", "code, region, bal")] {
+        let want = pg.sql(
+            source,
+            &format!("SELECT {columns} FROM {table} ORDER BY {columns}"),
+        );
+        let got = pg.sql(
+            dest,
+            &format!("SELECT {columns} FROM postgres_{table} ORDER BY {columns}"),
+        );
+        assert_eq!(got, want, "{what}: postgres_{table}");
+    }
+    let exists = pg.sql(dest, "SELECT to_regclass('postgres_log') IS NOT NULL");
+    let got: usize = if exists == "t" {
+        pg.sql(dest, "SELECT count(*) FROM postgres_log WHERE _op <> 'r'")
+            .parse()
+            .unwrap()
+    } else {
+        0
+    };
+    assert_eq!(got, log_changes, "{what}: postgres_log keeps every change");
+}
+
+#[test]
+fn a_change_stream_into_postgres_merges_by_the_source_tables_keys_deletes_included() {
+    let pg = pg();
+    let source = pg.database("cdcmerge");
+    let dest = pg.database("cdcmergedest");
+    let merge_slot = slot("merge");
+    pg.sql(
+        &source,
+        "CREATE TABLE ev (id int8 PRIMARY KEY, v text);
+         CREATE TABLE acct (code text, region text, bal int4, PRIMARY KEY (code, region));
+         CREATE TABLE log (v text); ALTER TABLE log REPLICA IDENTITY FULL;
+         INSERT INTO ev SELECT g, 'v' || g FROM generate_series(1, 40) g;
+         INSERT INTO acct VALUES ('a', 'eu', 1), ('a', 'us', 2), ('b', 'eu', 3);",
+    );
+    let dir = tempfile::tempdir().unwrap();
+    write_merge_config(dir.path(), &pg, &source, &dest, &merge_slot);
+    sync_ok(dir.path(), &pg.password, "snapshot");
+    assert_same(&pg, &source, &dest, 0, "after the snapshot");
+    let mut seed = 0x51_7cc1_b727_220au64;
+    let mut random = |below: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % below.max(1)
+    };
+    let mut next = 40;
+    for pass in 0..4 {
+        // One transaction of changes, then changes each in its own.
+        let batch = random_changes(&mut random, &mut next);
+        let single = random_changes(&mut random, &mut next);
+        pg.script(&source, &format!("BEGIN;\n{batch}COMMIT;\n{single}"));
+        sync_ok(dir.path(), &pg.password, "changes");
+        let logged: usize = pg.sql(&source, "SELECT count(*) FROM log").parse().unwrap();
+        assert_same(&pg, &source, &dest, logged, &format!("pass {pass}"));
+    }
+    // A truncate empties the merged table; what follows it in the same delivery stays.
+    pg.script(
+        &source,
+        "INSERT INTO ev VALUES (9001, 'before');\nTRUNCATE ev;\nINSERT INTO ev VALUES (9002, 'after');\n",
+    );
+    sync_ok(dir.path(), &pg.password, "truncate");
+    let logged: usize = pg.sql(&source, "SELECT count(*) FROM log").parse().unwrap();
+    assert_same(&pg, &source, &dest, logged, "after the truncate");
+    assert_eq!(pg.sql(&dest, "SELECT id FROM postgres_ev"), "9002");
+    // kill -9 at random moments while changes keep coming: still equal afterwards.
+    let mut killed = 0;
+    for _ in 0..12 {
+        let changes = random_changes(&mut random, &mut next);
+        pg.script(&source, &changes);
+        let mut child = sync_command(dir.path(), &pg.password)
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(100 + random(1200)));
+        if child.try_wait().unwrap().is_none() {
+            child.kill().unwrap(); // SIGKILL
+            killed += 1;
+        }
+        child.wait().unwrap();
+    }
+    assert!(killed >= 6, "only {killed} of 12 passes were killed");
+    sync_ok(dir.path(), &pg.password, "after the kills");
+    let logged: usize = pg.sql(&source, "SELECT count(*) FROM log").parse().unwrap();
+    assert_same(&pg, &source, &dest, logged, "after the kill loop");
+    drop_slot(&pg, &source, &merge_slot);
+}

@@ -207,10 +207,12 @@ pub struct PipelineConfig {
     /// `replace_partition`; or `{default: <policy>, namespaces: {<namespace>: <policy>}}`. A
     /// destination that cannot apply a declared policy fails validation naming both (this
     /// build: `Postgres` applies `append` and `merge_by_key`, every other destination
-    /// `append`).
+    /// `append`). Unset, with a Postgres source streaming changes (CDC) into a Postgres
+    /// destination: each table with a primary key merges by it, deletes applied.
     #[serde(default)]
     pub write_policy: Option<WritePolicyConfig>,
-    /// The key columns `merge_by_key` merges on (a name, or a list). Required by it.
+    /// The key columns `merge_by_key` merges on (a name, or a list). Required by a declared
+    /// `merge_by_key`.
     #[serde(default, deserialize_with = "postgres::one_or_many")]
     pub primary_key: Option<Vec<String>>,
 }

@@ -293,6 +293,10 @@ pub struct WritePolicies {
     pub namespaces: BTreeMap<String, WritePolicy>,
     /// The merge key's columns (field names).
     pub primary_key: Vec<String>,
+    /// No policy is declared and a Postgres source streams changes into a Postgres
+    /// destination: a namespace whose source table has a primary key merges by it (deletes
+    /// applied), one without stays `append` (the change log).
+    pub source_keys: bool,
 }
 
 impl WritePolicies {
@@ -676,7 +680,11 @@ pub fn validate_with(
             }),
             _ => None,
         });
-        let write = v.write_policies(&at, p, sink.as_ref())?;
+        let mut write = v.write_policies(&at, p, sink.as_ref())?;
+        write.source_keys = p.write_policy.is_none()
+            && p.primary_key.is_none()
+            && cdc.is_some()
+            && postgres.is_some();
         let wal = placement::wal_location(&settings, name, state_dir(&data_dir, &settings, name))
             .ok_or_else(|| v.no_wal_bucket(overrides.wal_storage.as_deref()))?;
         let aws = placement::aws_settings(
@@ -771,7 +779,7 @@ impl Validator<'_> {
             Some(WritePolicyConfig::PerNamespace(map)) => WritePolicies {
                 default: map.default,
                 namespaces: map.namespaces.clone(),
-                primary_key: Vec::new(),
+                ..WritePolicies::default()
             },
         };
         if let Some(pk) = &p.primary_key {

@@ -717,6 +717,29 @@ fn cdc_goes_to_a_postgres_source_and_resolves_its_slot_and_publication() {
         let (path, _message) = bad_value(validated(&text, &[], None).1);
         assert_eq!(path, want);
     }
+    // Streamed into Postgres with no policy declared: the source tables' keys merge.
+    let sink =
+        "data_sinks:\n  d:\n    Postgres:\n      host: h\n      user: u\n      database: d\n";
+    for (extra, cdc, expected) in [
+        ("", "cdc_only", true),
+        ("    write_policy: append\n", "cdc_only", false),
+        (
+            "    write_policy: merge_by_key\n    primary_key: id\n",
+            "cdc_only",
+            false,
+        ),
+        ("", "snapshot", false),
+    ] {
+        let text = format!(
+            "pipelines:\n  p:\n    data_source: data_sources.f\n    data_sink: data_sinks.d\n    cdc: {cdc}\n{extra}{PG_SOURCE}{sink}"
+        );
+        let (_dir, result) = validated(&text, &[], None);
+        assert_eq!(
+            result.unwrap().pipelines["p"].write.source_keys,
+            expected,
+            "{extra} {cdc}"
+        );
+    }
     // A mode that does not exist fails at load, saying what is expected.
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("skippr.yml");

@@ -48,7 +48,7 @@ use tokio_postgres::{Client, GenericClient};
 
 use super::{CommitCheck, Delivered, ReadBatch, Sink, SinkError};
 use crate::config::WritePolicy;
-use crate::config::connectors::{PostgresSinkConfig, PostgresSourceConfig};
+use crate::config::connectors::{PostgresSinkConfig, PostgresSourceConfig, SourceConnector};
 use crate::config::validate::{ValidatedPipeline, WritePolicies};
 use crate::schema::naming::{postgres_name, table_name};
 use crate::schema::{Field, FieldType, PipelineSchema};
@@ -72,6 +72,9 @@ pub struct PostgresSink {
     pipeline: String,
     /// The pipeline's write policies (`append` unless declared).
     policies: WritePolicies,
+    /// The Postgres source whose tables' primary keys are the merge keys
+    /// ([`WritePolicies::source_keys`]).
+    key_source: Option<PostgresSourceOptions>,
     runtime: tokio::runtime::Runtime,
 }
 
@@ -299,8 +302,14 @@ impl PostgresSink {
         let Some(sink) = &pipeline.postgres else {
             return Ok(None);
         };
-        PostgresSink::new(&sink.name, &sink.connector, &pipeline.store.partition)
-            .map(|s| Some(s.with_policies(pipeline.write.clone())))
+        let mut out = PostgresSink::new(&sink.name, &sink.connector, &pipeline.store.partition)?
+            .with_policies(pipeline.write.clone());
+        if pipeline.write.source_keys
+            && let SourceConnector::Postgres(c) = &pipeline.source.connector
+        {
+            out.key_source = Some(PostgresSourceOptions::from_config(c).map_err(from_source)?);
+        }
+        Ok(Some(out))
     }
 
     /// The sink `name` with keys `c`, for the pipeline whose state partition is `identity`.
@@ -343,6 +352,7 @@ impl PostgresSink {
             options,
             pipeline: identity.to_owned(),
             policies: WritePolicies::default(),
+            key_source: None,
             runtime,
         })
     }
@@ -353,17 +363,23 @@ impl PostgresSink {
         self
     }
 
-    /// The merge key's columns of `table` when `namespace` merges by key, checked against
-    /// its fields; `None` for `append`.
+    /// The merge key's columns of `table` when `namespace` merges by key (declared, or by
+    /// `source_key`, its source table's primary key, when the policies take those), checked
+    /// against its fields; `None` for `append`.
     fn merge_key(
         &self,
         namespace: &str,
         table: &str,
         fields: &[Field],
+        source_key: Option<&Vec<String>>,
     ) -> Result<Option<Vec<String>>, SinkError> {
+        let mut columns = &self.policies.primary_key;
         match self.policies.of(namespace) {
             WritePolicy::MergeByKey => {}
-            WritePolicy::Append => return Ok(None),
+            WritePolicy::Append => match source_key {
+                Some(key) if self.policies.source_keys => columns = key,
+                _ => return Ok(None),
+            },
             other => {
                 return Err(SinkError::Config {
                     sink: self.name.clone(),
@@ -375,7 +391,7 @@ impl PostgresSink {
             }
         }
         let mut key = Vec::new();
-        for column in &self.policies.primary_key {
+        for column in columns {
             if !fields.iter().any(|f| &f.name == column) {
                 return Err(SinkError::Postgres {
                     server: self.options.server.clone(),
@@ -703,12 +719,19 @@ impl Sink for PostgresSink {
             )
             .await
             .map_err(|e| self.error(None, "cannot lock the pipeline", &e))?;
+            // Under a change stream with no declared policy, the source tables' keys.
+            let source_keys = match &self.key_source {
+                Some(options) => crate::sources::postgres::reader::table_keys(options)
+                    .await
+                    .map_err(from_source)?,
+                None => BTreeMap::new(),
+            };
             let mut open: BTreeMap<String, Open<'_>> = BTreeMap::new();
             for ns in namespaces {
                 let fields = self.fields_of(schema, ns)?;
                 let table = Self::table_of(ns);
                 self.ensure_table(&tx, &table, fields).await?;
-                let key = self.merge_key(ns, &table, fields)?;
+                let key = self.merge_key(ns, &table, fields, source_keys.get(ns))?;
                 if let Some(key) = &key {
                     let cols: Vec<String> = key.iter().map(|c| ident(c)).collect();
                     let index = postgres_name(&format!("{table}_skippr_key"));
@@ -819,27 +842,13 @@ impl Sink for PostgresSink {
                         self.qualified(&o.table),
                         ident(stage)
                     ),
-                    Some(key) => {
-                        // The newest version of each key in this delivery (by source order),
-                        // then upserted over the table's.
-                        let key_idents: Vec<String> = key.iter().map(|c| ident(c)).collect();
-                        let keys = key_idents.join(", ");
-                        let set: Vec<String> = columns
-                            .iter()
-                            .filter(|c| !key_idents.contains(c))
-                            .map(|c| format!("{c} = EXCLUDED.{c}"))
-                            .collect();
-                        let action = if set.is_empty() {
-                            "DO NOTHING".to_owned()
-                        } else {
-                            format!("DO UPDATE SET {}", set.join(", "))
-                        };
-                        format!(
-                            "INSERT INTO {} ({cols}) SELECT {cols} FROM (SELECT DISTINCT ON ({keys}) {cols} FROM {} ORDER BY {keys}, \"_skippr_seq\" DESC) newest ON CONFLICT ({keys}) {action}",
-                            self.qualified(&o.table),
-                            ident(stage)
-                        )
-                    }
+                    Some(key) => merge_sql(
+                        &self.qualified(&o.table),
+                        &ident(stage),
+                        &columns,
+                        key,
+                        o.fields.iter().any(|f| f.name == OP_FIELD),
+                    ),
                 };
                 tx.batch_execute(&insert)
                 .await
@@ -878,6 +887,56 @@ impl Sink for PostgresSink {
         delivered.through = Some(last);
         Ok(delivered)
     }
+}
+
+/// The field a change stream marks each record's operation in (`d` delete, `t` truncate;
+/// `sources::postgres::cdc`).
+const OP_FIELD: &str = "_op";
+
+/// The statements that merge a delivery's staged rows into `table` by `key`: the newest
+/// version of each key in the delivery (by source order, `_skippr_seq`) is upserted over the
+/// table's. With an `_op` column (a change stream), a key whose newest version is a delete
+/// (`d`) is deleted instead, and a truncate (`t`) empties the table and drops the staged rows
+/// before it.
+fn merge_sql(table: &str, stage: &str, columns: &[String], key: &[String], ops: bool) -> String {
+    let key_idents: Vec<String> = key.iter().map(|c| ident(c)).collect();
+    let keys = key_idents.join(", ");
+    let cols = columns.join(", ");
+    let set: Vec<String> = columns
+        .iter()
+        .filter(|c| !key_idents.contains(c))
+        .map(|c| format!("{c} = EXCLUDED.{c}"))
+        .collect();
+    let action = if set.is_empty() {
+        "DO NOTHING".to_owned()
+    } else {
+        format!("DO UPDATE SET {}", set.join(", "))
+    };
+    if !ops {
+        return format!(
+            "INSERT INTO {table} ({cols}) SELECT {cols} FROM (SELECT DISTINCT ON ({keys}) {cols} FROM {stage} ORDER BY {keys}, \"_skippr_seq\" DESC) newest ON CONFLICT ({keys}) {action}"
+        );
+    }
+    let op = ident(OP_FIELD);
+    // The staged rows after the delivery's last truncate (all when none).
+    let after = format!(
+        "\"_skippr_seq\" > COALESCE((SELECT max(\"_skippr_seq\") FROM {stage} WHERE {op} = 't'), 0)"
+    );
+    let newest = format!(
+        "CREATE TEMP TABLE \"_skippr_newest\" ON COMMIT DROP AS SELECT DISTINCT ON ({keys}) {cols} FROM {stage} WHERE {after} AND {op} IS DISTINCT FROM 't' ORDER BY {keys}, \"_skippr_seq\" DESC"
+    );
+    let matches = key_idents
+        .iter()
+        .map(|k| format!("t.{k} = n.{k}"))
+        .collect::<Vec<_>>()
+        .join(" AND ");
+    format!(
+        "DELETE FROM {table} WHERE EXISTS (SELECT 1 FROM {stage} WHERE {op} = 't'); \
+         {newest}; \
+         DELETE FROM {table} t USING \"_skippr_newest\" n WHERE n.{op} = 'd' AND {matches}; \
+         INSERT INTO {table} ({cols}) SELECT {cols} FROM \"_skippr_newest\" WHERE {op} IS DISTINCT FROM 'd' ON CONFLICT ({keys}) {action}; \
+         DROP TABLE \"_skippr_newest\""
+    )
 }
 
 #[cfg(test)]

@@ -227,7 +227,7 @@ pub fn server_name(config: &tokio_postgres::Config) -> String {
 }
 
 /// The namespace of a table's records: `postgres.{table}` (the schema left out).
-fn namespace_of(table: &str) -> String {
+pub(crate) fn namespace_of(table: &str) -> String {
     crate::schema::sanitize_namespace(&format!(
         "postgres.{}",
         table.rsplit('.').next().unwrap_or(table)

@@ -205,6 +205,51 @@ pub(super) async fn list_tables(
         .map_err(|e| pg_error(options, None, "cannot list the tables", &e))
 }
 
+/// The merge key of each table the source reads, by namespace: a table entry's
+/// `primary_key`, else the table's own primary key; a table with neither is left out.
+pub async fn table_keys(
+    options: &PostgresSourceOptions,
+) -> Result<std::collections::BTreeMap<String, Vec<String>>, SourceError> {
+    let client = connect(options).await?;
+    let rows = client
+        .query(
+            "SELECT c.relname::text, array_agg(a.attname::text ORDER BY array_position(i.indkey::int2[], a.attnum)) \
+             FROM pg_index i JOIN pg_class c ON c.oid = i.indrelid \
+             JOIN pg_namespace n ON n.oid = c.relnamespace \
+             JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY (i.indkey) \
+             WHERE i.indisprimary AND n.nspname = $1 GROUP BY c.relname",
+            &[&options.schema],
+        )
+        .await
+        .map_err(|e| pg_error(options, None, "cannot read the tables' primary keys", &e))?;
+    let mut own = std::collections::BTreeMap::new();
+    for row in rows {
+        let read = |e| pg_error(options, None, "cannot read a primary key", &e);
+        let table: String = row.try_get(0).map_err(read)?;
+        let columns: Vec<String> = row.try_get(1).map_err(read)?;
+        own.insert(table, columns);
+    }
+    let mut keys = std::collections::BTreeMap::new();
+    let tables: Vec<(String, Option<Vec<String>>)> = if options.tables.is_empty() {
+        own.keys().map(|t| (t.clone(), None)).collect()
+    } else {
+        options
+            .tables
+            .iter()
+            .map(|t| (t.name.clone(), t.primary_key.clone()))
+            .collect()
+    };
+    for (table, configured) in tables {
+        if let Some(key) = configured.or_else(|| own.get(&table).cloned()) {
+            keys.insert(
+                super::namespace_of(&format!("{}.{table}", options.schema)),
+                key,
+            );
+        }
+    }
+    Ok(keys)
+}
+
 /// Read every planned table (or the query) inside one snapshot, sending pages to `tx`.
 /// Ends quietly when the receiver is gone.
 /// With `filter`, the snapshot's visible transactions and WAL position are sent there first
