@@ -581,7 +581,11 @@ fn a_write_policy_the_destination_cannot_apply_exits_2_naming_both() {
         "data_sinks:\n  pg:\n    Duckdb:\n      warehouse: file://./lake\n",
     );
     for (text, policy, destination) in [
-        (lake.clone(), "merge_by_key", "Duckdb"),
+        (
+            lake.replace("write_policy: merge_by_key", "write_policy: replace_table"),
+            "replace_table",
+            "Duckdb",
+        ),
         (
             base.replace(
                 "write_policy: merge_by_key",

@@ -206,8 +206,10 @@ pub struct PipelineConfig {
     /// version of each `primary_key` by source order), `replace_table` or
     /// `replace_partition`; or `{default: <policy>, namespaces: {<namespace>: <policy>}}`. A
     /// destination that cannot apply a declared policy fails validation naming both (this
-    /// build: `Postgres` applies `append` and `merge_by_key`, every other destination
-    /// `append`). Unset, with a Postgres source streaming changes (CDC) into a Postgres
+    /// build: `Postgres`, `Duckdb`, `SkipprLake` and `AthenaIceberg` apply `append` and
+    /// `merge_by_key` (Iceberg tables by copy-on-write), every other destination `append`).
+    /// Under `merge_by_key` a record whose `_op` is `d` deletes its key and one whose `_op`
+    /// is `t` empties the table (as the Postgres source's change stream writes them). Unset, with a Postgres source streaming changes (CDC) into a Postgres
     /// destination: each table with a primary key merges by it, deletes applied.
     #[serde(default)]
     pub write_policy: Option<WritePolicyConfig>,

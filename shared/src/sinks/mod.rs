@@ -142,7 +142,8 @@ pub fn open_with_aws(
     iceberg::IcebergSink::with_catalog(catalog, &location.namespace, identity).map(|sink| {
         Some(
             sink.with_layout(destination.layout.clone())
-                .with_maintenance(policy),
+                .with_maintenance(policy)
+                .with_policies(pipeline.write.clone()),
         )
     })
 }

@@ -798,13 +798,21 @@ impl Validator<'_> {
             let destination = sink.map_or("no data_sink", |s| s.connector.type_name());
             let applies = matches!(
                 (sink.map(|s| &s.connector), policy),
-                (Some(SinkConnector::Postgres(_)), WritePolicy::MergeByKey)
+                (
+                    Some(
+                        SinkConnector::Postgres(_)
+                            | SinkConnector::Duckdb(_)
+                            | SinkConnector::SkipprLake(_)
+                            | SinkConnector::AthenaIceberg(_)
+                    ),
+                    WritePolicy::MergeByKey
+                )
             );
             if !applies {
                 return Err(self.bad_value(
                     &at("write_policy"),
                     &format!(
-                        "`{}` cannot be applied by the `{destination}` destination in this build (`Postgres` applies `append` and `merge_by_key`; every other destination `append`)",
+                        "`{}` cannot be applied by the `{destination}` destination in this build (`Postgres`, `Duckdb`, `SkipprLake` and `AthenaIceberg` apply `append` and `merge_by_key`; every other destination `append`)",
                         policy.name()
                     ),
                 ));

@@ -38,6 +38,7 @@ pub mod glue;
 pub mod layout;
 pub mod location;
 pub mod maintain;
+pub mod merge;
 pub mod s3;
 pub mod schema;
 pub mod storage;
@@ -132,6 +133,10 @@ struct Open {
     arrow: SchemaRef,
     writer: Option<TableWriter>,
     rows: u64,
+    /// `merge_by_key`'s key columns; `None`: appended.
+    key: Option<Vec<String>>,
+    /// The rows to merge, in source order (with a key).
+    pending: Vec<RecordBatch>,
 }
 
 /// Iceberg tables on a local warehouse (the `Duckdb` and `SkipprLake` sinks) or on S3 and
@@ -144,6 +149,8 @@ pub struct IcebergSink {
     runtime: tokio::runtime::Runtime,
     maintenance: maintain::Policy,
     writer_limits: WriterLimits,
+    /// The pipeline's write policies (`append` unless declared; `merge_by_key` merges).
+    policies: crate::config::validate::WritePolicies,
 }
 
 impl std::fmt::Debug for IcebergSink {
@@ -199,6 +206,7 @@ impl IcebergSink {
             runtime,
             maintenance: maintain::Policy::default(),
             writer_limits: WriterLimits::default(),
+            policies: crate::config::validate::WritePolicies::default(),
         })
     }
 
@@ -224,12 +232,19 @@ impl IcebergSink {
             runtime,
             maintenance: maintain::Policy::default(),
             writer_limits: WriterLimits::default(),
+            policies: crate::config::validate::WritePolicies::default(),
         })
     }
 
     /// Bound the open partition writers of a delivery (see [`fanout`]).
     pub fn with_writer_limits(mut self, limits: WriterLimits) -> Self {
         self.writer_limits = limits;
+        self
+    }
+
+    /// Apply the pipeline's write `policies` (validation checked that this sink can).
+    pub fn with_policies(mut self, policies: crate::config::validate::WritePolicies) -> Self {
+        self.policies = policies;
         self
     }
 
@@ -310,6 +325,8 @@ impl IcebergSink {
                 let landed = self.landed_through(&table);
                 let arrow = schema_to_arrow_schema(table.metadata().current_schema())
                     .map_err(|e| self.iceberg_err(ns, e))?;
+                let key = (self.policies.of(ns) == crate::config::WritePolicy::MergeByKey)
+                    .then(|| self.policies.primary_key.clone());
                 open.insert(
                     ns.to_owned(),
                     Open {
@@ -318,6 +335,8 @@ impl IcebergSink {
                         arrow: Arc::new(arrow),
                         writer: None,
                         rows: 0,
+                        key,
+                        pending: Vec::new(),
                     },
                 );
             }
@@ -341,13 +360,20 @@ impl IcebergSink {
                         delivered.skipped_rows += part.batch.num_rows() as u64;
                         continue;
                     }
+                    let merging = o.key.is_some();
                     let aligned = crate::schema::adapt::adapt_batch(&part.batch, &o.arrow)
-                        .and_then(|b| self.layout.sort(&b))
+                        // A merge needs source order; its new rows are few.
+                        .and_then(|b| if merging { Ok(b) } else { self.layout.sort(&b) })
                         .map_err(|source| SinkError::Align {
                             table: format!("{}.{}", self.namespace.to_url_string(), part.namespace),
                             batch: meta.id,
                             source,
                         })?;
+                    if merging {
+                        o.rows += aligned.num_rows() as u64;
+                        o.pending.push(aligned);
+                        continue;
+                    }
                     if o.writer.is_none() {
                         o.writer = Some(
                             self.writer(&o.table, first, last)
@@ -365,6 +391,31 @@ impl IcebergSink {
                 }
             }
             for (ns, o) in open {
+                if let Some(key) = &o.key {
+                    if o.pending.is_empty() {
+                        continue;
+                    }
+                    let summary = HashMap::from([
+                        (SUMMARY_PIPELINE.to_owned(), self.identity.clone()),
+                        (
+                            SUMMARY_FIRST_BATCH.to_owned(),
+                            (o.landed + 1).max(first.0).to_string(),
+                        ),
+                        (SUMMARY_LAST_BATCH.to_owned(), last.0.to_string()),
+                    ]);
+                    before_commit(&ns)?;
+                    let (files, _, committed) = self
+                        .merge(
+                            &ns, &o.table, &o.arrow, &o.pending, key, summary, first, last,
+                        )
+                        .await?;
+                    failpoint(failpoint::AFTER_TABLE_COMMIT)?;
+                    self.after_commit(&committed).await;
+                    delivered.files += files;
+                    delivered.commits += 1;
+                    delivered.rows += o.rows;
+                    continue;
+                }
                 let Some(writer) = o.writer else {
                     continue;
                 };

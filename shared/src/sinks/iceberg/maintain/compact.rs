@@ -98,9 +98,57 @@ pub fn small_files_bound(metadata: &TableMetadata) -> usize {
 }
 
 /// One live entry of the current snapshot, and the manifest it is in.
-struct Live {
-    entry: ManifestEntryRef,
-    manifest: usize,
+#[derive(Clone)]
+pub(crate) struct Live {
+    /// The entry.
+    pub entry: ManifestEntryRef,
+    /// The index of its manifest in [`LiveFiles::manifests`].
+    pub manifest: usize,
+}
+
+/// The live data files of a snapshot and the manifests they are in.
+pub(crate) struct LiveFiles {
+    /// The snapshot's manifests, as listed.
+    pub manifests: Vec<ManifestFile>,
+    /// Each manifest, loaded.
+    pub loaded: Vec<iceberg::spec::Manifest>,
+    /// The live data files.
+    pub entries: Vec<Live>,
+}
+
+/// The live data files of `current`; `None` when the table has live delete files (which
+/// neither compaction nor a merge rewrites).
+pub(crate) async fn live_files(
+    table: &Table,
+    current: &iceberg::spec::SnapshotRef,
+) -> iceberg::Result<Option<LiveFiles>> {
+    let list = table.manifest_list_reader(current).load().await?;
+    let manifests: Vec<ManifestFile> = list.entries().to_vec();
+    let mut entries = Vec::new();
+    let mut loaded = Vec::with_capacity(manifests.len());
+    for (i, manifest_file) in manifests.iter().enumerate() {
+        let manifest = manifest_file.load_manifest(table.file_io()).await?;
+        let alive: Vec<ManifestEntryRef> = manifest
+            .entries()
+            .iter()
+            .filter(|e| e.status() != ManifestStatus::Deleted)
+            .cloned()
+            .collect();
+        if manifest_file.content != ManifestContentType::Data && !alive.is_empty() {
+            return Ok(None);
+        }
+        for entry in alive {
+            if entry.data_file().content_type() == DataContentType::Data {
+                entries.push(Live { entry, manifest: i });
+            }
+        }
+        loaded.push(manifest);
+    }
+    Ok(Some(LiveFiles {
+        manifests,
+        loaded,
+        entries,
+    }))
 }
 
 /// Compact `table` when more than `over` of its data files are small (see the module docs).
@@ -129,46 +177,21 @@ pub async fn compact(
     let schema = Arc::clone(metadata.current_schema());
 
     // 1. The live files and their manifests.
-    let list = table
-        .manifest_list_reader(&current)
-        .load()
-        .await
-        .map_err(iceberg_err)?;
-    let manifests: Vec<ManifestFile> = list.entries().to_vec();
-    let mut live: Vec<Live> = Vec::new();
-    let mut live_count = 0usize;
-    let mut loaded = Vec::with_capacity(manifests.len());
-    for (i, manifest_file) in manifests.iter().enumerate() {
-        let manifest = manifest_file
-            .load_manifest(table.file_io())
-            .await
-            .map_err(iceberg_err)?;
-        let alive: Vec<ManifestEntryRef> = manifest
-            .entries()
-            .iter()
-            .filter(|e| e.status() != ManifestStatus::Deleted)
-            .cloned()
-            .collect();
-        if manifest_file.content != ManifestContentType::Data && !alive.is_empty() {
-            tracing::info!(table = %name, "Compaction skipped: the table has delete files.");
-            return Ok(None);
-        }
-        live_count += alive.len();
-        for entry in &alive {
-            let file = entry.data_file();
-            if manifest_file.partition_spec_id == spec.spec_id()
-                && file.content_type() == DataContentType::Data
+    let Some(all) = live_files(table, &current).await.map_err(iceberg_err)? else {
+        tracing::info!(table = %name, "Compaction skipped: the table has delete files.");
+        return Ok(None);
+    };
+    let live: Vec<Live> = all
+        .entries
+        .iter()
+        .filter(|l| {
+            let file = l.entry.data_file();
+            all.manifests[l.manifest].partition_spec_id == spec.spec_id()
                 && file.file_format() == DataFileFormat::Parquet
                 && file.file_size_in_bytes() < policy.target_file_size
-            {
-                live.push(Live {
-                    entry: Arc::clone(entry),
-                    manifest: i,
-                });
-            }
-        }
-        loaded.push(manifest);
-    }
+        })
+        .cloned()
+        .collect();
     if live.len() <= over {
         return Ok(None);
     }
@@ -230,24 +253,29 @@ pub async fn compact(
     ours.push(list_path.clone());
     let staged = match result {
         Ok(()) => {
+            let small_left = small_total - bins.iter().map(Vec::len).sum::<usize>()
+                + written
+                    .iter()
+                    .filter(|f| f.file_size_in_bytes() < policy.target_file_size)
+                    .count();
+            let replaced: Vec<&Live> = bins.iter().flatten().collect();
             stage(
                 table,
                 &current,
-                &manifests,
-                &loaded,
-                &bins,
+                &all,
+                &replaced,
                 &written,
                 Staging {
                     snapshot_id,
                     manifest_path,
                     list_path,
-                    live_count,
-                    small_left: small_total - bins.iter().map(Vec::len).sum::<usize>()
-                        + written
-                            .iter()
-                            .filter(|f| f.file_size_in_bytes() < policy.target_file_size)
-                            .count(),
+                    operation: Operation::Replace,
+                    summary: HashMap::from([
+                        (SUMMARY_MAINTENANCE.to_owned(), COMPACT.to_owned()),
+                        (SUMMARY_SMALL_FILES.to_owned(), small_left.to_string()),
+                    ]),
                 },
+                Vec::new(),
             )
             .await
         }
@@ -309,7 +337,7 @@ async fn discard(table: &Table, paths: &[String]) {
     }
 }
 
-fn unique_snapshot_id(metadata: &TableMetadata) -> i64 {
+pub(crate) fn unique_snapshot_id(metadata: &TableMetadata) -> i64 {
     loop {
         let (a, b) = uuid::Uuid::new_v4().as_u64_pair();
         let id = ((a ^ b) >> 1) as i64;
@@ -393,7 +421,7 @@ async fn rewrite(
 /// The rows of the data file `path`, shaped to `arrow` (the current schema). The file is read
 /// whole through the table's file I/O (one `GetObject` on S3): it is smaller than the target
 /// size, or it would not be compacted.
-async fn read_adapted(
+pub(crate) async fn read_adapted(
     table: &Table,
     path: &str,
     arrow: &arrow::datatypes::SchemaRef,
@@ -416,31 +444,46 @@ async fn read_adapted(
     Ok(batches)
 }
 
-/// Names and counts of the snapshot being staged.
-struct Staging {
-    snapshot_id: i64,
-    manifest_path: String,
-    list_path: String,
-    live_count: usize,
-    small_left: usize,
+/// Names and summary of the snapshot being staged.
+pub(crate) struct Staging {
+    /// Its id.
+    pub snapshot_id: i64,
+    /// The new manifest's path.
+    pub manifest_path: String,
+    /// The manifest list's path.
+    pub list_path: String,
+    /// `replace` (a rewrite: same rows) or `overwrite` (rows replaced).
+    pub operation: Operation,
+    /// Summary properties beyond the counts.
+    pub summary: HashMap<String, String>,
 }
 
-/// Write the manifest and manifest list of the replace snapshot; return its updates.
-async fn stage(
+/// Write the manifest and manifest list of a snapshot that replaces the `replaced` live
+/// files of `current` by the `written` ones; return its updates (`AddSnapshot`,
+/// `SetSnapshotRef(main)`, then `extra`).
+pub(crate) async fn stage(
     table: &Table,
     current: &Snapshot,
-    manifests: &[ManifestFile],
-    loaded: &[iceberg::spec::Manifest],
-    bins: &[Vec<Live>],
+    live: &LiveFiles,
+    replaced: &[&Live],
     written: &[DataFile],
     staging: Staging,
+    extra: Vec<TableUpdate>,
 ) -> iceberg::Result<Vec<TableUpdate>> {
+    let (manifests, loaded) = (&live.manifests, &live.loaded);
+    let live_count = live.entries.len();
     let metadata = table.metadata();
     let schema = Arc::clone(metadata.current_schema());
     let spec = Arc::clone(metadata.default_partition_spec());
     let sequence_number = metadata.next_sequence_number();
-    let replaced: HashSet<&str> = bins.iter().flatten().map(|l| l.entry.file_path()).collect();
-    let touched: HashSet<usize> = bins.iter().flatten().map(|l| l.manifest).collect();
+    let touched: HashSet<usize> = replaced.iter().map(|l| l.manifest).collect();
+    let rows_out: i128 = replaced
+        .iter()
+        .map(|l| i128::from(l.entry.record_count()))
+        .sum();
+    let rows_in: i128 = written.iter().map(|f| i128::from(f.record_count())).sum();
+    let replaced_entries = replaced;
+    let replaced: HashSet<&str> = replaced.iter().map(|l| l.entry.file_path()).collect();
 
     let mut summary = SnapshotSummaryCollector::default();
     let mut writer = ManifestWriterBuilder::new(
@@ -498,20 +541,21 @@ async fn stage(
     let previous = &current.summary().additional_properties;
     let total = |key: &str| previous.get(key).and_then(|v| v.parse::<i128>().ok());
     let mut props: HashMap<String, String> = summary.build();
-    let bytes_in: i128 = bins
+    let bytes_in: i128 = replaced_entries
         .iter()
-        .flatten()
         .map(|l| i128::from(l.entry.file_size_in_bytes()))
         .sum();
     let bytes_out: i128 = written
         .iter()
         .map(|f| i128::from(f.file_size_in_bytes()))
         .sum();
-    let files_after = staging.live_count - removed + written.len();
+    let files_after = live_count - removed + written.len();
     props.insert("total-data-files".to_owned(), files_after.to_string());
     if let Some(records) = total("total-records") {
-        // Rows are unchanged by a rewrite.
-        props.insert("total-records".to_owned(), records.to_string());
+        props.insert(
+            "total-records".to_owned(),
+            (records - rows_out + rows_in).to_string(),
+        );
     }
     if let Some(size) = total("total-files-size") {
         props.insert(
@@ -526,11 +570,7 @@ async fn stage(
     ] {
         props.insert(key.to_owned(), "0".to_owned());
     }
-    props.insert(SUMMARY_MAINTENANCE.to_owned(), COMPACT.to_owned());
-    props.insert(
-        SUMMARY_SMALL_FILES.to_owned(),
-        staging.small_left.to_string(),
-    );
+    props.extend(staging.summary);
 
     let snapshot = Snapshot::builder()
         .with_snapshot_id(staging.snapshot_id)
@@ -539,12 +579,12 @@ async fn stage(
         .with_timestamp_ms(super::now_ms().max(current.timestamp_ms()))
         .with_manifest_list(staging.list_path)
         .with_summary(Summary {
-            operation: Operation::Replace,
+            operation: staging.operation,
             additional_properties: props,
         })
         .with_schema_id(metadata.current_schema_id())
         .build();
-    Ok(vec![
+    let mut updates = vec![
         TableUpdate::AddSnapshot { snapshot },
         TableUpdate::SetSnapshotRef {
             ref_name: MAIN_BRANCH.to_owned(),
@@ -553,5 +593,7 @@ async fn stage(
                 SnapshotRetention::branch(None, None, None),
             ),
         },
-    ])
+    ];
+    updates.extend(extra);
+    Ok(updates)
 }

@@ -1,0 +1,181 @@
+//! `write_policy: merge_by_key` into a local Iceberg lake (the `Duckdb` destination), copy on
+//! write: random inserts, updates, deletes (`_op: d`) and a truncate (`_op: t`) from files,
+//! with a model of the expected state; after every pass and after a kill -9 loop, DuckDB's
+//! `iceberg_scan` and PyIceberg both read exactly the model (`tests/readers/read_table.py`).
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "a test binary: a failed set-up step should fail the test loudly"
+)]
+
+#[path = "common/bin.rs"]
+mod bin;
+#[path = "common/local_aws.rs"]
+mod local_aws;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use bin::skipprd_command;
+use local_aws::reader_python;
+
+fn write_config(dir: &Path, partitioned: bool) {
+    let layout = if partitioned {
+        "    transform:\n      batch_partition_fields: region\n"
+    } else {
+        ""
+    };
+    let text = format!(
+        "pipelines:\n  shop:\n    data_source: data_sources.files\n    data_sink: data_sinks.lake\n    write_policy: merge_by_key\n    primary_key: id\n{layout}\
+         data_sources:\n  files:\n    File:\n      path: input\n      format: jsonl\n      batch_size: 40\n\
+         data_sinks:\n  lake:\n    Duckdb:\n      warehouse: file://./lake\n      table_namespace: shop\n"
+    );
+    std::fs::write(dir.join("skippr.yml"), text).unwrap();
+    std::fs::create_dir_all(dir.join("input")).unwrap();
+}
+
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n.max(1)
+    }
+}
+
+/// A new input file of `count` random changes over keys below `keys`, applied to `model`
+/// (id -> (v, region)) in source order; `truncate_at` puts a truncate at that line.
+fn changes(
+    dir: &Path,
+    round: u64,
+    count: u64,
+    keys: u64,
+    rng: &mut Rng,
+    model: &mut BTreeMap<u64, (u64, String)>,
+    truncate_at: Option<u64>,
+) {
+    let mut text = String::new();
+    for line in 0..count {
+        if truncate_at == Some(line) {
+            text.push_str("{\"_op\":\"t\"}\n");
+            model.clear();
+        }
+        let id = rng.below(keys);
+        if rng.below(4) == 0 {
+            text.push_str(&format!("{{\"id\":{id},\"_op\":\"d\"}}\n"));
+            model.remove(&id);
+        } else {
+            let v = round * 100_000 + line;
+            let region = ["eu", "us", "apac"][rng.below(3) as usize];
+            text.push_str(&format!(
+                "{{\"id\":{id},\"v\":{v},\"region\":\"{region}\",\"_op\":\"u\"}}\n"
+            ));
+            model.insert(id, (v, region.to_owned()));
+        }
+    }
+    std::fs::write(dir.join(format!("input/c{round:05}.jsonl")), text).unwrap();
+}
+
+fn sync_ok(dir: &Path, what: &str) {
+    let out = skipprd_command(dir)
+        .args(["sync", "--once"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{what}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Both readers see exactly the model.
+fn assert_model(dir: &Path, model: &BTreeMap<u64, (u64, String)>, what: &str) {
+    let table = dir.join("lake/shop/shop");
+    let out = Command::new(reader_python())
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/readers/read_table.py"))
+        .args(["--key", "id", "--values"])
+        .arg(&table)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "read_table.py: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let want: Vec<Value> = model
+        .iter()
+        .map(|(id, (v, region))| json!([id, v, region]))
+        .collect();
+    for reader in ["duckdb", "pyiceberg"] {
+        let r = &report["tables"][table.to_str().unwrap()][reader];
+        let got: Vec<Value> = r["values"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{what}: {reader}: {r}"))
+            .iter()
+            .map(|row| json!([row["id"], row["v"], row["region"]]))
+            .collect();
+        assert_eq!(got.len(), want.len(), "{what}: {reader}: row count");
+        assert!(got == want, "{what}: {reader} differs from the model");
+    }
+}
+
+fn merge_loop(partitioned: bool) {
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), partitioned);
+    let mut rng = Rng(if partitioned { 0xabcdef } else { 0x123457 });
+    let mut model = BTreeMap::new();
+    let mut round = 0;
+    for pass in 0..5u64 {
+        // Two files a pass, the fourth pass truncating part-way.
+        for _ in 0..2 {
+            round += 1;
+            let truncate = (pass == 3 && round % 2 == 0).then_some(30);
+            changes(dir.path(), round, 120, 90, &mut rng, &mut model, truncate);
+        }
+        sync_ok(dir.path(), "merge pass");
+        assert_model(dir.path(), &model, &format!("pass {pass}"));
+    }
+    // kill -9 at random moments while files keep coming.
+    let mut killed = 0;
+    for _ in 0..15 {
+        round += 1;
+        changes(dir.path(), round, 120, 90, &mut rng, &mut model, None);
+        let mut child = skipprd_command(dir.path())
+            .args(["sync", "--once"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(20 + rng.below(400)));
+        if child.try_wait().unwrap().is_none() {
+            child.kill().unwrap(); // SIGKILL
+            killed += 1;
+        }
+        child.wait().unwrap();
+    }
+    sync_ok(dir.path(), "after the kills");
+    println!(
+        "lake merge (partitioned: {partitioned}): {killed} kills, {} keys",
+        model.len()
+    );
+    assert!(killed >= 5, "only {killed} of 15 passes were killed");
+    assert_model(dir.path(), &model, "after the kill loop");
+}
+
+#[test]
+fn merge_by_key_into_an_iceberg_table_equals_the_model_in_duckdb_and_pyiceberg() {
+    merge_loop(false);
+}
+
+#[test]
+fn merge_by_key_into_a_partitioned_iceberg_table_moves_rows_between_partitions() {
+    merge_loop(true);
+}

@@ -1,0 +1,354 @@
+//! `write_policy: merge_by_key` on Iceberg tables, by copy-on-write: readers need no delete
+//! files (DuckDB's `iceberg_scan` and PyIceberg both read the result as plain data files).
+//!
+//! One delivery of a table is merged in one snapshot:
+//!
+//! 1. the delivery's rows (source order) are reduced to the newest version of each key; with
+//!    an `_op` column (a change stream) a key whose newest version is a delete (`d`) keeps no
+//!    row, and a truncate (`t`) drops the table's rows and the delivery's rows before it;
+//! 2. every live data file holding a delivered key is read and written again without the
+//!    rows of those keys (a file that keeps no row is only removed); with a truncate, every
+//!    live file is removed;
+//! 3. the newest rows are written as new data files (partitioned as the table is);
+//! 4. one `overwrite` snapshot removes the replaced files and adds the new ones, with the
+//!    batch ids in its summary and the landed property set in the same commit, required to
+//!    apply to the same table whose `main` is still the snapshot merged into: a concurrent
+//!    commit makes it fail, nothing is lost, and the written files are deleted.
+//!
+//! The cost is the files touched: a delivery re-reads every file of the table whose keys it
+//! carries (every file, when no file can be told apart; pruning by column bounds is future
+//! work). A NULL in a key column is a key value like any other.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use arrow::array::{Array, BooleanArray, RecordBatch, UInt32Array};
+use arrow::compute::{concat_batches, filter_record_batch, take_record_batch};
+use arrow::datatypes::SchemaRef;
+use arrow::row::{RowConverter, Rows, SortField};
+use iceberg::spec::{
+    DataFile, DataFileFormat, FormatVersion, MAIN_BRANCH, Operation, PartitionKey,
+};
+use iceberg::table::Table;
+use iceberg::writer::base_writer::data_file_writer::DataFileWriterBuilder;
+use iceberg::writer::file_writer::ParquetWriterBuilder;
+use iceberg::writer::file_writer::location_generator::DefaultFileNameGenerator;
+use iceberg::writer::file_writer::rolling_writer::RollingFileWriterBuilder;
+use iceberg::writer::{IcebergWriter, IcebergWriterBuilder};
+use iceberg::{ErrorKind, TableRequirement, TableUpdate};
+
+use super::IcebergSink;
+use super::location::LakeLocationGenerator;
+use super::maintain::compact::{
+    Live, Staging, live_files, read_adapted, stage, unique_snapshot_id,
+};
+use crate::sinks::SinkError;
+use crate::wal::BatchId;
+
+/// The column a change stream marks each record's operation in.
+pub const OP_COLUMN: &str = "_op";
+
+/// The delivery's rows reduced to what the table should hold of their keys.
+struct Reduced {
+    /// The newest row of each key that is not a delete, in source order.
+    keep: RecordBatch,
+    /// Every key the delivery carries (after its last truncate).
+    keys: HashSet<Vec<u8>>,
+    /// The delivery truncates the table.
+    truncate: bool,
+}
+
+/// The key columns of `batch` as comparable rows.
+fn key_rows(
+    converter: &RowConverter,
+    batch: &RecordBatch,
+    key: &[usize],
+) -> Result<Rows, arrow::error::ArrowError> {
+    let columns: Vec<_> = key.iter().map(|&i| Arc::clone(batch.column(i))).collect();
+    converter.convert_columns(&columns)
+}
+
+fn reduce(
+    batch: &RecordBatch,
+    converter: &RowConverter,
+    key: &[usize],
+) -> Result<Reduced, arrow::error::ArrowError> {
+    let rows = key_rows(converter, batch, key)?;
+    let op = batch.schema().index_of(OP_COLUMN).ok().and_then(|i| {
+        batch
+            .column(i)
+            .as_any()
+            .downcast_ref::<arrow::array::StringArray>()
+            .cloned()
+    });
+    let op_of = |i: usize| -> Option<&str> {
+        op.as_ref()
+            .and_then(|a| (!a.is_null(i)).then(|| a.value(i)))
+    };
+    let n = batch.num_rows();
+    let start = (0..n)
+        .rev()
+        .find(|&i| op_of(i) == Some("t"))
+        .map_or(0, |t| t + 1);
+    let truncate = start > 0;
+    let mut keys = HashSet::new();
+    let mut keep: Vec<u32> = Vec::new();
+    for i in (start..n).rev() {
+        if keys.insert(rows.row(i).as_ref().to_vec()) && op_of(i) != Some("d") {
+            keep.push(u32::try_from(i).unwrap_or(u32::MAX));
+        }
+    }
+    keep.reverse();
+    let keep = take_record_batch(batch, &UInt32Array::from(keep))?;
+    Ok(Reduced {
+        keep,
+        keys,
+        truncate,
+    })
+}
+
+/// Write `batches` (rows of one partition, `partition`) as data files of `table`.
+async fn write_files(
+    table: &Table,
+    partition: Option<PartitionKey>,
+    batches: Vec<RecordBatch>,
+    prefix: &str,
+) -> iceberg::Result<Vec<DataFile>> {
+    let metadata = table.metadata();
+    let rolling = RollingFileWriterBuilder::new_with_default_file_size(
+        ParquetWriterBuilder::new(
+            super::parquet_properties()?,
+            Arc::clone(metadata.current_schema()),
+        ),
+        table.file_io().clone(),
+        LakeLocationGenerator::new(metadata),
+        DefaultFileNameGenerator::new(
+            prefix.to_owned(),
+            Some(uuid::Uuid::new_v4().simple().to_string()),
+            DataFileFormat::Parquet,
+        ),
+    );
+    let mut writer = DataFileWriterBuilder::new(rolling).build(partition).await?;
+    for batch in batches {
+        writer.write(batch).await?;
+    }
+    writer.close().await
+}
+
+impl IcebergSink {
+    /// Merge a delivery's `rows` of namespace `ns` (source order, shaped to the table) into
+    /// `table` by the columns `key` (see the module docs); `summary` and the landed property
+    /// go in the same commit. Returns the files written and the rows the delivery added.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) async fn merge(
+        &self,
+        ns: &str,
+        table: &Table,
+        arrow: &SchemaRef,
+        rows: &[RecordBatch],
+        key: &[String],
+        summary: HashMap<String, String>,
+        first: BatchId,
+        last: BatchId,
+    ) -> Result<(u64, u64, Table), SinkError> {
+        let err = |e: iceberg::Error| self.iceberg_err(ns, e);
+        let arrow_err = |e: arrow::error::ArrowError| {
+            err(iceberg::Error::new(
+                ErrorKind::DataInvalid,
+                format!("cannot merge by key: {e}"),
+            ))
+        };
+        let mut indices = Vec::with_capacity(key.len());
+        let mut fields = Vec::with_capacity(key.len());
+        for column in key {
+            let Ok(i) = arrow.index_of(column) else {
+                return Err(SinkError::Config {
+                    sink: format!("{}.{ns}", self.namespace.to_url_string()),
+                    message: format!(
+                        "`primary_key` column `{column}` is not a column of the table, so its rows cannot be merged by key"
+                    ),
+                });
+            };
+            indices.push(i);
+            fields.push(SortField::new(arrow.field(i).data_type().clone()));
+        }
+        let converter = RowConverter::new(fields).map_err(arrow_err)?;
+        let batch = concat_batches(arrow, rows).map_err(arrow_err)?;
+        let reduced = reduce(&batch, &converter, &indices).map_err(arrow_err)?;
+        let metadata = table.metadata();
+        if metadata.format_version() != FormatVersion::V2 {
+            return Err(err(iceberg::Error::new(
+                ErrorKind::FeatureUnsupported,
+                "merge_by_key rewrites format v2 tables only",
+            )));
+        }
+        let current = metadata.current_snapshot().cloned();
+        let live = match &current {
+            Some(current) => match live_files(table, current).await.map_err(err)? {
+                Some(live) => Some(live),
+                None => {
+                    return Err(err(iceberg::Error::new(
+                        ErrorKind::FeatureUnsupported,
+                        "the table has delete files, which merge_by_key does not rewrite",
+                    )));
+                }
+            },
+            None => None,
+        };
+        // Which live files lose rows, and what they keep.
+        let spec = metadata.default_partition_spec();
+        let schema = metadata.current_schema();
+        let mut replaced: Vec<&Live> = Vec::new();
+        let mut written: Vec<DataFile> = Vec::new();
+        let result: iceberg::Result<()> = async {
+            if let Some(live) = &live {
+                for l in &live.entries {
+                    if reduced.truncate {
+                        replaced.push(l);
+                        continue;
+                    }
+                    if reduced.keys.is_empty() {
+                        break;
+                    }
+                    let path = l.entry.file_path();
+                    let batches = read_adapted(table, path, arrow).await.map_err(|m| {
+                        iceberg::Error::new(
+                            ErrorKind::DataInvalid,
+                            format!("cannot read data file {path} to merge: {m}"),
+                        )
+                    })?;
+                    let mut kept = Vec::with_capacity(batches.len());
+                    let mut dropped = false;
+                    for b in batches {
+                        let rows = key_rows(&converter, &b, &indices).map_err(to_iceberg)?;
+                        let mask: BooleanArray = (0..b.num_rows())
+                            .map(|i| Some(!reduced.keys.contains(rows.row(i).as_ref())))
+                            .collect();
+                        dropped |= mask.true_count() < b.num_rows();
+                        let b = filter_record_batch(&b, &mask).map_err(to_iceberg)?;
+                        if b.num_rows() > 0 {
+                            kept.push(b);
+                        }
+                    }
+                    if !dropped {
+                        continue;
+                    }
+                    replaced.push(l);
+                    if !kept.is_empty() {
+                        let partition = (!spec.is_unpartitioned()).then(|| {
+                            PartitionKey::new(
+                                spec.as_ref().clone(),
+                                Arc::clone(schema),
+                                l.entry.data_file().partition().clone(),
+                            )
+                        });
+                        written.extend(write_files(table, partition, kept, "merge").await?);
+                    }
+                }
+            }
+            if reduced.keep.num_rows() > 0 {
+                let mut writer = self.writer(table, first, last).await?;
+                writer.write(reduced.keep.clone()).await?;
+                written.extend(writer.close().await?);
+            }
+            Ok(())
+        }
+        .await;
+        let added_rows = reduced.keep.num_rows() as u64;
+        let files = written.len() as u64;
+        let snapshot_id = unique_snapshot_id(metadata);
+        let commit_uuid = uuid::Uuid::new_v4().simple().to_string();
+        let manifest_path = format!("{}/metadata/{commit_uuid}-m0.avro", metadata.location());
+        let list_path = format!(
+            "{}/metadata/snap-{snapshot_id}-0-{commit_uuid}.avro",
+            metadata.location()
+        );
+        let mut ours: Vec<String> = written.iter().map(|f| f.file_path().to_owned()).collect();
+        ours.push(manifest_path.clone());
+        ours.push(list_path.clone());
+        let landed = TableUpdate::SetProperties {
+            updates: HashMap::from([(self.landed_key(), last.0.to_string())]),
+        };
+        let staged = match (result, &current, &live) {
+            (Err(e), _, _) => Err(e),
+            (Ok(()), Some(current), Some(live)) => {
+                stage(
+                    table,
+                    current,
+                    live,
+                    &replaced,
+                    &written,
+                    Staging {
+                        snapshot_id,
+                        manifest_path,
+                        list_path,
+                        operation: Operation::Overwrite,
+                        summary,
+                    },
+                    vec![landed],
+                )
+                .await
+            }
+            // A table with no snapshot yet: the rows are appended.
+            (Ok(()), _, _) => {
+                let tx = iceberg::transaction::Transaction::new(table);
+                let tx = iceberg::transaction::ApplyTransactionAction::apply(
+                    tx.update_table_properties()
+                        .set(self.landed_key(), last.0.to_string()),
+                    tx,
+                )
+                .map_err(err)?;
+                let tx = iceberg::transaction::ApplyTransactionAction::apply(
+                    tx.fast_append()
+                        .with_check_duplicate(false)
+                        .add_data_files(written.clone())
+                        .set_snapshot_properties(summary),
+                    tx,
+                )
+                .map_err(err)?;
+                let committed = tx.commit(self.catalog.as_ref()).await.map_err(err)?;
+                return Ok((files, added_rows, committed));
+            }
+        };
+        let updates = match staged {
+            Ok(updates) => updates,
+            Err(e) => {
+                let _ = super::maintain::files::delete(table.file_io(), ns, ours).await;
+                return Err(err(e));
+            }
+        };
+        let committed = self
+            .catalog
+            .commit_updates(
+                table.identifier(),
+                vec![
+                    TableRequirement::UuidMatch {
+                        uuid: metadata.uuid(),
+                    },
+                    TableRequirement::RefSnapshotIdMatch {
+                        r#ref: MAIN_BRANCH.to_owned(),
+                        snapshot_id: current.as_ref().map(|s| s.snapshot_id()),
+                    },
+                ],
+                updates,
+            )
+            .await;
+        match committed {
+            Ok(after) => Ok((files, added_rows, after)),
+            Err(e) => {
+                let landed =
+                    iceberg::Catalog::load_table(self.catalog.as_ref(), table.identifier())
+                        .await
+                        .map(|t| t.metadata().snapshot_by_id(snapshot_id).is_some());
+                if let Ok(false) = landed {
+                    let _ = super::maintain::files::delete(table.file_io(), ns, ours).await;
+                }
+                Err(err(e))
+            }
+        }
+    }
+}
+
+fn to_iceberg(e: arrow::error::ArrowError) -> iceberg::Error {
+    iceberg::Error::new(ErrorKind::DataInvalid, format!("cannot merge by key: {e}"))
+}
