@@ -40,8 +40,9 @@ use pg::{Pg, TYPES_SQL, pg};
 /// when `lake`, else into its WAL only.
 fn write_config(dir: &Path, source: &str, lake: bool) {
     let source: String = source.lines().map(|l| format!("      {l}\n")).collect();
+    // The lake keeps the change log (`append`); with no policy a change stream merges.
     let sink = if lake {
-        "    data_sink: data_sinks.lake\n"
+        "    data_sink: data_sinks.lake\n    write_policy: append\n"
     } else {
         ""
     };
@@ -751,4 +752,69 @@ fn a_change_stream_into_postgres_merges_by_the_source_tables_keys_deletes_includ
     let logged: usize = pg.sql(&source, "SELECT count(*) FROM log").parse().unwrap();
     assert_same(&pg, &source, &dest, logged, "after the kill loop");
     drop_slot(&pg, &source, &merge_slot);
+}
+
+#[test]
+fn a_change_stream_into_a_lake_merges_by_the_source_keys_when_no_policy_is_declared() {
+    let pg = pg();
+    let source = pg.database("cdclake");
+    let lake_slot = slot("lake");
+    pg.sql(
+        &source,
+        "CREATE TABLE ev (id int8 PRIMARY KEY, v text);
+         CREATE TABLE acct (code text, region text, bal int4, PRIMARY KEY (code, region));
+         CREATE TABLE log (v text); ALTER TABLE log REPLICA IDENTITY FULL;
+         INSERT INTO ev SELECT g, 'v' || g FROM generate_series(1, 40) g;
+         INSERT INTO acct VALUES ('a', 'eu', 1), ('b', 'eu', 3);",
+    );
+    let dir = tempfile::tempdir().unwrap();
+    write_config(
+        dir.path(),
+        &format!(
+            "{}cdc_mode: snapshot_then_cdc\nreplication_slot_name: {}\nbatch_size_rows: 9\ntables: [ev, acct, log]\n",
+            keys(&pg, &source),
+            lake_slot
+        ),
+        true,
+    );
+    let config = std::fs::read_to_string(dir.path().join("skippr.yml")).unwrap();
+    std::fs::write(
+        dir.path().join("skippr.yml"),
+        config.replace("    write_policy: append\n", ""),
+    )
+    .unwrap();
+    let mut seed = 0x77_1234_abcdu64;
+    let mut random = |below: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % below.max(1)
+    };
+    let mut next = 40;
+    for pass in 0..3 {
+        if pass > 0 {
+            let changes = random_changes(&mut random, &mut next);
+            pg.script(&source, &format!("BEGIN;\n{changes}COMMIT;\n"));
+        }
+        sync_ok(dir.path(), &pg.password, "pass");
+        let want = pg.sql(&source, "SELECT id, v FROM ev ORDER BY id");
+        let report = lake_rows(dir.path(), "postgres_ev", "id");
+        for reader in ["duckdb", "pyiceberg"] {
+            let got: Vec<String> = report[reader]["values"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|r| format!("{}|{}", r["id"], r["v"].as_str().unwrap_or("")))
+                .collect();
+            assert_eq!(got.join("\n"), want, "pass {pass}: {reader}");
+        }
+        // The unkeyed table keeps its change log.
+        let logged: usize = pg.sql(&source, "SELECT count(*) FROM log").parse().unwrap();
+        if logged > 0 {
+            let report = lake_rows(dir.path(), "postgres_log", "_lsn");
+            let rows = report["duckdb"]["values"].as_array().unwrap().len();
+            assert_eq!(rows, logged, "pass {pass}: postgres_log");
+        }
+    }
+    drop_slot(&pg, &source, &lake_slot);
 }

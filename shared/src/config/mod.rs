@@ -209,8 +209,10 @@ pub struct PipelineConfig {
     /// build: `Postgres`, `Duckdb`, `SkipprLake` and `AthenaIceberg` apply `append` and
     /// `merge_by_key` (Iceberg tables by copy-on-write), every other destination `append`).
     /// Under `merge_by_key` a record whose `_op` is `d` deletes its key and one whose `_op`
-    /// is `t` empties the table (as the Postgres source's change stream writes them). Unset, with a Postgres source streaming changes (CDC) into a Postgres
-    /// destination: each table with a primary key merges by it, deletes applied.
+    /// is `t` empties the table (as the Postgres source's change stream writes them). Unset,
+    /// with a Postgres source streaming changes (CDC) into a destination that merges: each
+    /// table with a primary key merges by it, deletes applied (declare `append` to keep the
+    /// change log instead).
     #[serde(default)]
     pub write_policy: Option<WritePolicyConfig>,
     /// The key columns `merge_by_key` merges on (a name, or a list). Required by a declared

@@ -139,11 +139,20 @@ pub fn open_with_aws(
         }
         LakeCatalog::Hadoop | LakeCatalog::Store { .. } => {}
     }
+    let key_source = match &pipeline.source.connector {
+        crate::config::connectors::SourceConnector::Postgres(c) if pipeline.write.source_keys => {
+            Some(
+                crate::sources::postgres::PostgresSourceOptions::from_config(c)
+                    .map_err(postgres::from_source)?,
+            )
+        }
+        _ => None,
+    };
     iceberg::IcebergSink::with_catalog(catalog, &location.namespace, identity).map(|sink| {
         Some(
             sink.with_layout(destination.layout.clone())
                 .with_maintenance(policy)
-                .with_policies(pipeline.write.clone()),
+                .with_policies(pipeline.write.clone(), key_source),
         )
     })
 }

@@ -293,9 +293,9 @@ pub struct WritePolicies {
     pub namespaces: BTreeMap<String, WritePolicy>,
     /// The merge key's columns (field names).
     pub primary_key: Vec<String>,
-    /// No policy is declared and a Postgres source streams changes into a Postgres
-    /// destination: a namespace whose source table has a primary key merges by it (deletes
-    /// applied), one without stays `append` (the change log).
+    /// No policy is declared and a Postgres source streams changes into a destination that
+    /// merges (Postgres, or an Iceberg one): a namespace whose source table has a primary key
+    /// merges by it (deletes applied), one without stays `append` (the change log).
     pub source_keys: bool,
 }
 
@@ -307,6 +307,21 @@ impl WritePolicies {
             .copied()
             .or(self.default)
             .unwrap_or(WritePolicy::Append)
+    }
+
+    /// The key `namespace` merges on: the declared `primary_key` under `merge_by_key`, else
+    /// (with [`Self::source_keys`]) its source table's key from `source_keys`; `None`:
+    /// appended.
+    pub fn merge_key<'k>(
+        &'k self,
+        namespace: &str,
+        source_keys: &'k BTreeMap<String, Vec<String>>,
+    ) -> Option<&'k Vec<String>> {
+        match self.of(namespace) {
+            WritePolicy::MergeByKey => Some(&self.primary_key),
+            WritePolicy::Append if self.source_keys => source_keys.get(namespace),
+            _ => None,
+        }
     }
 
     /// Every policy declared.
@@ -684,7 +699,7 @@ pub fn validate_with(
         write.source_keys = p.write_policy.is_none()
             && p.primary_key.is_none()
             && cdc.is_some()
-            && postgres.is_some();
+            && (postgres.is_some() || destination.is_some());
         let wal = placement::wal_location(&settings, name, state_dir(&data_dir, &settings, name))
             .ok_or_else(|| v.no_wal_bucket(overrides.wal_storage.as_deref()))?;
         let aws = placement::aws_settings(

@@ -740,6 +740,27 @@ fn cdc_goes_to_a_postgres_source_and_resolves_its_slot_and_publication() {
             "{extra} {cdc}"
         );
     }
+    // Into an Iceberg lake too; not into files, which cannot merge.
+    for (sink, expected) in [
+        (
+            "data_sinks:\n  d:\n    Duckdb:\n      warehouse: file://./lake\n",
+            true,
+        ),
+        (
+            "data_sinks:\n  d:\n    File:\n      output_dir: out\n",
+            false,
+        ),
+    ] {
+        let text = format!(
+            "pipelines:\n  p:\n    data_source: data_sources.f\n    data_sink: data_sinks.d\n    cdc: cdc_only\n{PG_SOURCE}{sink}"
+        );
+        let (_dir, result) = validated(&text, &[], None);
+        assert_eq!(
+            result.unwrap().pipelines["p"].write.source_keys,
+            expected,
+            "{sink}"
+        );
+    }
     // A mode that does not exist fails at load, saying what is expected.
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("skippr.yml");

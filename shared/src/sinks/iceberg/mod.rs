@@ -151,6 +151,9 @@ pub struct IcebergSink {
     writer_limits: WriterLimits,
     /// The pipeline's write policies (`append` unless declared; `merge_by_key` merges).
     policies: crate::config::validate::WritePolicies,
+    /// The Postgres source whose tables' primary keys are the merge keys
+    /// ([`crate::config::validate::WritePolicies::source_keys`]).
+    key_source: Option<crate::sources::postgres::PostgresSourceOptions>,
 }
 
 impl std::fmt::Debug for IcebergSink {
@@ -207,6 +210,7 @@ impl IcebergSink {
             maintenance: maintain::Policy::default(),
             writer_limits: WriterLimits::default(),
             policies: crate::config::validate::WritePolicies::default(),
+            key_source: None,
         })
     }
 
@@ -233,6 +237,7 @@ impl IcebergSink {
             maintenance: maintain::Policy::default(),
             writer_limits: WriterLimits::default(),
             policies: crate::config::validate::WritePolicies::default(),
+            key_source: None,
         })
     }
 
@@ -242,9 +247,15 @@ impl IcebergSink {
         self
     }
 
-    /// Apply the pipeline's write `policies` (validation checked that this sink can).
-    pub fn with_policies(mut self, policies: crate::config::validate::WritePolicies) -> Self {
+    /// Apply the pipeline's write `policies` (validation checked that this sink can), with
+    /// the Postgres source whose tables' keys merge when the policies take those.
+    pub fn with_policies(
+        mut self,
+        policies: crate::config::validate::WritePolicies,
+        key_source: Option<crate::sources::postgres::PostgresSourceOptions>,
+    ) -> Self {
         self.policies = policies;
+        self.key_source = key_source;
         self
     }
 
@@ -311,6 +322,13 @@ impl IcebergSink {
             return Ok(Delivered::default());
         };
         let first = batches.first().map_or(last, |b| b.id);
+        // Under a change stream with no declared policy, the source tables' keys (on a
+        // runtime of their own: this sink's has no socket I/O).
+        let source_keys = match &self.key_source {
+            Some(options) => crate::sources::postgres::reader::table_keys_blocking(options)
+                .map_err(crate::sinks::postgres::from_source)?,
+            None => BTreeMap::new(),
+        };
         self.runtime.block_on(async {
             let mut delivered = Delivered::default();
             let namespaces: BTreeSet<&str> = batches
@@ -325,8 +343,7 @@ impl IcebergSink {
                 let landed = self.landed_through(&table);
                 let arrow = schema_to_arrow_schema(table.metadata().current_schema())
                     .map_err(|e| self.iceberg_err(ns, e))?;
-                let key = (self.policies.of(ns) == crate::config::WritePolicy::MergeByKey)
-                    .then(|| self.policies.primary_key.clone());
+                let key = self.policies.merge_key(ns, &source_keys).cloned();
                 open.insert(
                     ns.to_owned(),
                     Open {

@@ -90,7 +90,7 @@ impl std::fmt::Debug for PostgresSink {
 }
 
 /// A source error of the shared connection code as this sink's error.
-fn from_source(e: SourceError) -> SinkError {
+pub(crate) fn from_source(e: SourceError) -> SinkError {
     match e {
         SourceError::Postgres {
             server,

@@ -250,6 +250,22 @@ pub async fn table_keys(
     Ok(keys)
 }
 
+/// [`table_keys`] on a runtime of its own, for callers outside one.
+pub fn table_keys_blocking(
+    options: &PostgresSourceOptions,
+) -> Result<std::collections::BTreeMap<String, Vec<String>>, SourceError> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| SourceError::Postgres {
+            server: options.server.clone(),
+            table: None,
+            message: format!("cannot start a runtime: {e}"),
+            retryable: false,
+        })?;
+    runtime.block_on(table_keys(options))
+}
+
 /// Read every planned table (or the query) inside one snapshot, sending pages to `tx`.
 /// Ends quietly when the receiver is gone.
 /// With `filter`, the snapshot's visible transactions and WAL position are sent there first
