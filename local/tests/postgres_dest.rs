@@ -622,3 +622,89 @@ fn a_write_policy_the_destination_cannot_apply_exits_2_naming_both() {
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("pipelines.events.primary_key"), "{stderr}");
 }
+
+/// A million rows into Postgres while the pass is killed 30 times at random moments: every
+/// row lands once.
+#[test]
+fn a_million_rows_land_exactly_once_through_thirty_kills() {
+    let kills: u64 = std::env::var("SKIPPR_KILL_LOOPS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(30);
+    let pg = pg();
+    let db = pg.database("million");
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), &pg, &db);
+    let config = std::fs::read_to_string(dir.path().join("skippr.yml")).unwrap();
+    std::fs::write(
+        dir.path().join("skippr.yml"),
+        config.replace("batch_size: 500", "batch_size: 20000"),
+    )
+    .unwrap();
+    let total = 1_000_000u64;
+    for f in 0..10u64 {
+        let mut text = String::with_capacity(5_000_000);
+        for id in f * total / 10..(f + 1) * total / 10 {
+            text.push_str(&format!(
+                "{{\"id\":{id},\"kind\":\"order\",\"n\":{},\"name\":\"c{}\"}}\n",
+                id % 1000,
+                id % 77
+            ));
+        }
+        std::fs::write(dir.path().join(format!("input/m{f}.jsonl")), text).unwrap();
+    }
+    let table = PostgresSink::table_of("order");
+    let mut rng = Rng(0x2545_f491_4f6c_dd1d);
+    let (mut killed, mut finished) = (0u64, 0u64);
+    let mut landed_at_kills = Vec::new();
+    while killed < kills && finished < 3 {
+        // Deliveries of about 2 MB during the pass, so kills land between and inside them.
+        let mut child = sync_command(dir.path(), &pg)
+            .env("DELIVER_THRESHOLD_BYTES", "2000000")
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(100 + rng.below(900)));
+        match child.try_wait().unwrap() {
+            Some(status) => {
+                let mut stderr = String::new();
+                std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut stderr).unwrap();
+                assert!(status.success(), "sync failed: {stderr}");
+                finished += 1;
+            }
+            None => {
+                child.kill().unwrap(); // SIGKILL
+                child.wait().unwrap();
+                killed += 1;
+                let exists = pg.sql(
+                    &db,
+                    &format!("SELECT to_regclass('public.{}') IS NOT NULL", quote(&table)),
+                );
+                landed_at_kills.push(if exists == "t" {
+                    pg.counts(&db, &table).0
+                } else {
+                    0
+                });
+            }
+        }
+    }
+    sync_ok(dir.path(), &pg, "final pass");
+    let (rows, distinct) = pg.counts(&db, &table);
+    println!(
+        "postgres destination, 1M rows: {killed} kills, {finished} passes finished before the final one, {rows} rows ({distinct} distinct); rows landed at each kill: {landed_at_kills:?}"
+    );
+    let mid = landed_at_kills
+        .iter()
+        .filter(|&&n| n > 0 && n < total)
+        .count();
+    assert!(
+        mid >= 3,
+        "only {mid} kills came mid-load: the kills proved little"
+    );
+    assert!(
+        killed >= kills,
+        "only {killed} of {kills} passes were killed"
+    );
+    assert_eq!(distinct, total, "rows lost");
+    assert_eq!(rows, total, "rows duplicated");
+}
