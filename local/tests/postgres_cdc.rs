@@ -132,6 +132,23 @@ fn query(dir: &Path, password: &str, sql: &str) -> Vec<Value> {
         .collect()
 }
 
+/// The count `sql` gives over the WAL: 0 while no batch is committed (the table is not
+/// there yet).
+fn wal_changes(dir: &Path, password: &str, sql: &str) -> usize {
+    let out = skipprd_command(dir)
+        .args(["query", "--plain", "-s", sql])
+        .env("PG_PASSWORD", password)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if !out.status.success() && stderr.contains("no committed batches") {
+        return 0;
+    }
+    assert!(out.status.success(), "query failed: {stderr}");
+    let value: Value = serde_json::from_slice(&out.stdout).unwrap();
+    value["rows"][0][0].as_u64().unwrap_or(0) as usize
+}
+
 /// A record without the change columns.
 fn data(row: &Value) -> Value {
     let mut row = row.as_object().unwrap().clone();
@@ -523,10 +540,7 @@ fn kill_9_while_changes_stream_keeps_every_change_once_and_the_slot_behind_the_w
             .map(|(_, len)| *len)
             .max()
             .unwrap_or(0);
-        let in_wal = query(dir.path(), &pg.password, count)
-            .first()
-            .and_then(|r| r["n"].as_u64())
-            .unwrap_or(0) as usize;
+        let in_wal = wal_changes(dir.path(), &pg.password, count);
         assert!(
             in_wal >= needed,
             "the slot confirmed {needed} changes but the WAL holds {in_wal}"
@@ -817,4 +831,76 @@ fn a_change_stream_into_a_lake_merges_by_the_source_keys_when_no_policy_is_decla
         }
     }
     drop_slot(&pg, &source, &lake_slot);
+}
+
+#[test]
+fn a_value_an_update_left_out_is_never_merged_as_null_and_partitioned_tables_stream_as_their_parent()
+ {
+    let pg = pg();
+    let source = pg.database("cdctoast");
+    let dest = pg.database("cdctoastdest");
+    let toast_slot = slot("toast");
+    pg.sql(
+        &source,
+        "CREATE TABLE ev (id int8 PRIMARY KEY, v text);
+         CREATE TABLE acct (code text, region text, bal int4, PRIMARY KEY (code, region));
+         CREATE TABLE log (id int8 PRIMARY KEY, v text, body text);
+         ALTER TABLE log ALTER COLUMN body SET STORAGE EXTERNAL;
+         INSERT INTO log VALUES (1, 'a', repeat('x', 20000)), (2, 'b', 'small');",
+    );
+    let dir = tempfile::tempdir().unwrap();
+    write_merge_config(dir.path(), &pg, &source, &dest, &toast_slot);
+    sync_ok(dir.path(), &pg.password, "snapshot");
+    // An update that leaves the out-of-line value alone: PostgreSQL does not send it.
+    pg.sql(&source, "UPDATE log SET v = 'a2' WHERE id = 1");
+    let out = sync(dir.path(), &pg.password);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("_unchanged"), "{stderr}");
+    assert!(stderr.contains("REPLICA IDENTITY FULL"), "{stderr}");
+    assert_eq!(
+        pg.sql(&dest, "SELECT length(body) FROM postgres_log WHERE id = 1"),
+        "20000",
+        "the value was not overwritten"
+    );
+    drop_slot(&pg, &source, &toast_slot);
+
+    // Under REPLICA IDENTITY FULL the old row carries it: merged, kept.
+    let source = pg.database("cdcfull");
+    let dest = pg.database("cdcfulldest");
+    pg.sql(
+        &source,
+        "CREATE TABLE ev (id int8 PRIMARY KEY, v text);
+         CREATE TABLE acct (code text, region text, bal int4, PRIMARY KEY (code, region))
+           PARTITION BY LIST (region);
+         CREATE TABLE acct_eu PARTITION OF acct FOR VALUES IN ('eu');
+         CREATE TABLE acct_us PARTITION OF acct FOR VALUES IN ('us');
+         CREATE TABLE log (id int8 PRIMARY KEY, v text, body text);
+         ALTER TABLE log ALTER COLUMN body SET STORAGE EXTERNAL;
+         ALTER TABLE log REPLICA IDENTITY FULL;
+         INSERT INTO log VALUES (1, 'a', repeat('x', 20000));",
+    );
+    let dir = tempfile::tempdir().unwrap();
+    write_merge_config(dir.path(), &pg, &source, &dest, &toast_slot);
+    sync_ok(dir.path(), &pg.password, "snapshot, full identity");
+    pg.script(
+        &source,
+        "UPDATE log SET v = 'a2' WHERE id = 1;\n\
+         INSERT INTO acct VALUES ('a', 'eu', 1), ('b', 'us', 2);\n\
+         UPDATE acct SET bal = 5 WHERE code = 'b';\n",
+    );
+    sync_ok(dir.path(), &pg.password, "changes, full identity");
+    assert_eq!(
+        pg.sql(&dest, "SELECT v, length(body) FROM postgres_log"),
+        "a2|20000"
+    );
+    // The partitions' changes come under the partitioned table's name.
+    assert_eq!(
+        pg.sql(
+            &dest,
+            "SELECT code, region, bal FROM postgres_acct ORDER BY code"
+        ),
+        "a|eu|1\nb|us|5"
+    );
+    drop_slot(&pg, &source, &toast_slot);
 }

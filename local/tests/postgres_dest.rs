@@ -657,14 +657,35 @@ fn a_million_rows_land_exactly_once_through_thirty_kills() {
     let mut rng = Rng(0x2545_f491_4f6c_dd1d);
     let (mut killed, mut finished) = (0u64, 0u64);
     let mut landed_at_kills = Vec::new();
-    while killed < kills && finished < 3 {
+    while killed < kills && finished < 10 {
         // Deliveries of about 2 MB during the pass, so kills land between and inside them.
         let mut child = sync_command(dir.path(), &pg)
             .env("DELIVER_THRESHOLD_BYTES", "2000000")
             .stdout(Stdio::null())
             .spawn()
             .unwrap();
-        std::thread::sleep(Duration::from_millis(100 + rng.below(900)));
+        let landed = || {
+            let exists = pg.sql(
+                &db,
+                &format!("SELECT to_regclass('public.{}') IS NOT NULL", quote(&table)),
+            );
+            if exists == "t" {
+                pg.counts(&db, &table).0
+            } else {
+                0
+            }
+        };
+        if killed % 5 == 0 {
+            // Until a delivery of this pass has landed (or the pass ends), so these kills
+            // surely come mid-load whatever the machine's speed.
+            let before = landed();
+            while landed() == before && child.try_wait().unwrap().is_none() {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            std::thread::sleep(Duration::from_millis(rng.below(150)));
+        } else {
+            std::thread::sleep(Duration::from_millis(50 + rng.below(400)));
+        }
         match child.try_wait().unwrap() {
             Some(status) => {
                 let mut stderr = String::new();
@@ -676,15 +697,7 @@ fn a_million_rows_land_exactly_once_through_thirty_kills() {
                 child.kill().unwrap(); // SIGKILL
                 child.wait().unwrap();
                 killed += 1;
-                let exists = pg.sql(
-                    &db,
-                    &format!("SELECT to_regclass('public.{}') IS NOT NULL", quote(&table)),
-                );
-                landed_at_kills.push(if exists == "t" {
-                    pg.counts(&db, &table).0
-                } else {
-                    0
-                });
+                landed_at_kills.push(landed());
             }
         }
     }

@@ -40,27 +40,21 @@ pub fn pg() -> Pg {
 }
 
 impl Pg {
-    /// Run SQL with psql in `db`, failing the test on any error; returns the output (tuples
-    /// only, unaligned).
-    pub fn sql(&self, db: &str, sql: &str) -> String {
-        let out = Command::new("psql")
-            .args([
-                "-X",
-                "-q",
-                "-tA",
-                "-v",
-                "ON_ERROR_STOP=1",
-                "-d",
-                db,
-                "-c",
-                sql,
-            ])
+    /// psql in `db` as the superuser: quiet, tuples only, unaligned, stopping at an error.
+    fn psql(&self, db: &str) -> Command {
+        let mut cmd = Command::new("psql");
+        cmd.args(["-X", "-q", "-tA", "-v", "ON_ERROR_STOP=1", "-d", db])
             .env("PGHOST", &self.host)
             .env("PGPORT", &self.port)
             .env("PGUSER", &self.user)
-            .env("PGPASSWORD", &self.password)
-            .output()
-            .expect("psql runs");
+            .env("PGPASSWORD", &self.password);
+        cmd
+    }
+
+    /// Run SQL with psql in `db`, failing the test on any error; returns the output (tuples
+    /// only, unaligned).
+    pub fn sql(&self, db: &str, sql: &str) -> String {
+        let out = self.psql(db).args(["-c", sql]).output().expect("psql runs");
         assert!(
             out.status.success(),
             "psql failed: {}\n{sql}",
@@ -108,22 +102,9 @@ impl Pg {
     /// lines (tuples only, unaligned).
     pub fn script(&self, db: &str, script: &str) -> Vec<String> {
         use std::io::Write as _;
-        let mut child = Command::new("psql")
-            .args([
-                "-X",
-                "-q",
-                "-tA",
-                "-v",
-                "ON_ERROR_STOP=1",
-                "-d",
-                db,
-                "-f",
-                "-",
-            ])
-            .env("PGHOST", &self.host)
-            .env("PGPORT", &self.port)
-            .env("PGUSER", &self.user)
-            .env("PGPASSWORD", &self.password)
+        let mut child = self
+            .psql(db)
+            .args(["-f", "-"])
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())

@@ -26,27 +26,29 @@ use arrow::array::{Array, BooleanArray, RecordBatch, UInt32Array};
 use arrow::compute::{concat_batches, filter_record_batch, take_record_batch};
 use arrow::datatypes::SchemaRef;
 use arrow::row::{RowConverter, Rows, SortField};
-use iceberg::spec::{
-    DataFile, DataFileFormat, FormatVersion, MAIN_BRANCH, Operation, PartitionKey,
-};
+use iceberg::spec::{DataFile, DataFileFormat, FormatVersion, Operation, PartitionKey};
 use iceberg::table::Table;
 use iceberg::writer::base_writer::data_file_writer::DataFileWriterBuilder;
 use iceberg::writer::file_writer::ParquetWriterBuilder;
 use iceberg::writer::file_writer::location_generator::DefaultFileNameGenerator;
 use iceberg::writer::file_writer::rolling_writer::RollingFileWriterBuilder;
 use iceberg::writer::{IcebergWriter, IcebergWriterBuilder};
-use iceberg::{ErrorKind, TableRequirement, TableUpdate};
+use iceberg::{ErrorKind, TableUpdate};
 
 use super::IcebergSink;
 use super::location::LakeLocationGenerator;
 use super::maintain::compact::{
-    Live, Staging, live_files, read_adapted, stage, unique_snapshot_id,
+    Live, Staging, commit_or_discard, discard, live_files, read_adapted, snapshot_names, stage,
+    written_paths,
 };
 use crate::sinks::SinkError;
 use crate::wal::BatchId;
 
 /// The column a change stream marks each record's operation in.
 pub const OP_COLUMN: &str = "_op";
+
+/// The column naming the columns a change did not carry.
+const UNCHANGED_COLUMN: &str = crate::sources::postgres::cdc::UNCHANGED;
 
 /// The delivery's rows reduced to what the table should hold of their keys.
 struct Reduced {
@@ -86,6 +88,8 @@ fn reduce(
             .and_then(|a| (!a.is_null(i)).then(|| a.value(i)))
     };
     let n = batch.num_rows();
+    // A delete whose key is NULL names no row (its key was not in the change).
+    let null_key = |i: usize| key.iter().any(|&k| batch.column(k).is_null(i));
     let start = (0..n)
         .rev()
         .find(|&i| op_of(i) == Some("t"))
@@ -94,12 +98,22 @@ fn reduce(
     let mut keys = HashSet::new();
     let mut keep: Vec<u32> = Vec::new();
     for i in (start..n).rev() {
+        if op_of(i) == Some("d") && null_key(i) {
+            continue;
+        }
         if keys.insert(rows.row(i).as_ref().to_vec()) && op_of(i) != Some("d") {
             keep.push(u32::try_from(i).unwrap_or(u32::MAX));
         }
     }
     keep.reverse();
     let keep = take_record_batch(batch, &UInt32Array::from(keep))?;
+    if let Ok(i) = keep.schema().index_of(UNCHANGED_COLUMN)
+        && keep.column(i).null_count() < keep.num_rows()
+    {
+        return Err(arrow::error::ArrowError::InvalidArgumentError(
+            "a change did not carry the columns its _unchanged names (values stored out of line that an update left alone, under the source table's default replica identity): merging it would overwrite them with NULL; run ALTER TABLE ... REPLICA IDENTITY FULL on the source table, then reset the pipeline".into(),
+        ));
+    }
     Ok(Reduced {
         keep,
         keys,
@@ -197,6 +211,17 @@ impl IcebergSink {
         };
         // Which live files lose rows, and what they keep.
         let spec = metadata.default_partition_spec();
+        if let Some(live) = &live
+            && live
+                .entries
+                .iter()
+                .any(|l| live.manifests[l.manifest].partition_spec_id != spec.spec_id())
+        {
+            return Err(err(iceberg::Error::new(
+                ErrorKind::FeatureUnsupported,
+                "the table holds data files of an earlier partition spec, which merge_by_key does not rewrite (its partitioning changed); write it anew under the current layout",
+            )));
+        }
         let schema = metadata.current_schema();
         let mut replaced: Vec<&Live> = Vec::new();
         let mut written: Vec<DataFile> = Vec::new();
@@ -256,16 +281,8 @@ impl IcebergSink {
         .await;
         let added_rows = reduced.keep.num_rows() as u64;
         let files = written.len() as u64;
-        let snapshot_id = unique_snapshot_id(metadata);
-        let commit_uuid = uuid::Uuid::new_v4().simple().to_string();
-        let manifest_path = format!("{}/metadata/{commit_uuid}-m0.avro", metadata.location());
-        let list_path = format!(
-            "{}/metadata/snap-{snapshot_id}-0-{commit_uuid}.avro",
-            metadata.location()
-        );
-        let mut ours: Vec<String> = written.iter().map(|f| f.file_path().to_owned()).collect();
-        ours.push(manifest_path.clone());
-        ours.push(list_path.clone());
+        let (snapshot_id, manifest_path, list_path) = snapshot_names(metadata);
+        let ours = written_paths(&written, &manifest_path, &list_path);
         let landed = TableUpdate::SetProperties {
             updates: HashMap::from([(self.landed_key(), last.0.to_string())]),
         };
@@ -313,39 +330,21 @@ impl IcebergSink {
         let updates = match staged {
             Ok(updates) => updates,
             Err(e) => {
-                let _ = super::maintain::files::delete(table.file_io(), ns, ours).await;
+                discard(table, &ours).await;
                 return Err(err(e));
             }
         };
-        let committed = self
-            .catalog
-            .commit_updates(
-                table.identifier(),
-                vec![
-                    TableRequirement::UuidMatch {
-                        uuid: metadata.uuid(),
-                    },
-                    TableRequirement::RefSnapshotIdMatch {
-                        r#ref: MAIN_BRANCH.to_owned(),
-                        snapshot_id: current.as_ref().map(|s| s.snapshot_id()),
-                    },
-                ],
-                updates,
-            )
-            .await;
-        match committed {
-            Ok(after) => Ok((files, added_rows, after)),
-            Err(e) => {
-                let landed =
-                    iceberg::Catalog::load_table(self.catalog.as_ref(), table.identifier())
-                        .await
-                        .map(|t| t.metadata().snapshot_by_id(snapshot_id).is_some());
-                if let Ok(false) = landed {
-                    let _ = super::maintain::files::delete(table.file_io(), ns, ours).await;
-                }
-                Err(err(e))
-            }
-        }
+        let after = commit_or_discard(
+            self.catalog.as_ref(),
+            table,
+            current.as_ref().map(|s| s.snapshot_id()),
+            snapshot_id,
+            &ours,
+            updates,
+        )
+        .await
+        .map_err(err)?;
+        Ok((files, added_rows, after))
     }
 }
 

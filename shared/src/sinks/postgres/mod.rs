@@ -848,6 +848,7 @@ impl Sink for PostgresSink {
                         &columns,
                         key,
                         o.fields.iter().any(|f| f.name == OP_FIELD),
+                        o.fields.iter().any(|f| f.name == UNCHANGED_FIELD),
                     ),
                 };
                 tx.batch_execute(&insert)
@@ -893,12 +894,23 @@ impl Sink for PostgresSink {
 /// `sources::postgres::cdc`).
 const OP_FIELD: &str = "_op";
 
+/// The field naming the columns a change did not carry (`sources::postgres::cdc`).
+const UNCHANGED_FIELD: &str = crate::sources::postgres::cdc::UNCHANGED;
+
 /// The statements that merge a delivery's staged rows into `table` by `key`: the newest
 /// version of each key in the delivery (by source order, `_skippr_seq`) is upserted over the
 /// table's. With an `_op` column (a change stream), a key whose newest version is a delete
 /// (`d`) is deleted instead, and a truncate (`t`) empties the table and drops the staged rows
-/// before it.
-fn merge_sql(table: &str, stage: &str, columns: &[String], key: &[String], ops: bool) -> String {
+/// before it. With an `_unchanged` column, a newest version that lacks some of its columns
+/// fails the delivery (merging it would write NULL over the values it did not carry).
+fn merge_sql(
+    table: &str,
+    stage: &str,
+    columns: &[String],
+    key: &[String],
+    ops: bool,
+    unchanged: bool,
+) -> String {
     let key_idents: Vec<String> = key.iter().map(|c| ident(c)).collect();
     let keys = key_idents.join(", ");
     let cols = columns.join(", ");
@@ -925,6 +937,16 @@ fn merge_sql(table: &str, stage: &str, columns: &[String], key: &[String], ops: 
     let newest = format!(
         "CREATE TEMP TABLE \"_skippr_newest\" ON COMMIT DROP AS SELECT DISTINCT ON ({keys}) {cols} FROM {stage} WHERE {after} AND {op} IS DISTINCT FROM 't' ORDER BY {keys}, \"_skippr_seq\" DESC"
     );
+    let check = if unchanged {
+        format!(
+            "DO $skippr$ BEGIN IF EXISTS (SELECT 1 FROM \"_skippr_newest\" WHERE {} IS NOT NULL) THEN \
+             RAISE EXCEPTION 'a change of this table did not carry the columns its _unchanged names (values stored out of line that an update left alone, under the source table''s default replica identity): merging it would overwrite them with NULL; run ALTER TABLE ... REPLICA IDENTITY FULL on the source table, then reset the pipeline'; \
+             END IF; END $skippr$; ",
+            ident(UNCHANGED_FIELD)
+        )
+    } else {
+        String::new()
+    };
     let matches = key_idents
         .iter()
         .map(|k| format!("t.{k} = n.{k}"))
@@ -933,6 +955,7 @@ fn merge_sql(table: &str, stage: &str, columns: &[String], key: &[String], ops: 
     format!(
         "DELETE FROM {table} WHERE EXISTS (SELECT 1 FROM {stage} WHERE {op} = 't'); \
          {newest}; \
+         {check}\
          DELETE FROM {table} t USING \"_skippr_newest\" n WHERE n.{op} = 'd' AND {matches}; \
          INSERT INTO {table} ({cols}) SELECT {cols} FROM \"_skippr_newest\" WHERE {op} IS DISTINCT FROM 'd' ON CONFLICT ({keys}) {action}; \
          DROP TABLE \"_skippr_newest\""

@@ -33,15 +33,19 @@
 //! commit, the order changes apply in; both 0 for snapshot rows, which come before every
 //! change) and `_commit_ts` (UTC). A delete carries the replica identity's columns (the
 //! primary key, or every column under `REPLICA IDENTITY FULL`); an update that changes the key
-//! is a delete of the old key then the update; a TOASTed value an update did not touch is
-//! not sent by PostgreSQL and is absent from the record.
+//! is a delete of the old key then the update. A large value stored out of line (TOASTed)
+//! that an update did not touch is not sent by PostgreSQL under the default replica
+//! identity: the record lacks the column and names it in `_unchanged` (comma-separated), and
+//! a merging destination refuses such a record rather than overwrite the value with NULL;
+//! under `REPLICA IDENTITY FULL` the old row supplies it.
 //!
 //! # Passes
 //!
 //! A pass reads in rounds: each decodes the slot up to the current flushed WAL position. The
 //! pass ends once a round brings nothing new and no change has come for
-//! `cdc_idle_timeout_seconds`, or after ten times that (each round decodes again from the
-//! slot's confirmed position, which only the next pass moves).
+//! `cdc_idle_timeout_seconds`, or after ten times that, or after a round once it has handed
+//! out 200,000 changes (each round decodes again from the slot's confirmed position, which
+//! only the next pass moves).
 
 use std::collections::{BTreeSet, HashMap};
 use std::time::{Duration, Instant};
@@ -67,6 +71,9 @@ pub const LSN: &str = "_lsn";
 pub const COMMIT_LSN: &str = "_commit_lsn";
 /// Its transaction's commit time.
 pub const COMMIT_TS: &str = "_commit_ts";
+/// The columns an update did not carry (unchanged values stored out of line, under the
+/// default replica identity), comma-separated; absent when it carried all.
+pub const UNCHANGED: &str = "_unchanged";
 
 /// Where the change stream stands: part of the source's checkpoint.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
@@ -134,6 +141,8 @@ impl SnapshotFilter {
         let mut full = (epoch << 32) | u64::from(xid);
         if full > self.xmax.saturating_add(1 << 31) && full >= 1 << 32 {
             full -= 1 << 32;
+        } else if full.saturating_add(1 << 31) < self.xmax {
+            full += 1 << 32;
         }
         full < self.xmin || (full < self.xmax && !self.xip.contains(&full))
     }
@@ -150,6 +159,9 @@ pub(super) struct Changes {
 
 /// What the stream task sends.
 pub(super) type StreamMessage = Result<Changes, SourceError>;
+
+/// A pass that has handed out this many changes ends after its round (see the module docs).
+const ROUNDS_RECORDS_MAX: u64 = 200_000;
 
 /// The stream's settings.
 #[derive(Debug, Clone)]
@@ -323,8 +335,8 @@ async fn publication(
         let rows = client
             .query(
                 "SELECT c.relname::text FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
-                 WHERE n.nspname = $1 AND c.relname = ANY($2) AND c.relreplident = 'd' \
-                 AND NOT EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid AND i.indisprimary) \
+                 WHERE n.nspname = $1 AND c.relname = ANY($2) AND (c.relreplident = 'n' OR (c.relreplident = 'd' \
+                 AND NOT EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid AND i.indisprimary))) \
                  ORDER BY 1",
                 &[&options.schema, &tables],
             )
@@ -338,7 +350,7 @@ async fn publication(
                 server: options.server.clone(),
                 table: Some(format!("{}.{table}", options.schema)),
                 message: format!(
-                    "has no primary key: published without one, its UPDATEs and DELETEs would fail; run `ALTER TABLE {}.{} REPLICA IDENTITY FULL` (or add a primary key) first",
+                    "has no replica identity (no primary key, or REPLICA IDENTITY NOTHING): published, its UPDATEs and DELETEs would fail; run `ALTER TABLE {}.{} REPLICA IDENTITY FULL` (or add a primary key) first",
                     ident(&options.schema),
                     ident(&table)
                 ),
@@ -351,7 +363,11 @@ async fn publication(
             .collect::<Vec<_>>()
             .join(", ");
         client
-            .batch_execute(&format!("CREATE PUBLICATION {} FOR TABLE {list}", ident(name)))
+            // Partitioned tables publish their changes under the parent's name.
+            .batch_execute(&format!(
+                "CREATE PUBLICATION {} FOR TABLE {list} WITH (publish_via_partition_root = true)",
+                ident(name)
+            ))
             .await
             .map_err(|e| {
                 pg_error(
@@ -398,6 +414,8 @@ struct Table {
     wanted: bool,
     /// Per column: name, decoder (`None`: its text as a string), part of the key.
     columns: Vec<(String, Option<Decoder>, bool)>,
+    /// The columns of its primary key (indices into `columns`).
+    primary: Vec<usize>,
 }
 
 /// The transaction being read.
@@ -473,6 +491,7 @@ async fn read(
     let publications = ident(&stream.publication);
     let started = Instant::now();
     let mut last_change = Instant::now();
+    let mut handed_out = 0u64;
     let longest = stream.idle.saturating_mul(10);
     loop {
         let upto: String = reader
@@ -524,7 +543,13 @@ async fn read(
                 return Ok(());
             }
         }
-        if last_change.elapsed() >= stream.idle || started.elapsed() >= longest {
+        handed_out += new_records;
+        // Each round decodes again from the pass's start: a pass that has handed out much
+        // ends, so the next one confirms it to the slot and starts from there.
+        if last_change.elapsed() >= stream.idle
+            || started.elapsed() >= longest
+            || handed_out >= ROUNDS_RECORDS_MAX
+        {
             if reader.at != reader.sent_at {
                 reader.send(tx).await;
             }
@@ -596,12 +621,24 @@ impl Reader<'_> {
                     };
                     columns.push((c.name, decoder, c.key));
                 }
+                let primary = if wanted {
+                    let names = self.primary_key(relation.id).await?;
+                    columns
+                        .iter()
+                        .enumerate()
+                        .filter(|(_, (n, _, _))| names.contains(n))
+                        .map(|(i, _)| i)
+                        .collect()
+                } else {
+                    Vec::new()
+                };
                 self.tables.insert(
                     relation.id,
                     Table {
                         name,
                         wanted,
                         columns,
+                        primary,
                     },
                 );
                 Ok(0)
@@ -612,15 +649,23 @@ impl Reader<'_> {
                 };
                 Ok(self.emit(relation, record, "c", lsn))
             }
-            Message::Update { relation, old, new } => {
+            Message::Update {
+                relation,
+                old,
+                old_full,
+                new,
+            } => {
                 let mut n = 0;
                 if let Some(old) = &old
-                    && self.key_changed(relation, old, &new)
+                    && self.key_changed(relation, old, old_full, &new)
                     && let Some(record) = self.row(relation, old, None, true)?
                 {
                     n += self.emit(relation, record, "d", lsn);
                 }
-                if let Some(record) = self.row(relation, &new, old.as_deref(), false)? {
+                // Only a whole old row (REPLICA IDENTITY FULL) has the values an update left
+                // out; a key tuple's other cells are NULL placeholders.
+                let fill = old.as_deref().filter(|_| old_full);
+                if let Some(record) = self.row(relation, &new, fill, false)? {
                     n += self.emit(relation, record, "u", lsn);
                 }
                 Ok(n)
@@ -669,16 +714,27 @@ impl Reader<'_> {
         1
     }
 
-    /// Whether an update's old key differs from its new row's.
-    fn key_changed(&self, relation: u32, old: &[Cell], new: &[Cell]) -> bool {
+    /// Whether an update moved its row to another key: the replica identity's columns of a
+    /// key tuple (`K`, sent when they changed), or the primary key's of a whole old row (`O`:
+    /// under REPLICA IDENTITY FULL every column is flagged as identity). A value not sent
+    /// (unchanged) is the same value.
+    fn key_changed(&self, relation: u32, old: &[Cell], old_full: bool, new: &[Cell]) -> bool {
         let Some(table) = self.tables.get(&relation) else {
             return false;
         };
-        table
-            .columns
-            .iter()
-            .enumerate()
-            .any(|(i, (_, _, key))| *key && old.get(i) != new.get(i))
+        let differs = |i: usize| match (old.get(i), new.get(i)) {
+            (Some(Cell::Unchanged), _) | (_, Some(Cell::Unchanged)) => false,
+            (a, b) => a != b,
+        };
+        if old_full {
+            table.primary.iter().any(|&i| differs(i))
+        } else {
+            table
+                .columns
+                .iter()
+                .enumerate()
+                .any(|(i, (_, _, key))| *key && differs(i))
+        }
     }
 
     /// A row as a record (`None` for a table not read). `old` fills values an update left
@@ -702,6 +758,7 @@ impl Reader<'_> {
             return Ok(table.wanted.then(Map::new));
         }
         let mut out = Map::with_capacity(table.columns.len() + 4);
+        let mut unchanged: Vec<&str> = Vec::new();
         for (i, (name, decoder, key)) in table.columns.iter().enumerate() {
             let mut cell = cells.get(i).unwrap_or(&Cell::Unchanged);
             if matches!(cell, Cell::Unchanged)
@@ -710,7 +767,10 @@ impl Reader<'_> {
                 cell = before;
             }
             let value = match cell {
-                Cell::Unchanged => continue,
+                Cell::Unchanged => {
+                    unchanged.push(name);
+                    continue;
+                }
                 Cell::Null if key_only && !key => continue,
                 Cell::Null => Value::Null,
                 Cell::Text(bytes) | Cell::Binary(bytes) => {
@@ -728,7 +788,28 @@ impl Reader<'_> {
             };
             out.insert(name.clone(), value);
         }
+        if !unchanged.is_empty() {
+            out.insert(UNCHANGED.into(), Value::String(unchanged.join(",")));
+        }
         Ok(Some(out))
+    }
+
+    /// The primary key columns of the relation `id` (empty without one).
+    async fn primary_key(&self, id: u32) -> Result<Vec<String>, SourceError> {
+        let rows = self
+            .catalog
+            .query(
+                "SELECT a.attname::text FROM pg_index i JOIN pg_attribute a \
+                 ON a.attrelid = i.indrelid AND a.attnum = ANY (i.indkey) \
+                 WHERE i.indrelid = $1 AND i.indisprimary",
+                &[&id],
+            )
+            .await
+            .map_err(|e| pg_error(self.options, None, "cannot read a primary key", &e))?;
+        rows.iter()
+            .map(|r| r.try_get::<_, String>(0))
+            .collect::<Result<_, _>>()
+            .map_err(|e| pg_error(self.options, None, "cannot read a primary key", &e))
     }
 
     /// The decoder of a column's type, looked up in the catalog for types of the database's

@@ -289,6 +289,9 @@ pub struct PostgresSource {
     /// The stream is new: its first checkpoint goes out at once, in an empty batch, so the
     /// slot's starting point is committed before anything else happens.
     cdc_announce: bool,
+    /// The tables as configured (a pass without a list fills [`PostgresSourceOptions::tables`]
+    /// with the schema's): the stream reads the same ones in every pass.
+    configured_tables: Vec<PostgresTableConfig>,
     finished: bool,
     rows_done: u64,
     tables_done: u64,
@@ -364,6 +367,7 @@ impl PostgresSource {
                 message: format!("cannot start the PostgreSQL runtime: {e}"),
                 retryable: false,
             })?;
+        let configured_tables = options.tables.clone();
         Ok(PostgresSource {
             options,
             runtime: Some(runtime),
@@ -373,6 +377,7 @@ impl PostgresSource {
             stream_rx: None,
             cdc_ready: false,
             cdc_announce: false,
+            configured_tables,
             finished: false,
             rows_done: 0,
             tables_done: 0,
@@ -543,8 +548,9 @@ impl PostgresSource {
                     publication: settings.publication.clone(),
                     idle: settings.idle_timeout,
                 };
-                self.runtime()?
-                    .spawn(cdc::run(self.options.clone(), stream, at, tx));
+                let mut options = self.options.clone();
+                options.tables.clone_from(&self.configured_tables);
+                self.runtime()?.spawn(cdc::run(options, stream, at, tx));
                 rx
             }
         };

@@ -41,6 +41,8 @@ pub(crate) enum Message {
         /// The old row's key (`K`, when the key changed) or whole old row (`O`, under
         /// `REPLICA IDENTITY FULL`).
         old: Option<Vec<Cell>>,
+        /// `old` is the whole old row (`O`), not just its key.
+        old_full: bool,
         /// The new row.
         new: Vec<Cell>,
     },
@@ -243,6 +245,7 @@ pub(crate) fn parse(bytes: &[u8]) -> Result<Message, String> {
             let relation = r.u32("Update's relation")?;
             let mut old = None;
             let mut kind = r.u8("Update's tuple kind")?;
+            let old_full = kind == b'O';
             if kind == b'K' || kind == b'O' {
                 old = Some(r.tuple()?);
                 kind = r.u8("Update's new tuple kind")?;
@@ -253,6 +256,7 @@ pub(crate) fn parse(bytes: &[u8]) -> Result<Message, String> {
             Message::Update {
                 relation,
                 old,
+                old_full,
                 new: r.tuple()?,
             }
         }
@@ -397,6 +401,7 @@ mod tests {
             Message::Update {
                 relation: 16384,
                 old: Some(vec![Cell::Text(b"1".to_vec()), Cell::Null]),
+                old_full: false,
                 new: vec![Cell::Text(b"2".to_vec()), Cell::Unchanged]
             }
         );

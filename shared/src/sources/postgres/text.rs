@@ -75,9 +75,18 @@ fn bc_year(year: i32) -> i32 {
     1 - year
 }
 
+/// chrono reads a year of more than four digits only after a sign.
+fn signed_year(body: &str) -> std::borrow::Cow<'_, str> {
+    match body.find('-') {
+        Some(digits) if digits > 4 => format!("+{body}").into(),
+        _ => body.into(),
+    }
+}
+
 fn date(text: &str) -> Result<NaiveDate, String> {
     let (body, bc) = era(text);
-    let day = NaiveDate::parse_from_str(body, "%Y-%m-%d")
+    let body = signed_year(body);
+    let day = NaiveDate::parse_from_str(&body, "%Y-%m-%d")
         .map_err(|e| format!("`{text}` is not a date: {e}"))?;
     if bc {
         day.with_year(bc_year(day.year()))
@@ -91,13 +100,14 @@ fn date(text: &str) -> Result<NaiveDate, String> {
 /// ` BC` maybe; `timestamptz` is returned in UTC.
 fn timestamp(text: &str, zoned: bool) -> Result<NaiveDateTime, String> {
     let (body, bc) = era(text);
+    let body = signed_year(body);
     let bad = |e: chrono::ParseError| format!("`{text}` is not a timestamp: {e}");
     let at = if zoned {
-        chrono::DateTime::parse_from_str(body, "%Y-%m-%d %H:%M:%S%.f%#z")
+        chrono::DateTime::parse_from_str(&body, "%Y-%m-%d %H:%M:%S%.f%#z")
             .map_err(bad)?
             .naive_utc()
     } else {
-        NaiveDateTime::parse_from_str(body, "%Y-%m-%d %H:%M:%S%.f").map_err(bad)?
+        NaiveDateTime::parse_from_str(&body, "%Y-%m-%d %H:%M:%S%.f").map_err(bad)?
     };
     if bc {
         at.with_year(bc_year(at.year()))
@@ -273,6 +283,12 @@ mod tests {
             (Decoder::Date, "2024-02-29", json!("2024-02-29")),
             (Decoder::Date, "0044-03-15 BC", json!("-0043-03-15")),
             (Decoder::Date, "infinity", json!("infinity")),
+            (Decoder::Date, "10000-01-01", json!("+10000-01-01")),
+            (
+                Decoder::Timestamp,
+                "12345-06-07 08:09:10",
+                json!("+12345-06-07T08:09:10.000000"),
+            ),
             (
                 Decoder::Timestamp,
                 "2024-01-02 03:04:05.12",

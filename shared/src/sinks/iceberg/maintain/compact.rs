@@ -241,16 +241,8 @@ pub async fn compact(
     // 3. Rewrite.
     let mut written: Vec<DataFile> = Vec::new();
     let result = rewrite(table, &bins, policy, &mut written).await;
-    let snapshot_id = unique_snapshot_id(metadata);
-    let commit_uuid = uuid::Uuid::new_v4().simple().to_string();
-    let manifest_path = format!("{}/metadata/{commit_uuid}-m0.avro", metadata.location());
-    let list_path = format!(
-        "{}/metadata/snap-{snapshot_id}-0-{commit_uuid}.avro",
-        metadata.location()
-    );
-    let mut ours: Vec<String> = written.iter().map(|f| f.file_path().to_owned()).collect();
-    ours.push(manifest_path.clone());
-    ours.push(list_path.clone());
+    let (snapshot_id, manifest_path, list_path) = snapshot_names(metadata);
+    let ours = written_paths(&written, &manifest_path, &list_path);
     let staged = match result {
         Ok(()) => {
             let small_left = small_total - bins.iter().map(Vec::len).sum::<usize>()
@@ -290,34 +282,21 @@ pub async fn compact(
     };
     let removed: u64 = bins.iter().map(|b| b.len() as u64).sum();
     let added = written.len() as u64;
-    let committed = catalog
-        .commit_updates(
-            ident,
-            vec![
-                TableRequirement::UuidMatch {
-                    uuid: metadata.uuid(),
-                },
-                TableRequirement::RefSnapshotIdMatch {
-                    r#ref: MAIN_BRANCH.to_owned(),
-                    snapshot_id: Some(current.snapshot_id()),
-                },
-            ],
-            updates,
-        )
-        .await;
+    let committed = commit_or_discard(
+        catalog,
+        table,
+        Some(current.snapshot_id()),
+        snapshot_id,
+        &ours,
+        updates,
+    )
+    .await;
     match committed {
         Ok(after) => {
             tracing::info!(table = %name, removed, added, "Compacted small data files.");
             Ok(Some((Compacted { removed, added }, after)))
         }
         Err(e) => {
-            // Discard what was written only once the table shows the snapshot did not land.
-            let landed = iceberg::Catalog::load_table(catalog, ident)
-                .await
-                .map(|t| t.metadata().snapshot_by_id(snapshot_id).is_some());
-            if let Ok(false) = landed {
-                discard(table, &ours).await;
-            }
             if e.kind() == ErrorKind::CatalogCommitConflicts {
                 tracing::info!(table = %name, error = %e, "Compaction skipped: the table changed meanwhile.");
                 Ok(None)
@@ -328,9 +307,67 @@ pub async fn compact(
     }
 }
 
-/// Delete the files of a compaction that did not land (best effort: cleanup removes what is
+/// A new snapshot's id, and the paths of its manifest and manifest list.
+pub(crate) fn snapshot_names(metadata: &TableMetadata) -> (i64, String, String) {
+    let snapshot_id = unique_snapshot_id(metadata);
+    let commit_uuid = uuid::Uuid::new_v4().simple().to_string();
+    let manifest_path = format!("{}/metadata/{commit_uuid}-m0.avro", metadata.location());
+    let list_path = format!(
+        "{}/metadata/snap-{snapshot_id}-0-{commit_uuid}.avro",
+        metadata.location()
+    );
+    (snapshot_id, manifest_path, list_path)
+}
+
+/// Every file a staged snapshot wrote: its data files, manifest and manifest list.
+pub(crate) fn written_paths(written: &[DataFile], manifest: &str, list: &str) -> Vec<String> {
+    let mut ours: Vec<String> = written.iter().map(|f| f.file_path().to_owned()).collect();
+    ours.push(manifest.to_owned());
+    ours.push(list.to_owned());
+    ours
+}
+
+/// Commit `updates` (staged as snapshot `snapshot_id`) through `catalog`, required to apply
+/// to the same table whose `main` is still `main`; when it fails, the files `ours` are
+/// deleted once the reloaded table shows the snapshot did not land.
+pub(crate) async fn commit_or_discard(
+    catalog: &FileCatalog<LakePointer>,
+    table: &Table,
+    main: Option<i64>,
+    snapshot_id: i64,
+    ours: &[String],
+    updates: Vec<TableUpdate>,
+) -> iceberg::Result<Table> {
+    let ident = table.identifier();
+    let committed = catalog
+        .commit_updates(
+            ident,
+            vec![
+                TableRequirement::UuidMatch {
+                    uuid: table.metadata().uuid(),
+                },
+                TableRequirement::RefSnapshotIdMatch {
+                    r#ref: MAIN_BRANCH.to_owned(),
+                    snapshot_id: main,
+                },
+            ],
+            updates,
+        )
+        .await;
+    if committed.is_err() {
+        let landed = iceberg::Catalog::load_table(catalog, ident)
+            .await
+            .map(|t| t.metadata().snapshot_by_id(snapshot_id).is_some());
+        if let Ok(false) = landed {
+            discard(table, ours).await;
+        }
+    }
+    committed
+}
+
+/// Delete the files of a snapshot that did not land (best effort: cleanup removes what is
 /// left once it is old).
-async fn discard(table: &Table, paths: &[String]) {
+pub(crate) async fn discard(table: &Table, paths: &[String]) {
     let name = table_name(table.identifier());
     if let Err(e) = super::files::delete(table.file_io(), &name, paths.to_vec()).await {
         tracing::warn!(table = %name, error = %e, "Could not delete the files of an abandoned compaction; cleanup removes them once they are old.");
@@ -419,8 +456,8 @@ async fn rewrite(
 }
 
 /// The rows of the data file `path`, shaped to `arrow` (the current schema). The file is read
-/// whole through the table's file I/O (one `GetObject` on S3): it is smaller than the target
-/// size, or it would not be compacted.
+/// whole through the table's file I/O (one `GetObject` on S3): a compaction reads files
+/// smaller than the target size; a merge (`merge_by_key`) reads any live file, one at a time.
 pub(crate) async fn read_adapted(
     table: &Table,
     path: &str,
