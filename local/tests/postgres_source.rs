@@ -695,7 +695,7 @@ fn discover_samples_each_table_and_doctor_reports_each_check_with_a_fix() {
     assert_eq!(out.status.code(), Some(1), "{report}");
     for line in [
         "[ok]   pg: source table public.big: readable, snapshot, then its changes".to_owned(),
-        "[FAIL] pg: source table public.nokey: has no primary key: published for CDC".to_owned(),
+        "[FAIL] pg: source table public.nokey: has no replica identity (no primary key, or REPLICA IDENTITY NOTHING): published for CDC".to_owned(),
         "fix: ALTER TABLE \"public\".\"nokey\" REPLICA IDENTITY FULL;".to_owned(),
         format!("[ok]   pg: source replication slot: `{slot}` exists (pgoutput)"),
         format!("[FAIL] pg: source replication permission: `{role}` has no REPLICATION attribute"),

@@ -321,17 +321,19 @@ async fn tables(
                 "SELECT c.oid IS NOT NULL, \
                  c.oid IS NOT NULL AND has_table_privilege(c.oid, 'SELECT'), \
                  c.oid IS NOT NULL AND EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid AND i.indisprimary), \
-                 c.oid IS NOT NULL AND (SELECT relreplident FROM pg_class WHERE oid = c.oid) = 'f' \
+                 c.oid IS NOT NULL AND (SELECT relreplident FROM pg_class WHERE oid = c.oid) = 'f', \
+                 c.oid IS NOT NULL AND (SELECT relreplident FROM pg_class WHERE oid = c.oid) = 'n' \
                  FROM (SELECT to_regclass(quote_ident($1) || '.' || quote_ident($2)) AS oid) c",
                 &[&options.schema, &table.name],
             )
             .await;
-        let (exists, readable, keyed, full_identity) = match row {
+        let (exists, readable, keyed, full_identity, no_identity) = match row {
             Ok(row) => (
                 row.try_get::<_, bool>(0).unwrap_or(false),
                 row.try_get::<_, bool>(1).unwrap_or(false),
                 row.try_get::<_, bool>(2).unwrap_or(false),
                 row.try_get::<_, bool>(3).unwrap_or(false),
+                row.try_get::<_, bool>(4).unwrap_or(false),
             ),
             Err(e) => {
                 out.push(PgCheck::fail(
@@ -363,10 +365,10 @@ async fn tables(
                 "has no primary key, which incremental reading needs",
                 "give `primary_key` in its `tables` entry (columns that identify a row)",
             )
-        } else if streamed && !keyed && !full_identity {
+        } else if streamed && (no_identity || (!keyed && !full_identity)) {
             PgCheck::fail(
                 part,
-                "has no primary key: published for CDC, its UPDATEs and DELETEs would fail",
+                "has no replica identity (no primary key, or REPLICA IDENTITY NOTHING): published for CDC, its UPDATEs and DELETEs would fail",
                 format!(
                     "ALTER TABLE {}.{} REPLICA IDENTITY FULL; (or add a primary key)",
                     ident(&options.schema),
