@@ -133,6 +133,7 @@ fn merge_loop(partitioned: bool) {
     let mut rng = Rng(if partitioned { 0xabcdef } else { 0x123457 });
     let mut model = BTreeMap::new();
     let mut round = 0;
+    let mut pass_time = Duration::ZERO;
     for pass in 0..5u64 {
         // Two files a pass, the fourth pass truncating part-way.
         for _ in 0..2 {
@@ -140,7 +141,9 @@ fn merge_loop(partitioned: bool) {
             let truncate = (pass == 3 && round % 2 == 0).then_some(30);
             changes(dir.path(), round, 120, 90, &mut rng, &mut model, truncate);
         }
+        let started = std::time::Instant::now();
         sync_ok(dir.path(), "merge pass");
+        pass_time = pass_time.max(started.elapsed());
         assert_model(dir.path(), &model, &format!("pass {pass}"));
     }
     // kill -9 at random moments while files keep coming.
@@ -154,7 +157,10 @@ fn merge_loop(partitioned: bool) {
             .stderr(Stdio::null())
             .spawn()
             .unwrap();
-        std::thread::sleep(Duration::from_millis(20 + rng.below(400)));
+        // A random moment within how long a pass takes on this machine, so most are killed
+        // mid-pass whatever its speed.
+        let span = u64::try_from(pass_time.as_millis()).unwrap_or(1000).max(20);
+        std::thread::sleep(Duration::from_millis(rng.below(span * 4 / 5)));
         if child.try_wait().unwrap().is_none() {
             child.kill().unwrap(); // SIGKILL
             killed += 1;

@@ -642,22 +642,29 @@ fn a_million_rows_land_exactly_once_through_thirty_kills() {
     )
     .unwrap();
     let total = 1_000_000u64;
-    for f in 0..10u64 {
-        let mut text = String::with_capacity(5_000_000);
-        for id in f * total / 10..(f + 1) * total / 10 {
+    // The rows arrive in 40 files of 25,000, one before each round, so every round has work
+    // to be killed in, however fast the machine.
+    let files = 40u64;
+    let write_file = |f: u64| {
+        let mut text = String::with_capacity(1_500_000);
+        for id in f * total / files..(f + 1) * total / files {
             text.push_str(&format!(
                 "{{\"id\":{id},\"kind\":\"order\",\"n\":{},\"name\":\"c{}\"}}\n",
                 id % 1000,
                 id % 77
             ));
         }
-        std::fs::write(dir.path().join(format!("input/m{f}.jsonl")), text).unwrap();
-    }
+        std::fs::write(dir.path().join(format!("input/m{f:02}.jsonl")), text).unwrap();
+    };
     let table = PostgresSink::table_of("order");
     let mut rng = Rng(0x2545_f491_4f6c_dd1d);
-    let (mut killed, mut finished) = (0u64, 0u64);
+    let (mut killed, mut finished, mut round) = (0u64, 0u64, 0u64);
     let mut landed_at_kills = Vec::new();
-    while killed < kills && finished < 10 {
+    while (round < files || killed < kills) && round < files * 2 {
+        if round < files {
+            write_file(round);
+        }
+        round += 1;
         // Deliveries of about 2 MB during the pass, so kills land between and inside them.
         let mut child = sync_command(dir.path(), &pg)
             .env("DELIVER_THRESHOLD_BYTES", "2000000")
@@ -675,7 +682,7 @@ fn a_million_rows_land_exactly_once_through_thirty_kills() {
                 0
             }
         };
-        if killed % 5 == 0 {
+        if round % 5 == 0 {
             // Until a delivery of this pass has landed (or the pass ends), so these kills
             // surely come mid-load whatever the machine's speed.
             let before = landed();
@@ -684,7 +691,7 @@ fn a_million_rows_land_exactly_once_through_thirty_kills() {
             }
             std::thread::sleep(Duration::from_millis(rng.below(150)));
         } else {
-            std::thread::sleep(Duration::from_millis(50 + rng.below(400)));
+            std::thread::sleep(Duration::from_millis(30 + rng.below(300)));
         }
         match child.try_wait().unwrap() {
             Some(status) => {
