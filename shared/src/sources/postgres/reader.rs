@@ -287,7 +287,8 @@ async fn read_all(
     tx: &mpsc::Sender<Message>,
     filter: Option<tokio::sync::oneshot::Sender<SnapshotFilter>>,
 ) -> Result<(), SourceError> {
-    let client = connect(options).await?;
+    // Shared with the task that asks for the next page while this one is decoded.
+    let client = std::sync::Arc::new(connect(options).await?);
     client
         .batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
         .await
@@ -411,7 +412,7 @@ fn type_name(ty: &Type) -> String {
 
 /// Read one table from its start key, page by page. `Ok(false)`: the receiver is gone.
 async fn read_table(
-    client: &Client,
+    client: &std::sync::Arc<Client>,
     options: &PostgresSourceOptions,
     index: usize,
     plan: &Plan,
@@ -542,35 +543,55 @@ async fn read_table(
         .iter()
         .map(|c| c.decoder.clone().unwrap_or(Decoder::Text))
         .collect();
-    let mut after = plan.start.key.clone();
     let mut read = 0usize;
-    loop {
-        let rows = match &after {
-            None => client.query(&first, &[]).await,
-            Some(key) => {
-                let params: Vec<&(dyn ToSql + Sync)> =
-                    key.iter().map(|k| k as &(dyn ToSql + Sync)).collect();
-                client.query(&next, &params).await
+    // The page after `key` (the first page for `None`), asked for on its own task, so the
+    // server works on it while the page before is decoded and handed on.
+    let ask = |key: Option<Vec<String>>| {
+        let client = std::sync::Arc::clone(client);
+        let (first, next) = (first.clone(), next.clone());
+        tokio::spawn(async move {
+            match key {
+                None => client.query(&first, &[]).await,
+                Some(key) => {
+                    let params: Vec<&(dyn ToSql + Sync)> =
+                        key.iter().map(|k| k as &(dyn ToSql + Sync)).collect();
+                    client.query(&next, &params).await
+                }
             }
-        }
-        .map_err(|e| pg_error(options, Some(table), "cannot read rows", &e))?;
+        })
+    };
+    let mut pending = Some(ask(plan.start.key.clone()));
+    while let Some(page) = pending.take() {
+        let rows = page
+            .await
+            .map_err(|e| SourceError::Postgres {
+                server: options.server.clone(),
+                table: Some(table.to_owned()),
+                message: format!("the page reader stopped: {e}"),
+                retryable: true,
+            })?
+            .map_err(|e| pg_error(options, Some(table), "cannot read rows", &e))?;
         read += rows.len();
         let end = rows.len() < limit || options.sample_rows.is_some_and(|most| read >= most);
+        // The next page is asked for before this one is decoded (its key is the last row's).
+        let key_of = |row: &tokio_postgres::Row| -> Result<Vec<String>, SourceError> {
+            (0..key.len())
+                .map(|i| {
+                    row.try_get::<_, Option<String>>(columns.len() + i)
+                        .map(Option::unwrap_or_default)
+                        .map_err(|e| pg_error(options, Some(table), "cannot read a key", &e))
+                })
+                .collect()
+        };
+        let last_key = rows.last().map(key_of).transpose()?;
+        if !end {
+            pending = Some(ask(last_key.clone().or_else(|| plan.start.key.clone())));
+            // Let the connection send it before the decoding below holds the thread.
+            tokio::task::yield_now().await;
+        }
         let mut records = Vec::with_capacity(rows.len());
-        let mut last_key = None;
         for row in &rows {
             records.push(record(options, table, &columns, &decoders, row)?);
-            let mut k = Vec::with_capacity(key.len());
-            for i in 0..key.len() {
-                let text: Option<String> = row
-                    .try_get(columns.len() + i)
-                    .map_err(|e| pg_error(options, Some(table), "cannot read a key", &e))?;
-                k.push(text.unwrap_or_default());
-            }
-            last_key = Some(k);
-        }
-        if last_key.is_some() {
-            after.clone_from(&last_key);
         }
         let chunk = Chunk {
             table: index,
@@ -586,6 +607,7 @@ async fn read_table(
             return Ok(true);
         }
     }
+    Ok(true)
 }
 
 fn missing_column(
