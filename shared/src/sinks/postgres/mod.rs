@@ -364,32 +364,28 @@ impl PostgresSink {
     }
 
     /// The merge key's columns of `table` when `namespace` merges by key (declared, or by
-    /// `source_key`, its source table's primary key, when the policies take those), checked
+    /// its source table's primary key from `source_keys`, when the policies take those), checked
     /// against its fields; `None` for `append`.
     fn merge_key(
         &self,
         namespace: &str,
         table: &str,
         fields: &[Field],
-        source_key: Option<&Vec<String>>,
+        source_keys: &BTreeMap<String, Vec<String>>,
     ) -> Result<Option<Vec<String>>, SinkError> {
-        let mut columns = &self.policies.primary_key;
-        match self.policies.of(namespace) {
-            WritePolicy::MergeByKey => {}
-            WritePolicy::Append => match source_key {
-                Some(key) if self.policies.source_keys => columns = key,
-                _ => return Ok(None),
-            },
-            other => {
-                return Err(SinkError::Config {
-                    sink: self.name.clone(),
-                    message: format!(
-                        "write policy `{}` cannot be applied by the `Postgres` destination in this build",
-                        other.name()
-                    ),
-                });
-            }
+        let policy = self.policies.of(namespace);
+        if !matches!(policy, WritePolicy::Append | WritePolicy::MergeByKey) {
+            return Err(SinkError::Config {
+                sink: self.name.clone(),
+                message: format!(
+                    "write policy `{}` cannot be applied by the `Postgres` destination in this build",
+                    policy.name()
+                ),
+            });
         }
+        let Some(columns) = self.policies.merge_key(namespace, source_keys) else {
+            return Ok(None);
+        };
         let mut key = Vec::new();
         for column in columns {
             if !fields.iter().any(|f| &f.name == column) {
@@ -731,7 +727,7 @@ impl Sink for PostgresSink {
                 let fields = self.fields_of(schema, ns)?;
                 let table = Self::table_of(ns);
                 self.ensure_table(&tx, &table, fields).await?;
-                let key = self.merge_key(ns, &table, fields, source_keys.get(ns))?;
+                let key = self.merge_key(ns, &table, fields, &source_keys)?;
                 if let Some(key) = &key {
                     let cols: Vec<String> = key.iter().map(|c| ident(c)).collect();
                     let index = postgres_name(&format!("{table}_skippr_key"));
