@@ -292,7 +292,7 @@ fn run(cli: &Cli, mode: OutputMode, stamp: &RunStamp) -> Result<(), PipelineErro
 fn df(config: &ValidatedConfig, args: &cli::DfArgs) -> Result<(), PipelineError> {
     use skipprd::query::QueryEngine;
     let pipeline = config.pipeline(args.pipeline.pipeline.as_deref())?;
-    let engine = QueryEngine::open(&[pipeline])?;
+    let engine = QueryEngine::open(&config.settings, &[pipeline])?;
     let known = engine.namespaces(&pipeline.name);
     let chosen = match &args.namespace {
         None => known,
@@ -332,9 +332,10 @@ fn query(config: &ValidatedConfig, args: &cli::QueryArgs) -> Result<(), Pipeline
     use skipprd::query::athena::{AthenaEngine, AthenaOptions, AthenaTarget};
     let pipelines = config.pipelines_or_all(args.pipeline.as_deref())?;
     let engine = match args.engine {
-        cli::EngineKind::Local => {
-            query_cmd::Engine::Local(skipprd::query::QueryEngine::open(&pipelines)?)
-        }
+        cli::EngineKind::Local => query_cmd::Engine::Local(skipprd::query::QueryEngine::open(
+            &config.settings,
+            &pipelines,
+        )?),
         cli::EngineKind::Athena => {
             let target = AthenaTarget::for_pipelines(&pipelines).map_err(QueryError::from)?;
             let options = AthenaOptions {

@@ -532,7 +532,7 @@ mod tests {
     fn session(config: &ValidatedConfig) -> Session<'_> {
         let pipeline = config.pipeline(None).unwrap();
         Session {
-            engine: Engine::Local(QueryEngine::open(&[pipeline]).unwrap()),
+            engine: Engine::Local(QueryEngine::open(&config.settings, &[pipeline]).unwrap()),
             config,
             pipelines: vec![pipeline],
             yes: false,

@@ -338,7 +338,7 @@ impl Session {
         let name = self.pipeline.clone();
         py.allow_threads(move || {
             let pipeline = config.pipeline(Some(&name))?;
-            Ok::<_, PipelineError>(QueryEngine::open(&[pipeline])?)
+            Ok::<_, PipelineError>(QueryEngine::open(&config.settings, &[pipeline])?)
         })
         .map_err(|e| raise(py, Kind::Query, &e))
     }

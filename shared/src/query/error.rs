@@ -164,6 +164,13 @@ impl QueryError {
 fn find_wal_error(error: &DataFusionError) -> Option<QueryError> {
     let mut current: Option<&(dyn std::error::Error + 'static)> = Some(error);
     while let Some(error) = current {
+        if let Some(landed) = error.downcast_ref::<LandedFileError>() {
+            return Some(QueryError::Landed {
+                pipeline: landed.pipeline.clone(),
+                message: format!("{}: {}", landed.location, landed.message),
+                retryable: landed.retryable,
+            });
+        }
         if let Some(scan) = error.downcast_ref::<ScanError>() {
             return Some(QueryError::Scan {
                 pipeline: scan.pipeline.clone(),
@@ -199,4 +206,19 @@ impl ScanError {
         self.source.is_retryable()
             || matches!(&self.source, WalError::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound)
     }
+}
+
+/// A landed file of an overwrite-on-retry destination that could not be read while a query
+/// scanned it (it becomes [`QueryError::Landed`]).
+#[derive(Debug, thiserror::Error)]
+#[error("pipeline '{pipeline}': reading its landed file {location}: {message}")]
+pub(super) struct LandedFileError {
+    /// The pipeline.
+    pub(super) pipeline: String,
+    /// The file's path or URI.
+    pub(super) location: String,
+    /// What went wrong.
+    pub(super) message: String,
+    /// Whether reading again may succeed (the file was replaced meanwhile, S3 unreachable).
+    pub(super) retryable: bool,
 }

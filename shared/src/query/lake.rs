@@ -34,6 +34,8 @@ use datafusion::logical_expr::{Expr, TableProviderFilterPushDown};
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_plan::union::UnionExec;
 
+use super::landed::{FileReader, FilesTable};
+
 /// The landed table of a namespace, as the query sees it.
 pub(super) struct LakePart {
     /// The highest WAL batch id of the pipeline the table holds.
@@ -42,6 +44,10 @@ pub(super) struct LakePart {
     pub(super) schema: SchemaRef,
     /// The live data files of the current snapshot (`file://` URIs).
     pub(super) files: Vec<String>,
+    /// How the files are read: `None` for DataFusion's Parquet scan (Iceberg tables, and
+    /// `File`/`S3` Parquet, whose files carry the schema's own names), else a
+    /// [`FileReader`] (an `Athena` sink's Parquet, JSON lines, CSV).
+    pub(super) reader: Option<Arc<FileReader>>,
 }
 
 impl fmt::Debug for LakePart {
@@ -54,10 +60,24 @@ impl fmt::Debug for LakePart {
 }
 
 impl LakePart {
+    /// Whether the files hold nested values as text (CSV).
+    pub(super) fn is_text(&self) -> bool {
+        self.reader
+            .as_ref()
+            .is_some_and(|r| r.format == crate::config::connectors::OutputFormat::Csv)
+    }
+
     /// A scan of the data files with `schema` (the merged table schema).
     pub(super) fn provider(&self, schema: SchemaRef) -> DfResult<Arc<dyn TableProvider>> {
         if self.files.is_empty() {
             return Ok(Arc::new(EmptyTable::new(schema)));
+        }
+        if let Some(reader) = &self.reader {
+            return Ok(Arc::new(FilesTable {
+                schema,
+                files: self.files.clone().into(),
+                reader: Arc::clone(reader),
+            }));
         }
         let urls = self
             .files

@@ -21,6 +21,7 @@ pub mod athena;
 mod error;
 mod files;
 mod lake;
+mod landed;
 pub mod manage;
 mod output;
 pub mod s3_objects;
@@ -43,7 +44,7 @@ pub use error::QueryError;
 pub use output::{QueryOutput, QueryStream};
 
 use crate::config::ValidatedPipeline;
-use crate::config::validate::{StoreKind, WalLocation};
+use crate::config::validate::{Settings, StoreKind, WalLocation};
 use crate::sinks::iceberg::catalog::{FileCatalog, LakePointer};
 use crate::wal::{DiskWal, WalView};
 
@@ -87,14 +88,19 @@ impl std::fmt::Debug for QueryEngine {
 
 impl QueryEngine {
     /// Register `<pipeline>.<namespace>` for every namespace in the committed WAL of each given
-    /// pipeline. A pipeline that never ran has no tables.
+    /// pipeline, and in its destination. A pipeline that never ran has no tables. `settings`
+    /// say where the pipelines' schemas are saved (an overwrite-on-retry destination's files
+    /// are read with them).
     ///
     /// # Errors
     ///
     /// [`QueryError::Wal`] when a WAL cannot be read (corrupt, unreadable, S3 unreachable),
     /// [`QueryError::Aws`] when an S3 WAL needs an AWS configuration that cannot be loaded,
     /// [`QueryError::Runtime`].
-    pub fn open(pipelines: &[&ValidatedPipeline]) -> Result<QueryEngine, QueryError> {
+    pub fn open(
+        settings: &Settings,
+        pipelines: &[&ValidatedPipeline],
+    ) -> Result<QueryEngine, QueryError> {
         let mut wals = Vec::with_capacity(pipelines.len());
         let mut aws: Option<crate::aws::Aws> = None;
         for pipeline in pipelines {
@@ -124,7 +130,7 @@ impl QueryEngine {
                 }
             };
             let lake = lake_source(pipeline)?;
-            let files = files::files_source(pipeline)?;
+            let files = files::files_source(settings, pipeline)?;
             wals.push(PipelineWal {
                 name: pipeline.name.clone(),
                 wal,
@@ -448,6 +454,7 @@ async fn load_lake(
                 landed,
                 schema: Arc::new(schema),
                 files,
+                reader: None,
             },
         );
     }

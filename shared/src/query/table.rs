@@ -17,6 +17,7 @@ use datafusion::catalog::TableProvider;
 
 use super::error::{QueryError, ScanError};
 use super::lake::{LakePart, LakeTable};
+use super::landed::{text_batch, text_schema};
 use crate::schema::adapt::{adapt_batch, merge_schemas, normalize};
 use crate::wal::{BatchId, WalError, WalView};
 
@@ -91,6 +92,11 @@ pub(super) fn namespace_tables(
             );
         }
         let lake = lakes.remove(namespace);
+        // A CSV destination's table holds nested values as text: so do the WAL's rows.
+        let text = lake.as_ref().is_some_and(LakePart::is_text);
+        if text {
+            schemas = schemas.iter().map(|s| text_schema(s)).collect();
+        }
         if let Some(lake) = &lake {
             schemas.insert(
                 0,
@@ -110,6 +116,7 @@ pub(super) fn namespace_tables(
             wal: Arc::clone(wal),
             batches: Arc::from(listing.batches),
             schema: schema.clone(),
+            text,
         };
         let wal_table: Arc<dyn TableProvider> = Arc::new(
             StreamingTable::try_new(schema.clone(), vec![Arc::new(partition)])
@@ -141,6 +148,8 @@ struct WalPartition {
     wal: Arc<dyn WalView>,
     batches: Arc<[BatchId]>,
     schema: SchemaRef,
+    /// Nested values as text (see [`text_batch`]).
+    text: bool,
 }
 
 impl fmt::Debug for WalPartition {
@@ -164,6 +173,7 @@ impl PartitionStream for WalPartition {
         let wal = Arc::clone(&self.wal);
         let schema = self.schema.clone();
         let batches = Arc::clone(&self.batches);
+        let text = self.text;
         let rows = (0..batches.len()).flat_map(move |index| {
             let id = batches[index];
             let parts = match wal.read(id) {
@@ -179,7 +189,14 @@ impl PartitionStream for WalPartition {
             parts
                 .into_iter()
                 .filter(|part| part.namespace == namespace && part.batch.num_rows() > 0)
-                .map(|part| adapt_batch(&part.batch, &schema).map_err(DataFusionError::from))
+                .map(|part| {
+                    let batch = if text {
+                        text_batch(&part.batch)?
+                    } else {
+                        part.batch
+                    };
+                    adapt_batch(&batch, &schema).map_err(DataFusionError::from)
+                })
                 .collect()
         });
         Box::pin(RecordBatchStreamAdapter::new(

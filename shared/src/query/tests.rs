@@ -84,7 +84,7 @@ fn engine(config: &ValidatedConfig, pipelines: &[&str]) -> QueryEngine {
         .iter()
         .map(|name| &config.pipelines[*name])
         .collect();
-    QueryEngine::open(&pipelines).unwrap()
+    QueryEngine::open(&config.settings, &pipelines).unwrap()
 }
 
 fn json(engine: &QueryEngine, sql: &str) -> serde_json::Value {
@@ -533,11 +533,11 @@ fn a_lake_table_and_its_unlanded_wal_batches_count_each_row_once() {
             .unwrap();
         serde_json::from_str::<serde_json::Value>(&out.to_plain_json()).unwrap()
     };
-    let before = count(&QueryEngine::open(&pipelines).unwrap());
+    let before = count(&QueryEngine::open(&config.settings, &pipelines).unwrap());
 
     // Batches 1-2 land in the table but are not acknowledged: they are still in the WAL.
     deliver_through(&config, 2, &rides_schema());
-    let engine = QueryEngine::open(&pipelines).unwrap();
+    let engine = QueryEngine::open(&config.settings, &pipelines).unwrap();
     assert_eq!(count(&engine), before);
     assert_eq!(
         before,
@@ -553,7 +553,7 @@ fn a_lake_table_and_its_unlanded_wal_batches_count_each_row_once() {
 
     // Everything landed: the same answer.
     deliver_through(&config, 3, &rides_schema());
-    let engine = QueryEngine::open(&pipelines).unwrap();
+    let engine = QueryEngine::open(&config.settings, &pipelines).unwrap();
     assert_eq!(count(&engine), before);
 }
 
@@ -621,7 +621,7 @@ fn a_lake_table_reads_old_files_after_a_struct_gained_a_field() {
         )]),
     );
     let pipelines: Vec<_> = config.pipelines.values().collect();
-    let engine = QueryEngine::open(&pipelines).unwrap();
+    let engine = QueryEngine::open(&config.settings, &pipelines).unwrap();
     let out = engine
         .sql("select s['x'] as x, s['y'] as y from p.things order by x")
         .unwrap()

@@ -118,6 +118,18 @@ pub fn adapt_batch(batch: &RecordBatch, schema: &SchemaRef) -> Result<RecordBatc
 }
 
 fn adapt_array(array: &ArrayRef, to: &DataType) -> Result<ArrayRef, ArrowError> {
+    adapt_array_named(array, to, &|name| name.to_owned())
+}
+
+/// `array` (a column of a file that stores names its own way) as type `to`: as
+/// [`adapt_batch`] converts a column, with the struct child for each field of `to` found
+/// under `stored_name(field name)` (the `Athena` sink's files carry Glue's lower-case names,
+/// see [`crate::sinks::files::glue`]).
+pub fn adapt_array_named(
+    array: &ArrayRef,
+    to: &DataType,
+    stored_name: &dyn Fn(&str) -> String,
+) -> Result<ArrayRef, ArrowError> {
     if array.data_type() == to {
         return Ok(array.clone());
     }
@@ -126,10 +138,12 @@ fn adapt_array(array: &ArrayRef, to: &DataType) -> Result<ArrayRef, ArrowError> 
             let structs = array.as_struct();
             let children = fields
                 .iter()
-                .map(|field| match structs.column_by_name(field.name()) {
-                    Some(child) => adapt_array(child, field.data_type()),
-                    None => Ok(new_null_array(field.data_type(), structs.len())),
-                })
+                .map(
+                    |field| match structs.column_by_name(&stored_name(field.name())) {
+                        Some(child) => adapt_array_named(child, field.data_type(), stored_name),
+                        None => Ok(new_null_array(field.data_type(), structs.len())),
+                    },
+                )
                 .collect::<Result<Vec<_>, _>>()?;
             Ok(Arc::new(StructArray::try_new_with_length(
                 fields.clone(),
@@ -140,7 +154,7 @@ fn adapt_array(array: &ArrayRef, to: &DataType) -> Result<ArrayRef, ArrowError> 
         }
         (DataType::List(_), DataType::List(item)) => {
             let lists = array.as_list::<i32>();
-            let values = adapt_array(lists.values(), item.data_type())?;
+            let values = adapt_array_named(lists.values(), item.data_type(), stored_name)?;
             Ok(Arc::new(ListArray::try_new(
                 item.clone(),
                 lists.offsets().clone(),
@@ -150,7 +164,7 @@ fn adapt_array(array: &ArrayRef, to: &DataType) -> Result<ArrayRef, ArrowError> 
         }
         (DataType::LargeList(_), DataType::LargeList(item)) => {
             let lists = array.as_list::<i64>();
-            let values = adapt_array(lists.values(), item.data_type())?;
+            let values = adapt_array_named(lists.values(), item.data_type(), stored_name)?;
             Ok(Arc::new(LargeListArray::try_new(
                 item.clone(),
                 lists.offsets().clone(),

@@ -158,6 +158,37 @@ pub fn partition_segment(name: &str, value: Option<&str>) -> String {
     segment
 }
 
+/// The value in a `name=value` directory [`partition_segment`] made, unescaped (`None` for
+/// `null`); `None` when `segment` has no `=`. A segment cut to [`MAX_SEGMENT_BYTES`] gives
+/// the value's beginning and hash suffix, not the value: the partition's registered values
+/// (an `Athena` sink's Glue partitions) are the record of those.
+pub fn partition_segment_value(segment: &str) -> Option<Option<String>> {
+    let (_, value) = segment.split_once('=')?;
+    if value == "null" {
+        return Some(None);
+    }
+    let bytes = value.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let escaped = (bytes[i] == b'%')
+            .then(|| value.get(i + 1..i + 3))
+            .flatten()
+            .and_then(|hex| u8::from_str_radix(hex, 16).ok());
+        match escaped {
+            Some(byte) => {
+                out.push(byte);
+                i += 3;
+            }
+            None => {
+                out.push(bytes[i]);
+                i += 1;
+            }
+        }
+    }
+    Some(Some(String::from_utf8_lossy(&out).into_owned()))
+}
+
 /// Whether Hive's `FileUtils.escapePathName` escapes `c` (and NUL, which it cannot write).
 fn hive_escaped(c: char) -> bool {
     c.is_control()

@@ -194,3 +194,25 @@ fn distinct_values_get_distinct_names() {
         }
     }
 }
+
+#[test]
+fn a_partition_segment_gives_back_its_value_unless_it_was_cut() {
+    for value in hostile() {
+        let segment = partition_segment("key", Some(&value));
+        // The text `null` is the null's directory too (Hive's own convention differs).
+        if value != "null" && segment.len() < MAX_SEGMENT_BYTES - SUFFIX_BYTES {
+            assert_eq!(
+                partition_segment_value(&segment),
+                Some(Some(value.clone())),
+                "{segment}"
+            );
+        }
+    }
+    assert_eq!(
+        partition_segment_value("a%3Db=x%2F%25y"),
+        Some(Some("x/%y".into()))
+    );
+    assert_eq!(partition_segment_value("key=null"), Some(None));
+    assert_eq!(partition_segment_value("key=%zz"), Some(Some("%zz".into())));
+    assert_eq!(partition_segment_value("no-separator"), None);
+}

@@ -25,6 +25,9 @@ use crate::aws::{Aws, SdkFailure};
 use crate::schema::naming::glue_column_name;
 use crate::sinks::SinkError;
 
+/// A partition as Glue has it registered: its values in key order and its directory URI.
+pub type RegisteredPartition = (Vec<String>, String);
+
 const INPUT_FORMAT: &str = "org.apache.hadoop.hive.ql.io.parquet.MapredParquetInputFormat";
 const OUTPUT_FORMAT: &str = "org.apache.hadoop.hive.ql.io.parquet.MapredParquetOutputFormat";
 const SERDE: &str = "org.apache.hadoop.hive.ql.io.parquet.serde.ParquetHiveSerDe";
@@ -512,6 +515,45 @@ impl HiveGlue {
             added += (chunk.len() - out.errors().len()) as u64;
         }
         Ok(added)
+    }
+    /// The registered partitions of `table`: each one's values (in key order) and its
+    /// directory URI, as `BatchCreatePartition` was given them. Read page by page
+    /// (`GetPartitions`); an empty list when the table does not exist.
+    pub fn partitions(&self, table: &str) -> Result<Vec<RegisteredPartition>, SinkError> {
+        let target = self.target(table);
+        let mut out = Vec::new();
+        let mut next: Option<String> = None;
+        loop {
+            let request = self
+                .client
+                .get_partitions()
+                .set_catalog_id(self.catalog_id.clone())
+                .database_name(&self.database)
+                .table_name(table)
+                .set_next_token(next.take());
+            let target = target.clone();
+            let page = self.aws.block_on(async move {
+                match request.send().await {
+                    Ok(page) => Ok(Some(page)),
+                    Err(e) if code_of(&e) == Some("EntityNotFoundException") => Ok(None),
+                    Err(e) => Err(failure("list the partitions of", target)(e)),
+                }
+            })?;
+            let Some(page) = page else {
+                return Ok(out);
+            };
+            for partition in page.partitions() {
+                let location = partition
+                    .storage_descriptor()
+                    .and_then(|s| s.location())
+                    .unwrap_or_default();
+                out.push((partition.values().to_vec(), location.to_owned()));
+            }
+            match page.next_token() {
+                Some(token) if !token.is_empty() => next = Some(token.to_owned()),
+                _ => return Ok(out),
+            }
+        }
     }
 }
 

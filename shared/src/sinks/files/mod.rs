@@ -187,6 +187,42 @@ impl FileSink {
         table_name(namespace)
     }
 
+    /// The file format.
+    pub fn format(&self) -> OutputFormat {
+        self.format
+    }
+
+    /// Whether the files carry Glue's column names ([`glue_batch`], an `Athena` sink) rather
+    /// than the schema's own keys.
+    pub fn glue_names(&self) -> bool {
+        self.glue.is_some()
+    }
+
+    /// The partition keys' names before the destination's column naming, in key order (the
+    /// order of a partition's values).
+    pub fn partition_key_names(&self) -> Vec<String> {
+        self.keys.iter().map(|k| k.name.clone()).collect()
+    }
+
+    /// The top-level columns whose values are in the partition directories instead of the
+    /// files (an `Athena` sink's identity keys); empty for the other sinks, whose files keep
+    /// every column.
+    pub fn columns_in_paths(&self) -> Vec<String> {
+        match self.glue {
+            Some(_) => partition_columns(&self.keys),
+            None => Vec::new(),
+        }
+    }
+
+    /// The partitions of `table` as Glue has them registered (each one's values in key order
+    /// and its directory URI) for an `Athena` sink; `None` for the others.
+    pub fn registered_partitions(
+        &self,
+        table: &str,
+    ) -> Result<Option<Vec<glue::RegisteredPartition>>, SinkError> {
+        self.glue.as_ref().map(|g| g.partitions(table)).transpose()
+    }
+
     /// The partition keys' names as directories and Glue show them.
     fn key_names(&self) -> Vec<String> {
         self.keys
