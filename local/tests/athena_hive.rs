@@ -25,7 +25,7 @@ mod common;
 mod bin;
 #[path = "common/local_aws.rs"]
 mod local_aws;
-use bin::skipprd_command;
+use bin::{run_ok as run, skipprd_command};
 
 use common::Rng;
 use local_aws::{aws, new_bucket, reader_python, unique};
@@ -49,17 +49,6 @@ fn reader(args: &[&str]) -> Value {
         String::from_utf8_lossy(&out.stderr)
     );
     serde_json::from_slice(&out.stdout).unwrap()
-}
-
-fn run(project: &Path, args: &[&str]) -> std::process::Output {
-    let out = skipprd_command(project).args(args).output().unwrap();
-    assert!(
-        out.status.success(),
-        "skipprd {args:?}: {}\n{}",
-        String::from_utf8_lossy(&out.stderr),
-        String::from_utf8_lossy(&out.stdout)
-    );
-    out
 }
 
 fn put(bucket: &str, key: &str, body: String) {

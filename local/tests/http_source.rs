@@ -16,6 +16,7 @@
 
 #[path = "common/bin.rs"]
 mod bin;
+mod common;
 #[path = "common/local_aws.rs"]
 mod local_aws;
 #[path = "common/loopback.rs"]
@@ -70,14 +71,7 @@ fn sync(dir: &Path, env: &[(&str, &str)], extra: &[&str]) -> Output {
 }
 
 fn sync_ok(dir: &Path, env: &[(&str, &str)], what: &str) -> Output {
-    let out = sync(dir, env, &[]);
-    assert!(
-        out.status.success(),
-        "{what}: sync failed: {}\n{}",
-        String::from_utf8_lossy(&out.stderr),
-        String::from_utf8_lossy(&out.stdout)
-    );
-    out
+    bin::succeeded(sync(dir, env, &[]), &format!("{what}: sync failed"))
 }
 
 /// The lake table the source's records land in: `http.{url_host}` made table-safe.
@@ -497,13 +491,7 @@ fn sync_killed_at_random_moments_mid_pagination_lands_every_record_once() {
         ),
     );
     let mut total = 20_000u64;
-    let mut rng = 0x9e37_79b9_7f4a_7c15u64;
-    let mut next = || {
-        rng ^= rng >> 12;
-        rng ^= rng << 25;
-        rng ^= rng >> 27;
-        rng.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    };
+    let mut rng = common::Rng(0x9e37_79b9_7f4a_7c15);
     let (mut killed, mut finished, mut round) = (0u64, 0u64, 0u64);
     while killed < kills && round < kills * 4 {
         round += 1;
@@ -513,7 +501,7 @@ fn sync_killed_at_random_moments_mid_pagination_lands_every_record_once() {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        std::thread::sleep(std::time::Duration::from_millis(50 + next() % 1200));
+        std::thread::sleep(std::time::Duration::from_millis(50 + rng.below(1200)));
         match child.try_wait().unwrap() {
             Some(status) => {
                 let out = child.wait_with_output().unwrap();

@@ -20,6 +20,7 @@
 
 #[path = "common/bin.rs"]
 mod bin;
+mod common;
 #[path = "common/local_aws.rs"]
 mod local_aws;
 #[path = "common/pg.rs"]
@@ -477,13 +478,8 @@ fn kill_9_while_changes_stream_keeps_every_change_once_and_the_slot_behind_the_w
         let (model, stop, db) = (model.clone(), stop.clone(), db.clone());
         let pg = pg::pg();
         std::thread::spawn(move || {
-            let mut seed = 0x2545_f491_4f6c_dd1du64;
-            let mut random = move |below: u64| {
-                seed ^= seed << 13;
-                seed ^= seed >> 7;
-                seed ^= seed << 17;
-                seed % below.max(1)
-            };
+            let mut rng = common::Rng(0x2545_f491_4f6c_dd1d);
+            let mut random = move |below: u64| rng.below(below.max(1));
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
                 let (script, planned) = model.lock().unwrap().script(8, &mut random);
                 let positions = pg.script(&db, &script);

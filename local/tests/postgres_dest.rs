@@ -150,14 +150,10 @@ fn sync_command(dir: &Path, pg: &Pg) -> Command {
 }
 
 fn sync_ok(dir: &Path, pg: &Pg, what: &str) -> Output {
-    let out = sync_command(dir, pg).output().unwrap();
-    assert!(
-        out.status.success(),
-        "{what}: sync failed: {}\n{}",
-        String::from_utf8_lossy(&out.stderr),
-        String::from_utf8_lossy(&out.stdout)
-    );
-    out
+    bin::succeeded(
+        sync_command(dir, pg).output().unwrap(),
+        &format!("{what}: sync failed"),
+    )
 }
 
 /// Append `count` records of kind `kind` with ids from `first` to `path`.

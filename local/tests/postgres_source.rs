@@ -82,14 +82,7 @@ fn sync(dir: &Path, password: &str, extra: &[&str]) -> Output {
 }
 
 fn sync_ok(dir: &Path, password: &str, what: &str) -> Output {
-    let out = sync(dir, password, &[]);
-    assert!(
-        out.status.success(),
-        "{what}: sync failed: {}\n{}",
-        String::from_utf8_lossy(&out.stderr),
-        String::from_utf8_lossy(&out.stdout)
-    );
-    out
+    bin::succeeded(sync(dir, password, &[]), &format!("{what}: sync failed"))
 }
 
 /// Both readers' view of `table` (a table directory under the lake's `shop` namespace).

@@ -23,7 +23,7 @@
 mod bin;
 #[path = "common/local_aws.rs"]
 mod local_aws;
-use bin::skipprd_command;
+use bin::{run_ok as run, skipprd_command};
 
 use std::path::Path;
 
@@ -91,17 +91,6 @@ data_sinks:
     )
     .unwrap();
     dir
-}
-
-fn run(project: &Path, args: &[&str]) -> std::process::Output {
-    let out = skipprd_command(project).args(args).output().unwrap();
-    assert!(
-        out.status.success(),
-        "skipprd {args:?}: {}\n{}",
-        String::from_utf8_lossy(&out.stderr),
-        String::from_utf8_lossy(&out.stdout)
-    );
-    out
 }
 
 /// `skipprd query --plain -s SQL`: header and rows.

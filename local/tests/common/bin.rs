@@ -1,4 +1,9 @@
 //! The `skipprd` binary the CLI tests run.
+#![allow(
+    dead_code,
+    clippy::unwrap_used,
+    reason = "test support: not every test binary uses every item; a failed spawn should fail the test"
+)]
 
 /// Cargo's `skipprd`, or `SKIPPR_TEST_BIN` when set: a copy, for when several worktrees share
 /// one target directory and another build may replace cargo's binary mid-run.
@@ -36,4 +41,22 @@ pub fn skipprd_command(dir: &std::path::Path) -> std::process::Command {
         cmd.env_remove(var);
     }
     cmd
+}
+
+/// `out`, once its command is known to have succeeded; else the test fails with `what`, the
+/// command's stderr and its stdout.
+pub fn succeeded(out: std::process::Output, what: &str) -> std::process::Output {
+    assert!(
+        out.status.success(),
+        "{what}: {}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        String::from_utf8_lossy(&out.stdout)
+    );
+    out
+}
+
+/// `skipprd ARGS` in `dir`, which must succeed ([`succeeded`]).
+pub fn run_ok(dir: &std::path::Path, args: &[&str]) -> std::process::Output {
+    let out = skipprd_command(dir).args(args).output().unwrap();
+    succeeded(out, &format!("skipprd {args:?}"))
 }

@@ -1,4 +1,8 @@
 //! Helpers shared by the test binaries in `local/tests/`.
+#![allow(
+    dead_code,
+    reason = "test support: not every test binary uses every item"
+)]
 
 /// A small deterministic generator (xorshift64*), so a failing run can be replayed by seed.
 pub struct Rng(pub u64);
