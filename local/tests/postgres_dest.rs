@@ -572,15 +572,15 @@ fn a_write_policy_the_destination_cannot_apply_exits_2_naming_both() {
     let dir = tempfile::tempdir().unwrap();
     write_merge_config(dir.path(), &pg, "unused");
     let base = std::fs::read_to_string(dir.path().join("skippr.yml")).unwrap();
-    let lake = base.replace(
+    let files = base.replace(
         &base[base.find("data_sinks:").unwrap()..],
-        "data_sinks:\n  pg:\n    Duckdb:\n      warehouse: file://./lake\n",
+        "data_sinks:\n  pg:\n    File:\n      output_dir: ./out\n",
     );
     for (text, policy, destination) in [
         (
-            lake.replace("write_policy: merge_by_key", "write_policy: replace_table"),
+            files.replace("write_policy: merge_by_key", "write_policy: replace_table"),
             "replace_table",
-            "Duckdb",
+            "File",
         ),
         (
             base.replace(
@@ -593,9 +593,9 @@ fn a_write_policy_the_destination_cannot_apply_exits_2_naming_both() {
         (
             base.replace(
                 "write_policy: merge_by_key",
-                "write_policy: {default: append, namespaces: {order: replace_table}}",
+                "write_policy: {default: append, namespaces: {order: replace_partition}}",
             ),
-            "replace_table",
+            "replace_partition",
             "Postgres",
         ),
     ] {
@@ -617,6 +617,69 @@ fn a_write_policy_the_destination_cannot_apply_exits_2_naming_both() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("pipelines.events.primary_key"), "{stderr}");
+}
+
+#[test]
+fn replace_table_lands_each_read_alone_and_a_crash_leaves_the_previous_read_whole() {
+    let pg = pg();
+    let db = pg.database("replace");
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), &pg, &db);
+    let text = std::fs::read_to_string(dir.path().join("skippr.yml")).unwrap();
+    std::fs::write(
+        dir.path().join("skippr.yml"),
+        text.replace(
+            "    data_sink: data_sinks.pg\n",
+            "    data_sink: data_sinks.pg\n    write_policy: replace_table\n",
+        ),
+    )
+    .unwrap();
+    let table = PostgresSink::table_of("order");
+    let ids = |what: &str| -> (u64, u64, String) {
+        let out = pg.sql(
+            &db,
+            &format!(
+                "SELECT count(*), count(DISTINCT id), min(id) || '-' || max(id) FROM public.{}",
+                quote(&table)
+            ),
+        );
+        let mut cols = out.trim().split('|');
+        let mut next = || cols.next().unwrap_or_else(|| panic!("{what}: {out}"));
+        (
+            next().parse().unwrap(),
+            next().parse().unwrap(),
+            next().to_owned(),
+        )
+    };
+    append(&dir.path().join("input/a.jsonl"), "order", 0, 1200, "");
+    sync_ok(dir.path(), &pg, "the first read");
+    assert_eq!(ids("first"), (1200, 1200, "0-1199".to_owned()));
+    // The second read (three batches) replaces the first.
+    append(&dir.path().join("input/b.jsonl"), "order", 5000, 1400, "");
+    sync_ok(dir.path(), &pg, "the second read");
+    assert_eq!(ids("second"), (1400, 1400, "5000-6399".to_owned()));
+    // The third crashes mid-read, at its end and before its commit: the second stays whole.
+    append(&dir.path().join("input/c.jsonl"), "order", 9000, 1100, "");
+    for name in [
+        "sync.after_position",
+        "sync.before_read_end",
+        "sink.after_data_files",
+    ] {
+        let crashed = sync_command(dir.path(), &pg)
+            .env("SKIPPR_FAILPOINT", name)
+            .output()
+            .unwrap();
+        assert!(
+            !crashed.status.success(),
+            "{name}: the failpoint did not fire"
+        );
+        assert_eq!(ids(name), (1400, 1400, "5000-6399".to_owned()), "{name}");
+    }
+    sync_ok(dir.path(), &pg, "after the crashes");
+    assert_eq!(ids("third"), (1100, 1100, "9000-10099".to_owned()));
+    // A pass with nothing new leaves the table as it is.
+    sync_ok(dir.path(), &pg, "an idle pass");
+    assert_eq!(ids("idle"), (1100, 1100, "9000-10099".to_owned()));
 }
 
 /// A million rows into Postgres while the pass is killed 30 times at random moments: every

@@ -57,6 +57,9 @@ pub mod sync {
     pub const AFTER_ACK: &str = "sync.after_ack";
     /// After the WAL reclaimed delivered batches.
     pub const AFTER_RECLAIM: &str = "sync.after_reclaim";
+    /// After a read ended, before its end marker is committed to the WAL (pipelines whose
+    /// tables are replaced by whole reads).
+    pub const BEFORE_READ_END: &str = "sync.before_read_end";
     /// Every failpoint of the pass.
     pub const ALL: &[&str] = &[
         BEFORE_WAL_COMMIT,
@@ -66,6 +69,7 @@ pub mod sync {
         AFTER_DELIVER,
         AFTER_ACK,
         AFTER_RECLAIM,
+        BEFORE_READ_END,
     ];
 }
 

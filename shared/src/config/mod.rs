@@ -203,11 +203,17 @@ pub struct PipelineConfig {
     #[serde(default)]
     pub transform: Option<TransformConfig>,
     /// How a delivery's rows meet the table's: `append` (default), `merge_by_key` (the newest
-    /// version of each `primary_key` by source order), `replace_table` or
-    /// `replace_partition`; or `{default: <policy>, namespaces: {<namespace>: <policy>}}`. A
-    /// destination that cannot apply a declared policy fails validation naming both (this
-    /// build: `Postgres`, `Duckdb`, `SkipprLake` and `AthenaIceberg` apply `append` and
-    /// `merge_by_key` (Iceberg tables by copy-on-write), every other destination `append`).
+    /// version of each `primary_key` by source order), `replace_table` (each read's rows
+    /// replace the table, atomically) or `replace_partition` (each read's rows replace the
+    /// partitions they fall in; needs `transform.batch_partition_fields` or
+    /// `batch_time_fields`); or `{default: <policy>, namespaces: {<namespace>: <policy>}}`. A
+    /// read is what a pass reads from the source up to its end (a pass stopped or failed
+    /// part-way is continued by the next); a read with no rows for a table leaves it as it is.
+    /// With either replace policy every table of the pipeline is delivered at the end of each
+    /// read, never part-way. A destination that cannot apply a declared policy fails
+    /// validation naming both: `Duckdb`, `SkipprLake` and `AthenaIceberg` apply every policy
+    /// (Iceberg tables by copy-on-write), `Postgres` `append`, `merge_by_key` and
+    /// `replace_table`, every other destination `append`.
     /// Under `merge_by_key` a record whose `_op` is `d` deletes its key and one whose `_op`
     /// is `t` empties the table (as the Postgres source's change stream writes them). Unset,
     /// with a Postgres source streaming changes (CDC) into a destination that merges: each
@@ -229,9 +235,11 @@ pub enum WritePolicy {
     Append,
     /// The newest version of each key (by source order) replaces the table's row of that key.
     MergeByKey,
-    /// Each pass's full read replaces the table atomically.
+    /// Each read's rows replace the table atomically (a read that has no rows for the
+    /// table leaves it as it is).
     ReplaceTable,
-    /// The partitions a batch touches are replaced.
+    /// Each read's rows replace the partitions they fall in; the table's other partitions
+    /// stay.
     ReplacePartition,
 }
 
@@ -244,6 +252,15 @@ impl WritePolicy {
             WritePolicy::ReplaceTable => "replace_table",
             WritePolicy::ReplacePartition => "replace_partition",
         }
+    }
+
+    /// Whether the policy replaces rows by whole reads (`replace_table`,
+    /// `replace_partition`).
+    pub fn replaces(self) -> bool {
+        matches!(
+            self,
+            WritePolicy::ReplaceTable | WritePolicy::ReplacePartition
+        )
     }
 }
 

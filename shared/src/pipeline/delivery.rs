@@ -42,6 +42,9 @@ pub(super) struct Delivery<'a> {
     last_handover: Instant,
     /// The pipeline's state partition.
     partition: String,
+    /// Deliver whole reads only (a table replaced by each read): a job ends at the first
+    /// read-end marker after the acknowledgement, and batches after the last marker wait.
+    whole_reads: bool,
 }
 
 /// Batches to deliver, with the acknowledgements and schema they were cut at.
@@ -126,6 +129,7 @@ impl<'a> Delivery<'a> {
             max_delay: None,
             last_handover: Instant::now(),
             partition: partition.to_owned(),
+            whole_reads: false,
         }))
     }
 
@@ -134,6 +138,22 @@ impl<'a> Delivery<'a> {
     pub(super) fn with_max_delay(mut self, max_delay: Option<std::time::Duration>) -> Self {
         self.max_delay = max_delay;
         self
+    }
+
+    /// Deliver whole reads only (`replace_table`, `replace_partition`): each job is one read,
+    /// its batches through the read-end marker the pass commits when the read ended.
+    pub(super) fn with_whole_reads(mut self, whole_reads: bool) -> Self {
+        self.whole_reads = whole_reads;
+        self
+    }
+
+    /// Whether outstanding batches follow the last read-end marker (a read the pass must mark
+    /// when it ended).
+    pub(super) fn unmarked(&self, wal: &dyn Wal) -> bool {
+        let acked = self.acked();
+        wal.batches()
+            .last()
+            .is_some_and(|b| b.id.0 > acked && !b.ends_read())
     }
 
     /// The lowest acknowledgement of the configured sinks.
@@ -182,7 +202,26 @@ impl<'a> Delivery<'a> {
         report: &mut SyncReport,
     ) -> Result<(), PipelineError> {
         self.wait_for_worker(wal, report)?;
-        let Some(job) = self.job(wal, schema) else {
+        let mut idle = true;
+        while let Some(job) = self.job(wal, schema) {
+            idle = false;
+            let outcome = {
+                let wal_ref: &dyn Wal = wal;
+                run_job(
+                    self.data.as_ref().map(|d| d.sink),
+                    self.deadletters.as_ref().map(|d| d.sink),
+                    &job,
+                    &mut |id| wal_ref.read(id),
+                    &self.commit_guard(),
+                )
+                .map_err(|source| PipelineError::Sink {
+                    pipeline: self.pipeline.to_owned(),
+                    source: Box::new(source),
+                })?
+            };
+            self.complete(outcome, wal, report)?;
+        }
+        if idle {
             // A crash between the acknowledgement and the reclaim left acknowledged batches
             // in the WAL, and no later delivery may come to reclaim them: reclaim them now.
             let acked = self.acked();
@@ -196,28 +235,18 @@ impl<'a> Delivery<'a> {
                         source,
                     })?;
             }
-            return Ok(());
-        };
-        let outcome = {
-            let wal_ref: &dyn Wal = wal;
-            run_job(
-                self.data.as_ref().map(|d| d.sink),
-                self.deadletters.as_ref().map(|d| d.sink),
-                &job,
-                &mut |id| wal_ref.read(id),
-                &self.commit_guard(),
-            )
-            .map_err(|source| PipelineError::Sink {
-                pipeline: self.pipeline.to_owned(),
-                source: Box::new(source),
-            })?
-        };
-        self.complete(outcome, wal, report)
+        }
+        Ok(())
     }
 
-    /// The outstanding batches as a job, or `None` when there are none.
+    /// The outstanding batches as a job, or `None` when there are none. Delivering whole
+    /// reads, the job ends at the first read-end marker (`None` before one).
     fn job(&self, wal: &dyn Wal, schema: &PipelineSchema) -> Option<Job> {
-        let batches = self.outstanding(wal);
+        let mut batches = self.outstanding(wal);
+        if self.whole_reads {
+            let end = batches.iter().position(crate::wal::BatchMeta::ends_read)?;
+            batches.truncate(end + 1);
+        }
         if batches.is_empty() {
             return None;
         }

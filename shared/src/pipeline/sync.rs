@@ -373,7 +373,10 @@ pub fn sync_pass(
         &name,
         settings.deliver_threshold_bytes,
     )?
-    .map(|d| d.with_max_delay(settings.wal_max_delay));
+    .map(|d| {
+        d.with_max_delay(settings.wal_max_delay)
+            .with_whole_reads(pipeline.write.replaces_reads())
+    });
     let mut report = SyncReport::default();
     if let Some(d) = delivery.as_mut() {
         d.deliver(&mut *wal, &schema, &mut report)?;
@@ -634,6 +637,28 @@ pub fn sync_pass(
     read_result?;
     if let Some(plan) = &replay {
         plan.set_aside(&replayed_now);
+    }
+    // A read that ended (not stopped, not failed; a replay is no read of the source) is
+    // marked, so a destination replacing tables by whole reads gets its batches together.
+    if replay.is_none()
+        && !report.stopped
+        && pipeline.write.replaces_reads()
+        && let Some(d) = delivery.as_ref()
+        && d.unmarked(&*wal)
+    {
+        failpoint(failpoint::BEFORE_READ_END).map_err(wal_err)?;
+        let checkpoint = match store.get(&position_key).map_err(state_err)? {
+            Some(item) => {
+                decode_position(&position_key, &item.value)
+                    .map_err(state_err)?
+                    .1
+            }
+            None => wal.last_position().map(<[u8]>::to_vec).unwrap_or_default(),
+        };
+        let meta = wal
+            .append(&checkpoint, &[BatchPart::read_end()])
+            .map_err(wal_err)?;
+        put_position(store, &position_key, meta.id.0, &checkpoint, fence).map_err(state_err)?;
     }
     if let Some(d) = delivery.as_mut() {
         d.deliver(&mut *wal, &schema, &mut report)?;

@@ -67,6 +67,8 @@ pub struct QueryEngine {
 struct PipelineWal {
     name: String,
     wal: Arc<dyn WalView>,
+    /// Its write policies: a namespace replaced by whole reads shows its landed table only.
+    write: crate::config::validate::WritePolicies,
     lake: Option<Arc<LakeSource>>,
     files: Option<files::FilesSource>,
 }
@@ -134,6 +136,7 @@ impl QueryEngine {
             wals.push(PipelineWal {
                 name: pipeline.name.clone(),
                 wal,
+                write: pipeline.write.clone(),
                 lake,
                 files,
             });
@@ -277,6 +280,7 @@ impl QueryEngine {
             refreshed.push(PipelineWal {
                 name: pipeline.name.clone(),
                 wal: Arc::from(wal),
+                write: pipeline.write.clone(),
                 lake: pipeline.lake.clone(),
                 files: pipeline.files.clone(),
             });
@@ -356,7 +360,8 @@ fn build_tables(
                 }
                 (None, None) => BTreeMap::new(),
             };
-            table::namespace_tables(&pipeline.name, &pipeline.wal, lakes)
+            let replaced = |ns: &str| pipeline.write.of(ns).replaces();
+            table::namespace_tables(&pipeline.name, &pipeline.wal, lakes, &replaced)
                 .map(|tables| (pipeline.name.clone(), tables))
         })
         .collect()

@@ -31,12 +31,15 @@ pub(super) struct NamespaceTable {
 
 /// The tables of `wal`, one per namespace that appears in a committed batch or in `lakes`
 /// (the landed tables of a pipeline with an Iceberg destination), sorted by name. A namespace
-/// with a landed table reads it plus the WAL batches after the last one it holds. Reads the
-/// schemas of the newest batch of each schema version (no rows are decoded).
+/// with a landed table reads it plus the WAL batches after the last one it holds; one that
+/// `replaced` says is replaced by whole reads (`replace_table`, `replace_partition`) reads its
+/// landed table alone (a read's rows are the table once delivered, not beside it before).
+/// Reads the schemas of the newest batch of each schema version (no rows are decoded).
 pub(super) fn namespace_tables(
     pipeline: &str,
     wal: &Arc<dyn WalView>,
     mut lakes: BTreeMap<String, LakePart>,
+    replaced: &dyn Fn(&str) -> bool,
 ) -> Result<Vec<NamespaceTable>, QueryError> {
     /// Per namespace: the batches holding rows of it, and the newest batch of each version.
     #[derive(Default)]
@@ -51,7 +54,15 @@ pub(super) fn namespace_tables(
     }
     for batch in wal.batches() {
         for part in &batch.parts {
-            let landed = lakes.get(&part.namespace).map_or(0, |l| l.landed);
+            // A read-end marker holds no rows of any table.
+            if part.kind() == crate::wal::PartKind::ReadEnd {
+                continue;
+            }
+            let landed = match lakes.get(&part.namespace) {
+                Some(_) if replaced(&part.namespace) => continue,
+                Some(lake) => lake.landed,
+                None => 0,
+            };
             if batch.id.0 <= landed {
                 continue;
             }

@@ -198,12 +198,15 @@ pub const DEADLETTERS_PART: &str = "_deadletters";
 /// The name of the part that names the deadletter files a replay batch holds the records of
 /// (see [`PartKind::Replayed`]).
 pub const REPLAYED_PART: &str = "_replayed";
+/// The name of the zero-row part that marks the end of a source read (see
+/// [`PartKind::ReadEnd`]).
+pub const READ_END_PART: &str = "_read_end";
 
 /// What a part of a batch holds: a namespace's rows, or the pipeline's own bookkeeping.
 ///
 /// Only data parts go to a destination's tables. Bookkeeping parts are told by their exact
-/// reserved name ([`DEADLETTERS_PART`], [`REPLAYED_PART`]), never by a prefix: a data namespace
-/// may start with `_`.
+/// reserved name ([`DEADLETTERS_PART`], [`REPLAYED_PART`], [`READ_END_PART`]), never by a
+/// prefix: a data namespace may start with `_`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PartKind {
     /// A namespace's rows, for its table.
@@ -212,6 +215,11 @@ pub enum PartKind {
     Deadletters,
     /// The deadletter files a replay batch holds the records of.
     Replayed,
+    /// No rows: the source's read ended with the batch before it (a pass that was not stopped
+    /// and did not fail). Written only for pipelines whose tables are replaced by whole reads
+    /// (`replace_table`, `replace_partition`): the batches between two such markers are one
+    /// read, delivered together.
+    ReadEnd,
 }
 
 impl PartKind {
@@ -220,6 +228,7 @@ impl PartKind {
         match namespace {
             DEADLETTERS_PART => PartKind::Deadletters,
             REPLAYED_PART => PartKind::Replayed,
+            READ_END_PART => PartKind::ReadEnd,
             _ => PartKind::Data,
         }
     }
@@ -246,6 +255,20 @@ impl BatchPart {
     /// What the part holds.
     pub fn kind(&self) -> PartKind {
         PartKind::of(&self.namespace)
+    }
+
+    /// The zero-row part that marks the end of a source read ([`PartKind::ReadEnd`]).
+    pub fn read_end() -> BatchPart {
+        let schema = arrow::datatypes::Schema::new(vec![arrow::datatypes::Field::new(
+            "read",
+            arrow::datatypes::DataType::Utf8,
+            true,
+        )]);
+        BatchPart {
+            namespace: READ_END_PART.to_owned(),
+            schema_version: 1,
+            batch: RecordBatch::new_empty(std::sync::Arc::new(schema)),
+        }
     }
 }
 
@@ -282,6 +305,13 @@ pub struct BatchMeta {
     pub offset: u64,
     /// Bytes it takes on disk: data record plus commit record.
     pub bytes: u64,
+}
+
+impl BatchMeta {
+    /// Whether the batch marks the end of a source read (holds a [`PartKind::ReadEnd`] part).
+    pub fn ends_read(&self) -> bool {
+        self.parts.iter().any(|p| p.kind() == PartKind::ReadEnd)
+    }
 }
 
 /// What [`DiskWal::open`] found and repaired.

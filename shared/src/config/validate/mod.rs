@@ -285,6 +285,13 @@ impl WritePolicies {
         }
     }
 
+    /// Whether some namespace's table is replaced by whole reads (`replace_table`,
+    /// `replace_partition`): the pass then marks the end of each read in the WAL, and the
+    /// delivery takes a read's batches together, never part of one.
+    pub fn replaces_reads(&self) -> bool {
+        self.declared().any(WritePolicy::replaces)
+    }
+
     /// Every policy declared.
     fn declared(&self) -> impl Iterator<Item = WritePolicy> + '_ {
         self.default
@@ -656,7 +663,9 @@ pub fn validate_with(
             }),
             _ => None,
         });
-        let mut write = v.write_policies(&at, p, sink.as_ref())?;
+        let partitioned =
+            !transform.batch_partition_fields.is_empty() || !transform.batch_time_fields.is_empty();
+        let mut write = v.write_policies(&at, p, sink.as_ref(), partitioned)?;
         write.source_keys = p.write_policy.is_none()
             && p.primary_key.is_none()
             && cdc.is_some()

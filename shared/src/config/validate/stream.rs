@@ -47,12 +47,14 @@ pub fn default_cdc_name(pipeline: &str) -> String {
 
 impl Validator<'_> {
     /// The write policies of pipeline `p` (keys at `at`), each checked against the destination
-    /// `sink`: one that cannot apply a declared policy fails naming both.
+    /// `sink`: one that cannot apply a declared policy fails naming both. `partitioned`: the
+    /// pipeline partitions its tables (`replace_partition` needs partitions to replace).
     pub(super) fn write_policies(
         &self,
         at: &dyn Fn(&str) -> String,
         p: &PipelineConfig,
         sink: Option<&Named<SinkConnector>>,
+        partitioned: bool,
     ) -> Result<WritePolicies, ConfigError> {
         let mut policies = match &p.write_policy {
             None => WritePolicies::default(),
@@ -84,20 +86,30 @@ impl Validator<'_> {
                 (sink.map(|s| &s.connector), policy),
                 (
                     Some(
-                        SinkConnector::Postgres(_)
-                            | SinkConnector::Duckdb(_)
+                        SinkConnector::Duckdb(_)
                             | SinkConnector::SkipprLake(_)
                             | SinkConnector::AthenaIceberg(_)
                     ),
-                    WritePolicy::MergeByKey
+                    _
+                ) | (
+                    Some(SinkConnector::Postgres(_)),
+                    WritePolicy::MergeByKey | WritePolicy::ReplaceTable
                 )
             );
             if !applies {
                 return Err(self.bad_value(
                     &at("write_policy"),
                     &format!(
-                        "`{}` cannot be applied by the `{destination}` destination in this build (`Postgres`, `Duckdb`, `SkipprLake` and `AthenaIceberg` apply `append` and `merge_by_key`; every other destination `append`)",
+                        "`{}` cannot be applied by the `{destination}` destination (`Duckdb`, `SkipprLake` and `AthenaIceberg` apply every policy; `Postgres` `append`, `merge_by_key` and `replace_table`; every other destination `append`)",
                         policy.name()
+                    ),
+                ));
+            }
+            if policy == WritePolicy::ReplacePartition && !partitioned {
+                return Err(self.bad_value(
+                    &at("write_policy"),
+                    &format!(
+                        "`replace_partition` replaces the partitions a read's rows fall in, and the `{destination}` destination's tables have none here: set `transform.batch_partition_fields` or `transform.batch_time_fields`, or use `replace_table`"
                     ),
                 ));
             }

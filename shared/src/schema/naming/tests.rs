@@ -25,6 +25,7 @@ fn hostile() -> Vec<String> {
         "a=b".into(),
         "_deadletters".into(),
         "_replayed".into(),
+        "_read_end".into(),
     ]
 }
 
@@ -53,6 +54,7 @@ fn hostile_namespace_values_become_valid_distinct_table_names() {
         // Never a bookkeeping part's reserved name.
         assert_ne!(name, crate::wal::DEADLETTERS_PART);
         assert_ne!(name, crate::wal::REPLAYED_PART);
+        assert_ne!(name, crate::wal::READ_END_PART);
     }
     let distinct: std::collections::BTreeSet<&String> = names.iter().collect();
     assert_eq!(distinct.len(), names.len(), "{names:?}");

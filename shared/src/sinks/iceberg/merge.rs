@@ -308,22 +308,7 @@ impl IcebergSink {
             }
             // A table with no snapshot yet: the rows are appended.
             (Ok(()), _, _) => {
-                let tx = iceberg::transaction::Transaction::new(table);
-                let tx = iceberg::transaction::ApplyTransactionAction::apply(
-                    tx.update_table_properties()
-                        .set(self.landed_key(), last.0.to_string()),
-                    tx,
-                )
-                .map_err(err)?;
-                let tx = iceberg::transaction::ApplyTransactionAction::apply(
-                    tx.fast_append()
-                        .with_check_duplicate(false)
-                        .add_data_files(written.clone())
-                        .set_snapshot_properties(summary),
-                    tx,
-                )
-                .map_err(err)?;
-                let committed = tx.commit(self.catalog.as_ref()).await.map_err(err)?;
+                let committed = self.append(ns, table, written, summary, last).await?;
                 return Ok((files, added_rows, committed));
             }
         };

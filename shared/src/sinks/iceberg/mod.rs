@@ -39,6 +39,7 @@ pub mod layout;
 pub mod location;
 pub mod maintain;
 pub mod merge;
+mod replace;
 pub mod s3;
 pub mod schema;
 pub mod storage;
@@ -149,7 +150,8 @@ pub struct IcebergSink {
     runtime: tokio::runtime::Runtime,
     maintenance: maintain::Policy,
     writer_limits: WriterLimits,
-    /// The pipeline's write policies (`append` unless declared; `merge_by_key` merges).
+    /// The pipeline's write policies (`append` unless declared; `merge_by_key` merges;
+    /// `replace_table` and `replace_partition` replace by whole reads, [`replace`]).
     policies: crate::config::validate::WritePolicies,
     /// The Postgres source whose tables' primary keys are the merge keys
     /// ([`crate::config::validate::WritePolicies::source_keys`]).
@@ -461,23 +463,14 @@ impl IcebergSink {
                     (SUMMARY_LAST_BATCH.to_owned(), last.0.to_string()),
                 ]);
                 before_commit(&ns)?;
-                let tx = Transaction::new(&o.table);
-                let tx = tx
-                    .update_table_properties()
-                    .set(self.landed_key(), last.0.to_string())
-                    .apply(tx)
-                    .map_err(|e| self.iceberg_err(&ns, e))?;
-                let tx = tx
-                    .fast_append()
-                    .with_check_duplicate(false)
-                    .add_data_files(files)
-                    .set_snapshot_properties(summary)
-                    .apply(tx)
-                    .map_err(|e| self.iceberg_err(&ns, e))?;
-                let committed = tx
-                    .commit(self.catalog.as_ref())
-                    .await
-                    .map_err(|e| self.iceberg_err(&ns, e))?;
+                let policy = self.policies.of(&ns);
+                let committed = if policy.replaces() {
+                    let partitions_only = policy == crate::config::WritePolicy::ReplacePartition;
+                    self.replace(&ns, &o.table, files, summary, last, partitions_only)
+                        .await?
+                } else {
+                    self.append(&ns, &o.table, files, summary, last).await?
+                };
                 failpoint(failpoint::AFTER_TABLE_COMMIT)?;
                 self.after_commit(&committed).await;
                 delivered.commits += 1;
@@ -486,6 +479,34 @@ impl IcebergSink {
             delivered.through = Some(last);
             Ok(delivered)
         })
+    }
+
+    /// Append `files` to `table` in one snapshot with `summary`, setting the landed property
+    /// to `last` in the same commit.
+    async fn append(
+        &self,
+        ns: &str,
+        table: &Table,
+        files: Vec<iceberg::spec::DataFile>,
+        summary: HashMap<String, String>,
+        last: BatchId,
+    ) -> Result<Table, SinkError> {
+        let tx = Transaction::new(table);
+        let tx = tx
+            .update_table_properties()
+            .set(self.landed_key(), last.0.to_string())
+            .apply(tx)
+            .map_err(|e| self.iceberg_err(ns, e))?;
+        let tx = tx
+            .fast_append()
+            .with_check_duplicate(false)
+            .add_data_files(files)
+            .set_snapshot_properties(summary)
+            .apply(tx)
+            .map_err(|e| self.iceberg_err(ns, e))?;
+        tx.commit(self.catalog.as_ref())
+            .await
+            .map_err(|e| self.iceberg_err(ns, e))
     }
 
     fn iceberg_err(&self, table: &str, source: iceberg::Error) -> SinkError {

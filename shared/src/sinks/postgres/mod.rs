@@ -365,7 +365,7 @@ impl PostgresSink {
 
     /// The merge key's columns of `table` when `namespace` merges by key (declared, or by
     /// its source table's primary key from `source_keys`, when the policies take those), checked
-    /// against its fields; `None` for `append`.
+    /// against its fields; `None` for `append` and `replace_table`.
     fn merge_key(
         &self,
         namespace: &str,
@@ -374,11 +374,11 @@ impl PostgresSink {
         source_keys: &BTreeMap<String, Vec<String>>,
     ) -> Result<Option<Vec<String>>, SinkError> {
         let policy = self.policies.of(namespace);
-        if !matches!(policy, WritePolicy::Append | WritePolicy::MergeByKey) {
+        if policy == WritePolicy::ReplacePartition {
             return Err(SinkError::Config {
                 sink: self.name.clone(),
                 message: format!(
-                    "write policy `{}` cannot be applied by the `Postgres` destination in this build",
+                    "write policy `{}` cannot be applied by the `Postgres` destination (its tables have no partitions)",
                     policy.name()
                 ),
             });
@@ -847,6 +847,13 @@ impl Sink for PostgresSink {
                         o.fields.iter().any(|f| f.name == UNCHANGED_FIELD),
                     ),
                 };
+                if self.policies.of(ns) == crate::config::WritePolicy::ReplaceTable {
+                    // The delivery is one whole read: its rows replace the table's, visible
+                    // to readers all at once when the transaction commits.
+                    tx.batch_execute(&format!("DELETE FROM {}", self.qualified(&o.table)))
+                        .await
+                        .map_err(|e| self.error(Some(&o.table), "cannot empty the table to replace its rows", &e))?;
+                }
                 tx.batch_execute(&insert)
                 .await
                 .map_err(|e| self.error(Some(&o.table), "cannot insert the staged rows", &e))?;

@@ -1,0 +1,204 @@
+//! `write_policy: replace_table` and `replace_partition` into a local Iceberg lake (the
+//! `Duckdb` destination): each read's rows replace the table (or the partitions they fall
+//! in); a crash at any step of a read or its delivery leaves the previous read whole; the
+//! next pass lands the interrupted read once. DuckDB's `iceberg_scan` and PyIceberg read
+//! the table (`tests/readers/read_table.py`).
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "a test binary: a failed set-up step should fail the test loudly"
+)]
+
+#[path = "common/bin.rs"]
+mod bin;
+#[path = "common/local_aws.rs"]
+mod local_aws;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::Command;
+
+use serde_json::{Value, json};
+
+use bin::{run_ok, skipprd_command};
+use local_aws::reader_python;
+
+/// id -> (v, region)
+type Rows = BTreeMap<u64, (u64, String)>;
+
+fn write_config(dir: &Path, policy: &str, partitioned: bool) {
+    let layout = if partitioned {
+        "    transform:\n      batch_partition_fields: region\n"
+    } else {
+        ""
+    };
+    let text = format!(
+        "pipelines:\n  shop:\n    data_source: data_sources.files\n    data_sink: data_sinks.lake\n    write_policy: {policy}\n{layout}\
+         data_sources:\n  files:\n    File:\n      path: input\n      format: jsonl\n      batch_size: 40\n\
+         data_sinks:\n  lake:\n    Duckdb:\n      warehouse: file://./lake\n      table_namespace: shop\n"
+    );
+    std::fs::write(dir.join("skippr.yml"), text).unwrap();
+    std::fs::create_dir_all(dir.join("input")).unwrap();
+}
+
+/// A new input file `name` of rows `ids` with value `v`, spread over `regions`; returns them.
+fn file(dir: &Path, name: &str, ids: std::ops::Range<u64>, v: u64, regions: &[&str]) -> Rows {
+    let mut text = String::new();
+    let mut rows = Rows::new();
+    for id in ids {
+        let region = regions[(id as usize) % regions.len()];
+        text.push_str(&format!(
+            "{{\"id\":{id},\"v\":{v},\"region\":\"{region}\"}}\n"
+        ));
+        rows.insert(id, (v, region.to_owned()));
+    }
+    std::fs::write(dir.join("input").join(name), text).unwrap();
+    rows
+}
+
+/// `sync --once` with the failpoint `name` armed: the process aborts there.
+fn crash_at(dir: &Path, name: &str) {
+    let out = skipprd_command(dir)
+        .args(["sync", "--once"])
+        .env("SKIPPR_FAILPOINT", name)
+        .output()
+        .unwrap();
+    assert!(
+        !out.status.success(),
+        "the failpoint {name} did not stop the pass: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Both readers see exactly `want`.
+fn assert_table(dir: &Path, want: &Rows, what: &str) {
+    let table = dir.join("lake/shop/shop");
+    let out = Command::new(reader_python())
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/readers/read_table.py"))
+        .args(["--key", "id", "--values"])
+        .arg(&table)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{what}: read_table.py: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let want: Vec<Value> = want
+        .iter()
+        .map(|(id, (v, region))| json!([id, v, region]))
+        .collect();
+    for reader in ["duckdb", "pyiceberg"] {
+        let r = &report["tables"][table.to_str().unwrap()][reader];
+        let got: Vec<Value> = r["values"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{what}: {reader}: {r}"))
+            .iter()
+            .map(|row| json!([row["id"], row["v"], row["region"]]))
+            .collect();
+        assert_eq!(got.len(), want.len(), "{what}: {reader}: row count");
+        assert!(got == want, "{what}: {reader} differs: {got:?}");
+    }
+}
+
+#[test]
+fn each_read_replaces_the_table_and_a_crash_leaves_the_previous_read_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    write_config(d, "replace_table", false);
+    let first = file(d, "a.jsonl", 0..100, 1, &["eu", "us"]);
+    run_ok(d, &["sync", "--once"]);
+    assert_table(d, &first, "the first read");
+
+    // The second read, with other rows: the table holds it alone.
+    let second = file(d, "b.jsonl", 1000..1050, 2, &["eu"]);
+    run_ok(d, &["sync", "--once"]);
+    assert_table(d, &second, "the second read");
+
+    // A pass with nothing new leaves the table as it is.
+    run_ok(d, &["sync", "--once"]);
+    assert_table(d, &second, "an idle pass");
+
+    // The third read (three batches of 40 rows) crashes at each step in turn: after its
+    // first batch, at the end of its read, with its data files written, each time leaving
+    // the second whole.
+    let third = file(d, "c.jsonl", 2000..2100, 3, &["us", "apac"]);
+    for failpoint in [
+        "sync.after_position",
+        "sync.before_read_end",
+        "sink.after_data_files",
+    ] {
+        crash_at(d, failpoint);
+        assert_table(d, &second, &format!("after a crash at {failpoint}"));
+        // `query` shows the table as it landed, not the waiting read beside it.
+        let out = run_ok(
+            d,
+            &[
+                "query",
+                "--plain",
+                "-s",
+                "SELECT count(*) AS n, min(id) AS lo FROM shop.shop",
+            ],
+        );
+        let got: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(
+            got["rows"],
+            json!([[50, 1000]]),
+            "query after {failpoint}: {got}"
+        );
+    }
+    run_ok(d, &["sync", "--once"]);
+    assert_table(d, &third, "the third read, once, after the crashes");
+
+    // Committed, then a crash before the acknowledgement: the retry writes nothing twice.
+    let fourth = file(d, "d.jsonl", 3000..3070, 4, &["eu", "apac"]);
+    crash_at(d, "sink.after_table_commit");
+    assert_table(d, &fourth, "committed before the crash");
+    run_ok(d, &["sync", "--once"]);
+    assert_table(d, &fourth, "after the retry");
+}
+
+#[test]
+fn replace_partition_replaces_the_partitions_a_read_touches_and_keeps_the_others() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    write_config(d, "replace_partition", true);
+    let mut want = file(d, "a.jsonl", 0..90, 1, &["eu", "us", "apac"]);
+    run_ok(d, &["sync", "--once"]);
+    assert_table(d, &want, "the first read");
+
+    // The second read has rows of `eu` only: `eu` holds them alone, `us` and `apac` stay.
+    let eu = file(d, "b.jsonl", 500..520, 2, &["eu"]);
+    want.retain(|_, (_, region)| region != "eu");
+    want.extend(eu);
+    run_ok(d, &["sync", "--once"]);
+    assert_table(d, &want, "the second read");
+
+    // A crash before the commit leaves the second whole; the retry lands the third once.
+    let third = file(d, "c.jsonl", 700..760, 3, &["us", "apac"]);
+    crash_at(d, "sink.after_data_files");
+    assert_table(d, &want, "after a crash before the commit");
+    want.retain(|_, (_, region)| region == "eu");
+    want.extend(third);
+    run_ok(d, &["sync", "--once"]);
+    assert_table(d, &want, "the third read");
+}
+
+#[test]
+fn replace_partition_without_partitions_fails_validation_naming_the_policy() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    write_config(d, "replace_partition", false);
+    let out = skipprd_command(d)
+        .args(["sync", "--once"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("write_policy") && err.contains("replace_partition"),
+        "{err}"
+    );
+}
