@@ -1,7 +1,10 @@
-//! `write_policy: merge_by_key` into a local Iceberg lake (the `Duckdb` destination), copy on
-//! write: random inserts, updates, deletes (`_op: d`) and a truncate (`_op: t`) from files,
-//! with a model of the expected state; after every pass and after a kill -9 loop, DuckDB's
-//! `iceberg_scan` and PyIceberg both read exactly the model (`tests/readers/read_table.py`).
+//! `write_policy: merge_by_key` into Iceberg tables (`Duckdb` and `SkipprLake` on a local
+//! warehouse, `AthenaIceberg` on the moto server of `tests/run`), copy on write: random inserts, updates, deletes (`_op: d`) and a truncate
+//! (`_op: t`) from files, with a model of the expected state; after every pass and after a
+//! kill -9 loop, DuckDB's `iceberg_scan` and PyIceberg both read exactly the model
+//! (`tests/readers/read_table.py`; PyIceberg alone on S3, `read_s3_table.py`), through the
+//! table's current metadata file as the destination's catalog names it (the version hint,
+//! the SkipprLake store's pointer, Glue's `metadata_location`).
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -24,7 +27,21 @@ use serde_json::{Value, json};
 use bin::skipprd_command;
 use local_aws::reader_python;
 
-fn write_config(dir: &Path, partitioned: bool) {
+/// The destination's entry: `Duckdb` or `SkipprLake` on a local warehouse, or `AthenaIceberg`
+/// on the moto server (a new bucket and Glue database).
+fn sink_entry(destination: &str) -> String {
+    if destination == "AthenaIceberg" {
+        let bucket = local_aws::new_bucket(&local_aws::aws(), "merge");
+        let database = local_aws::unique("merge");
+        return format!(
+            "    AthenaIceberg:\n      warehouse: s3://{bucket}/wh\n      glue_database_name: {database}\n      region: us-east-1\n"
+        );
+    }
+    format!("    {destination}:\n      warehouse: file://./lake\n      table_namespace: shop\n")
+}
+
+fn write_config(dir: &Path, partitioned: bool, destination: &str) {
+    let sink = sink_entry(destination);
     let layout = if partitioned {
         "    transform:\n      batch_partition_fields: region\n"
     } else {
@@ -33,7 +50,7 @@ fn write_config(dir: &Path, partitioned: bool) {
     let text = format!(
         "pipelines:\n  shop:\n    data_source: data_sources.files\n    data_sink: data_sinks.lake\n    write_policy: merge_by_key\n    primary_key: id\n{layout}\
          data_sources:\n  files:\n    File:\n      path: input\n      format: jsonl\n      batch_size: 40\n\
-         data_sinks:\n  lake:\n    Duckdb:\n      warehouse: file://./lake\n      table_namespace: shop\n"
+         data_sinks:\n  lake:\n{sink}"
     );
     std::fs::write(dir.join("skippr.yml"), text).unwrap();
     std::fs::create_dir_all(dir.join("input")).unwrap();
@@ -95,11 +112,42 @@ fn sync_ok(dir: &Path, what: &str) {
     );
 }
 
-/// Both readers see exactly the model.
+/// The table's current metadata file, as the destination's catalog names it.
+fn current_metadata(dir: &Path) -> String {
+    let loaded =
+        skipprd::config::load_file(&dir.join("skippr.yml"), skipprd::config::ProcessEnv).unwrap();
+    let config = skipprd::config::validate(&loaded, None).unwrap();
+    let sink = skipprd::sinks::open(config.pipeline(Some("shop")).unwrap())
+        .unwrap()
+        .unwrap();
+    let table = sink
+        .block_on(async {
+            use iceberg::Catalog as _;
+            sink.catalog().load_table(&sink.table_ident("shop")).await
+        })
+        .unwrap();
+    let location = table.metadata_location().unwrap();
+    location
+        .strip_prefix("file://")
+        .unwrap_or(location)
+        .to_owned()
+}
+
+/// Both readers see exactly the model (PyIceberg alone on S3).
 fn assert_model(dir: &Path, model: &BTreeMap<u64, (u64, String)>, what: &str) {
-    let table = dir.join("lake/shop/shop");
+    let table = current_metadata(dir);
+    let s3 = table.starts_with("s3://");
+    let script = if s3 {
+        "read_s3_table.py"
+    } else {
+        "read_table.py"
+    };
     let out = Command::new(reader_python())
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/readers/read_table.py"))
+        .arg(
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../tests/readers")
+                .join(script),
+        )
         .args(["--key", "id", "--values"])
         .arg(&table)
         .output()
@@ -114,8 +162,14 @@ fn assert_model(dir: &Path, model: &BTreeMap<u64, (u64, String)>, what: &str) {
         .iter()
         .map(|(id, (v, region))| json!([id, v, region]))
         .collect();
-    for reader in ["duckdb", "pyiceberg"] {
-        let r = &report["tables"][table.to_str().unwrap()][reader];
+    let readers: &[&str] = if s3 {
+        &["pyiceberg"]
+    } else {
+        &["duckdb", "pyiceberg"]
+    };
+    for reader in readers {
+        let r = &report["tables"][&table];
+        let r = if s3 { r } else { &r[reader] };
         let got: Vec<Value> = r["values"]
             .as_array()
             .unwrap_or_else(|| panic!("{what}: {reader}: {r}"))
@@ -127,9 +181,9 @@ fn assert_model(dir: &Path, model: &BTreeMap<u64, (u64, String)>, what: &str) {
     }
 }
 
-fn merge_loop(partitioned: bool) {
+fn merge_loop(partitioned: bool, destination: &str) {
     let dir = tempfile::tempdir().unwrap();
-    write_config(dir.path(), partitioned);
+    write_config(dir.path(), partitioned, destination);
     let mut rng = Rng(if partitioned { 0xabcdef } else { 0x123457 });
     let mut model = BTreeMap::new();
     let mut round = 0;
@@ -169,7 +223,7 @@ fn merge_loop(partitioned: bool) {
     }
     sync_ok(dir.path(), "after the kills");
     println!(
-        "lake merge (partitioned: {partitioned}): {killed} kills, {} keys",
+        "lake merge into {destination} (partitioned: {partitioned}): {killed} kills, {} keys",
         model.len()
     );
     assert!(killed >= 5, "only {killed} of 15 passes were killed");
@@ -178,10 +232,23 @@ fn merge_loop(partitioned: bool) {
 
 #[test]
 fn merge_by_key_into_an_iceberg_table_equals_the_model_in_duckdb_and_pyiceberg() {
-    merge_loop(false);
+    merge_loop(false, "Duckdb");
 }
 
 #[test]
 fn merge_by_key_into_a_partitioned_iceberg_table_moves_rows_between_partitions() {
-    merge_loop(true);
+    merge_loop(true, "Duckdb");
+}
+
+#[test]
+fn merge_by_key_into_a_skipprlake_table_equals_the_model() {
+    merge_loop(true, "SkipprLake");
+}
+
+/// Needs the moto server of `tests/run` (`SKIPPR_TEST_AWS_ENDPOINT` and the `AWS_*`
+/// variables).
+#[test]
+fn merge_by_key_into_an_athena_iceberg_table_on_s3_equals_the_model() {
+    local_aws::endpoint();
+    merge_loop(true, "AthenaIceberg");
 }

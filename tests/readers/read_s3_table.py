@@ -4,12 +4,13 @@ PyIceberg's `StaticTable.from_metadata(METADATA_LOCATION)`, the data files read 
 Rust tests in `local/tests/skipprlake_s3.rs` run it against the moto server of `tests/run`,
 with the metadata location read from the table's pointer item in DynamoDB.
 
-    read_s3_table.py [--key COLUMN] METADATA_LOCATION...
+    read_s3_table.py [--key COLUMN] [--values] METADATA_LOCATION...
 
 Endpoint, region and credentials come from the environment (AWS_ENDPOINT_URL, AWS_REGION,
 AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY). Prints one JSON object:
 {"tables": {METADATA_LOCATION: {"rows": N, "columns": [[name, type], ...],
- with --key: "duplicate_keys", "null_keys", "keys"}}} (see read_table.py).
+ with --key: "duplicate_keys", "null_keys", "keys"; with --values: "values", every row
+ ordered by the key column when given}}} (see read_table.py).
 """
 
 import argparse
@@ -18,13 +19,14 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from read_table import key_stats  # noqa: E402
+from read_table import arrow_rows, key_stats  # noqa: E402
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("locations", nargs="+", metavar="METADATA_LOCATION")
     parser.add_argument("--key")
+    parser.add_argument("--values", action="store_true")
     args = parser.parse_args()
 
     from pyiceberg.table import StaticTable
@@ -46,6 +48,8 @@ def main():
         }
         if args.key:
             out.update(key_stats(data, args.key))
+        if args.values:
+            out["values"] = arrow_rows(data, args.key)
         result[location] = out
     json.dump({"tables": result}, sys.stdout)
     sys.stdout.write("\n")
