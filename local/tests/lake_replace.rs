@@ -12,17 +12,18 @@
 
 #[path = "common/bin.rs"]
 mod bin;
+#[path = "common/lake_model.rs"]
+mod lake_model;
 #[path = "common/local_aws.rs"]
 mod local_aws;
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::process::Command;
 
 use serde_json::{Value, json};
 
 use bin::{run_ok, skipprd_command};
-use local_aws::reader_python;
+use lake_model::assert_model;
 
 /// id -> (v, region)
 type Rows = BTreeMap<u64, (u64, String)>;
@@ -71,38 +72,6 @@ fn crash_at(dir: &Path, name: &str) {
     );
 }
 
-/// Both readers see exactly `want`.
-fn assert_table(dir: &Path, want: &Rows, what: &str) {
-    let table = dir.join("lake/shop/shop");
-    let out = Command::new(reader_python())
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/readers/read_table.py"))
-        .args(["--key", "id", "--values"])
-        .arg(&table)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{what}: read_table.py: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
-    let want: Vec<Value> = want
-        .iter()
-        .map(|(id, (v, region))| json!([id, v, region]))
-        .collect();
-    for reader in ["duckdb", "pyiceberg"] {
-        let r = &report["tables"][table.to_str().unwrap()][reader];
-        let got: Vec<Value> = r["values"]
-            .as_array()
-            .unwrap_or_else(|| panic!("{what}: {reader}: {r}"))
-            .iter()
-            .map(|row| json!([row["id"], row["v"], row["region"]]))
-            .collect();
-        assert_eq!(got.len(), want.len(), "{what}: {reader}: row count");
-        assert!(got == want, "{what}: {reader} differs: {got:?}");
-    }
-}
-
 #[test]
 fn each_read_replaces_the_table_and_a_crash_leaves_the_previous_read_whole() {
     let dir = tempfile::tempdir().unwrap();
@@ -110,16 +79,16 @@ fn each_read_replaces_the_table_and_a_crash_leaves_the_previous_read_whole() {
     write_config(d, "replace_table", false);
     let first = file(d, "a.jsonl", 0..100, 1, &["eu", "us"]);
     run_ok(d, &["sync", "--once"]);
-    assert_table(d, &first, "the first read");
+    assert_model(d, &first, "the first read");
 
     // The second read, with other rows: the table holds it alone.
     let second = file(d, "b.jsonl", 1000..1050, 2, &["eu"]);
     run_ok(d, &["sync", "--once"]);
-    assert_table(d, &second, "the second read");
+    assert_model(d, &second, "the second read");
 
     // A pass with nothing new leaves the table as it is.
     run_ok(d, &["sync", "--once"]);
-    assert_table(d, &second, "an idle pass");
+    assert_model(d, &second, "an idle pass");
 
     // The third read (three batches of 40 rows) crashes at each step in turn: after its
     // first batch, at the end of its read, with its data files written, each time leaving
@@ -131,7 +100,7 @@ fn each_read_replaces_the_table_and_a_crash_leaves_the_previous_read_whole() {
         "sink.after_data_files",
     ] {
         crash_at(d, failpoint);
-        assert_table(d, &second, &format!("after a crash at {failpoint}"));
+        assert_model(d, &second, &format!("after a crash at {failpoint}"));
         // `query` shows the table as it landed, not the waiting read beside it.
         let out = run_ok(
             d,
@@ -150,14 +119,14 @@ fn each_read_replaces_the_table_and_a_crash_leaves_the_previous_read_whole() {
         );
     }
     run_ok(d, &["sync", "--once"]);
-    assert_table(d, &third, "the third read, once, after the crashes");
+    assert_model(d, &third, "the third read, once, after the crashes");
 
     // Committed, then a crash before the acknowledgement: the retry writes nothing twice.
     let fourth = file(d, "d.jsonl", 3000..3070, 4, &["eu", "apac"]);
     crash_at(d, "sink.after_table_commit");
-    assert_table(d, &fourth, "committed before the crash");
+    assert_model(d, &fourth, "committed before the crash");
     run_ok(d, &["sync", "--once"]);
-    assert_table(d, &fourth, "after the retry");
+    assert_model(d, &fourth, "after the retry");
 }
 
 #[test]
@@ -167,23 +136,23 @@ fn replace_partition_replaces_the_partitions_a_read_touches_and_keeps_the_others
     write_config(d, "replace_partition", true);
     let mut want = file(d, "a.jsonl", 0..90, 1, &["eu", "us", "apac"]);
     run_ok(d, &["sync", "--once"]);
-    assert_table(d, &want, "the first read");
+    assert_model(d, &want, "the first read");
 
     // The second read has rows of `eu` only: `eu` holds them alone, `us` and `apac` stay.
     let eu = file(d, "b.jsonl", 500..520, 2, &["eu"]);
     want.retain(|_, (_, region)| region != "eu");
     want.extend(eu);
     run_ok(d, &["sync", "--once"]);
-    assert_table(d, &want, "the second read");
+    assert_model(d, &want, "the second read");
 
     // A crash before the commit leaves the second whole; the retry lands the third once.
     let third = file(d, "c.jsonl", 700..760, 3, &["us", "apac"]);
     crash_at(d, "sink.after_data_files");
-    assert_table(d, &want, "after a crash before the commit");
+    assert_model(d, &want, "after a crash before the commit");
     want.retain(|_, (_, region)| region == "eu");
     want.extend(third);
     run_ok(d, &["sync", "--once"]);
-    assert_table(d, &want, "the third read");
+    assert_model(d, &want, "the third read");
 }
 
 #[test]

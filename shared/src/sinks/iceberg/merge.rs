@@ -26,21 +26,18 @@ use arrow::array::{Array, BooleanArray, RecordBatch, UInt32Array};
 use arrow::compute::{concat_batches, filter_record_batch, take_record_batch};
 use arrow::datatypes::SchemaRef;
 use arrow::row::{RowConverter, Rows, SortField};
-use iceberg::spec::{DataFile, DataFileFormat, FormatVersion, Operation, PartitionKey};
+use iceberg::ErrorKind;
+use iceberg::spec::{DataFile, DataFileFormat, FormatVersion, PartitionKey};
 use iceberg::table::Table;
 use iceberg::writer::base_writer::data_file_writer::DataFileWriterBuilder;
 use iceberg::writer::file_writer::ParquetWriterBuilder;
 use iceberg::writer::file_writer::location_generator::DefaultFileNameGenerator;
 use iceberg::writer::file_writer::rolling_writer::RollingFileWriterBuilder;
 use iceberg::writer::{IcebergWriter, IcebergWriterBuilder};
-use iceberg::{ErrorKind, TableUpdate};
 
 use super::IcebergSink;
 use super::location::LakeLocationGenerator;
-use super::maintain::compact::{
-    Live, Staging, commit_or_discard, discard, live_files, read_adapted, snapshot_names, stage,
-    written_paths,
-};
+use super::maintain::compact::{Live, discard, live_files, read_adapted};
 use crate::sinks::SinkError;
 use crate::wal::BatchId;
 
@@ -281,55 +278,20 @@ impl IcebergSink {
         .await;
         let added_rows = reduced.keep.num_rows() as u64;
         let files = written.len() as u64;
-        let (snapshot_id, manifest_path, list_path) = snapshot_names(metadata);
-        let ours = written_paths(&written, &manifest_path, &list_path);
-        let landed = TableUpdate::SetProperties {
-            updates: HashMap::from([(self.landed_key(), last.0.to_string())]),
-        };
-        let staged = match (result, &current, &live) {
-            (Err(e), _, _) => Err(e),
-            (Ok(()), Some(current), Some(live)) => {
-                stage(
-                    table,
-                    current,
-                    live,
-                    &replaced,
-                    &written,
-                    Staging {
-                        snapshot_id,
-                        manifest_path,
-                        list_path,
-                        operation: Operation::Overwrite,
-                        summary,
-                    },
-                    vec![landed],
-                )
-                .await
-            }
-            // A table with no snapshot yet: the rows are appended.
-            (Ok(()), _, _) => {
-                let committed = self.append(ns, table, written, summary, last).await?;
-                return Ok((files, added_rows, committed));
-            }
-        };
-        let updates = match staged {
-            Ok(updates) => updates,
-            Err(e) => {
-                discard(table, &ours).await;
+        let committed = match (result, &current, &live) {
+            (Err(e), _, _) => {
+                let paths: Vec<String> = written.iter().map(|f| f.file_path().to_owned()).collect();
+                discard(table, &paths).await;
                 return Err(err(e));
             }
+            (Ok(()), Some(current), Some(live)) => {
+                self.overwrite(ns, table, current, live, &replaced, written, summary, last)
+                    .await?
+            }
+            // A table with no snapshot yet: the rows are appended.
+            (Ok(()), _, _) => self.append(ns, table, written, summary, last).await?,
         };
-        let after = commit_or_discard(
-            self.catalog.as_ref(),
-            table,
-            current.as_ref().map(|s| s.snapshot_id()),
-            snapshot_id,
-            &ours,
-            updates,
-        )
-        .await
-        .map_err(err)?;
-        Ok((files, added_rows, after))
+        Ok((files, added_rows, committed))
     }
 }
 

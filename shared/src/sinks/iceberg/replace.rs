@@ -13,13 +13,14 @@
 
 use std::collections::{HashMap, HashSet};
 
-use iceberg::spec::{DataFile, FormatVersion, Operation, Struct};
+use iceberg::spec::{DataFile, FormatVersion, Operation, Snapshot, Struct};
 use iceberg::table::Table;
 use iceberg::{ErrorKind, TableUpdate};
 
 use super::IcebergSink;
 use super::maintain::compact::{
-    Live, Staging, commit_or_discard, discard, live_files, snapshot_names, stage, written_paths,
+    Live, LiveFiles, Staging, commit_or_discard, discard, live_files, snapshot_names, stage,
+    written_paths,
 };
 use crate::sinks::SinkError;
 use crate::wal::BatchId;
@@ -80,16 +81,38 @@ impl IcebergSink {
             .iter()
             .filter(|l| !partitions_only || touched.contains(l.entry.data_file().partition()))
             .collect();
-        let (snapshot_id, manifest_path, list_path) = snapshot_names(metadata);
+        self.overwrite(
+            ns, table, &current, &live, &replaced, written, summary, last,
+        )
+        .await
+    }
+    /// Commit one `overwrite` snapshot of `table` on top of `current`: the `replaced` live
+    /// files (of `live`) out, `written` in, `summary` as its summary and the landed property
+    /// set to `last` in the same commit, required to apply while `main` is still `current`
+    /// (a concurrent commit fails it). The written files are deleted when it fails.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) async fn overwrite(
+        &self,
+        ns: &str,
+        table: &Table,
+        current: &Snapshot,
+        live: &LiveFiles,
+        replaced: &[&Live],
+        written: Vec<DataFile>,
+        summary: HashMap<String, String>,
+        last: BatchId,
+    ) -> Result<Table, SinkError> {
+        let err = |e: iceberg::Error| self.iceberg_err(ns, e);
+        let (snapshot_id, manifest_path, list_path) = snapshot_names(table.metadata());
         let ours = written_paths(&written, &manifest_path, &list_path);
         let landed = TableUpdate::SetProperties {
             updates: HashMap::from([(self.landed_key(), last.0.to_string())]),
         };
         let staged = stage(
             table,
-            &current,
-            &live,
-            &replaced,
+            current,
+            live,
+            replaced,
             &written,
             Staging {
                 snapshot_id,
