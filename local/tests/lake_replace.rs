@@ -97,6 +97,7 @@ fn each_read_replaces_the_table_and_a_crash_leaves_the_previous_read_whole() {
     for failpoint in [
         "sync.after_position",
         "sync.before_read_end",
+        "sync.after_read_end",
         "sink.after_data_files",
     ] {
         crash_at(d, failpoint);
@@ -153,6 +154,85 @@ fn replace_partition_replaces_the_partitions_a_read_touches_and_keeps_the_others
     want.extend(third);
     run_ok(d, &["sync", "--once"]);
     assert_model(d, &want, "the third read");
+}
+
+#[test]
+fn a_read_that_skipped_a_file_waits_for_the_pass_that_reads_it() {
+    use std::io::Write as _;
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    write_config(d, "replace_table", false);
+    let mut want = file(d, "a.jsonl", 0..60, 1, &["eu"]);
+    run_ok(d, &["sync", "--once"]);
+    assert_model(d, &want, "the first read");
+    // The second read has a file that cannot be read yet: skipped, so the read is not whole
+    // and the first stays.
+    let second = file(d, "b.jsonl", 100..140, 2, &["us"]);
+    std::fs::write(d.join("input/c.jsonl.gz"), b"\x1f\x8b\x08 not gzip").unwrap();
+    let out = skipprd_command(d)
+        .args(["sync", "--once"])
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("c.jsonl.gz"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_model(d, &want, "a read that skipped a file");
+    // The file readable: the next pass reads it and the read lands whole.
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    gz.write_all(b"{\"id\":200,\"v\":2,\"region\":\"us\"}\n")
+        .unwrap();
+    std::fs::write(d.join("input/c.jsonl.gz"), gz.finish().unwrap()).unwrap();
+    run_ok(d, &["sync", "--once"]);
+    want = second;
+    want.insert(200, (2, "us".to_owned()));
+    assert_model(d, &want, "the second read, with the file");
+}
+
+#[test]
+fn a_change_stream_or_a_replay_cannot_replace_tables() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    // A change stream is no whole read: refused before anything connects.
+    std::fs::write(
+        d.join("skippr.yml"),
+        "pipelines:\n  shop:\n    data_source: data_sources.pg\n    data_sink: data_sinks.lake\n    write_policy: replace_table\n\
+         data_sources:\n  pg:\n    Postgres:\n      host: 127.0.0.1\n      port: 1\n      database: shop\n      tables: [orders]\n      cdc_mode: snapshot_then_cdc\n\
+         data_sinks:\n  lake:\n    Duckdb:\n      warehouse: file://./lake\n",
+    )
+    .unwrap();
+    let out = skipprd_command(d)
+        .args(["sync", "--once"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("write_policy") && err.contains("change stream"),
+        "{err}"
+    );
+    // Replayed deadletters are no read of the source either.
+    write_config(d, "replace_table", false);
+    let text = std::fs::read_to_string(d.join("skippr.yml")).unwrap();
+    std::fs::write(
+        d.join("skippr.yml"),
+        text.replace(
+            "    write_policy: replace_table\n",
+            "    write_policy: replace_table\n    deadletter_sink: deadletter_sinks.dl\n",
+        ) + "deadletter_sinks:\n  dl:\n    File:\n      path: ./dl\n",
+    )
+    .unwrap();
+    let out = skipprd_command(d)
+        .args(["deadletters", "replay", "-p", "shop"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("write_policy") && err.contains("replay"),
+        "{err}"
+    );
 }
 
 #[test]

@@ -60,6 +60,8 @@ pub mod sync {
     /// After a read ended, before its end marker is committed to the WAL (pipelines whose
     /// tables are replaced by whole reads).
     pub const BEFORE_READ_END: &str = "sync.before_read_end";
+    /// After a read's end marker was committed, before the position names it.
+    pub const AFTER_READ_END: &str = "sync.after_read_end";
     /// Every failpoint of the pass.
     pub const ALL: &[&str] = &[
         BEFORE_WAL_COMMIT,
@@ -70,6 +72,7 @@ pub mod sync {
         AFTER_ACK,
         AFTER_RECLAIM,
         BEFORE_READ_END,
+        AFTER_READ_END,
     ];
 }
 

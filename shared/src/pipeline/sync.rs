@@ -31,6 +31,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
+use crate::config::ConfigError;
 use crate::config::connectors::DeadletterConnector;
 use crate::config::validate::{ValidatedConfig, ValidatedPipeline, WalLocation, WalStorage};
 use crate::schema::{PipelineSchema, SchemaError, SchemaStore};
@@ -239,6 +240,15 @@ pub fn sync_pass(
     {
         // Before the lease: nothing is read or delivered.
         return Err(replay_unsupported(pipeline).into());
+    }
+    if options.replay && pipeline.write.replaces_reads() {
+        // Replayed records are no read of the source: they would replace the table alone.
+        return Err(ConfigError::UnsupportedSetting {
+            setting: format!("pipelines.{name}.write_policy"),
+            value: "replace_table / replace_partition".to_owned(),
+            note: Some("`deadletters replay` adds records to tables, and this pipeline's tables are replaced by whole reads of its source: fix the source's records and let the next read carry them".to_owned()),
+        }
+        .into());
     }
     let state_err = |source| PipelineError::State {
         pipeline: name.clone(),
@@ -604,7 +614,12 @@ pub fn sync_pass(
                     });
                 }
                 if settings.wal_storage == WalStorage::Disk {
-                    wait_for_disk(&disk_dir, &name, &options.stop, options.deadline);
+                    if pipeline.write.replaces_reads() {
+                        // Nothing is delivered before the read ends: waiting frees no space.
+                        refuse_full_disk(&disk_dir, &name)?;
+                    } else {
+                        wait_for_disk(&disk_dir, &name, &options.stop, options.deadline);
+                    }
                 }
                 if options.stop.load(Ordering::SeqCst) {
                     report.stopped = true;
@@ -638,27 +653,32 @@ pub fn sync_pass(
     if let Some(plan) = &replay {
         plan.set_aside(&replayed_now);
     }
-    // A read that ended (not stopped, not failed; a replay is no read of the source) is
-    // marked, so a destination replacing tables by whole reads gets its batches together.
+    // A read that ended (not stopped, not failed, no file skipped; a replay is no read of
+    // the source) is marked, so a destination replacing tables by whole reads gets its
+    // batches together. The marker keeps the recorded position (the newest checkpoint).
     if replay.is_none()
         && !report.stopped
+        && report.files_failed == 0
         && pipeline.write.replaces_reads()
         && let Some(d) = delivery.as_ref()
         && d.unmarked(&*wal)
     {
         failpoint(failpoint::BEFORE_READ_END).map_err(wal_err)?;
         let checkpoint = match store.get(&position_key).map_err(state_err)? {
-            Some(item) => {
+            Some(item) => Some(
                 decode_position(&position_key, &item.value)
                     .map_err(state_err)?
-                    .1
-            }
-            None => wal.last_position().map(<[u8]>::to_vec).unwrap_or_default(),
+                    .1,
+            ),
+            None => wal.last_position().map(<[u8]>::to_vec),
         };
-        let meta = wal
-            .append(&checkpoint, &[BatchPart::read_end()])
-            .map_err(wal_err)?;
-        put_position(store, &position_key, meta.id.0, &checkpoint, fence).map_err(state_err)?;
+        if let Some(checkpoint) = checkpoint {
+            let meta = wal
+                .append(&checkpoint, &[BatchPart::read_end()])
+                .map_err(wal_err)?;
+            failpoint(failpoint::AFTER_READ_END).map_err(wal_err)?;
+            put_position(store, &position_key, meta.id.0, &checkpoint, fence).map_err(state_err)?;
+        }
     }
     if let Some(d) = delivery.as_mut() {
         d.deliver(&mut *wal, &schema, &mut report)?;
@@ -820,6 +840,32 @@ fn wait_for_disk(
         }
     }
     tracing::info!(pipeline, "Disk space recovered: reading resumes.");
+}
+
+/// The disk guard of a pipeline that delivers whole reads: a read that fills the disk cannot
+/// wait for a delivery to free it (none comes before the read ends), so the pass fails,
+/// saying so; what it committed stays and the next pass continues the read.
+fn refuse_full_disk(dir: &std::path::Path, pipeline: &str) -> Result<(), PipelineError> {
+    let Ok(stats) = fs4::statvfs(dir) else {
+        return Ok(());
+    };
+    let used = disk_used_fraction(
+        stats.total_space(),
+        stats.free_space(),
+        stats.available_space(),
+    );
+    if !disk_guard_pauses(stats.available_space(), used) {
+        return Ok(());
+    }
+    Err(PipelineError::Io {
+        pipeline: pipeline.to_owned(),
+        path: dir.to_path_buf(),
+        message: format!(
+            "the disk holding the WAL is nearly full ({} bytes available, {:.0}% used), and this pipeline replaces tables by whole reads, delivered only when a read ends: free space (or read less per pass), then sync again",
+            stats.available_space(),
+            used * 100.0
+        ),
+    })
 }
 
 /// Whether `deadline` has come (never without one).

@@ -33,7 +33,8 @@ pub(super) struct NamespaceTable {
 /// (the landed tables of a pipeline with an Iceberg destination), sorted by name. A namespace
 /// with a landed table reads it plus the WAL batches after the last one it holds; one that
 /// `replaced` says is replaced by whole reads (`replace_table`, `replace_partition`) reads its
-/// landed table alone (a read's rows are the table once delivered, not beside it before).
+/// landed table alone, and is not listed before one landed (a read's rows are the table once
+/// delivered, not beside it before).
 /// Reads the schemas of the newest batch of each schema version (no rows are decoded).
 pub(super) fn namespace_tables(
     pipeline: &str,
@@ -58,11 +59,11 @@ pub(super) fn namespace_tables(
             if part.kind() == crate::wal::PartKind::ReadEnd {
                 continue;
             }
-            let landed = match lakes.get(&part.namespace) {
-                Some(_) if replaced(&part.namespace) => continue,
-                Some(lake) => lake.landed,
-                None => 0,
-            };
+            // A replaced table is what landed: a read waiting in the WAL is not beside it.
+            if replaced(&part.namespace) {
+                continue;
+            }
+            let landed = lakes.get(&part.namespace).map_or(0, |l| l.landed);
             if batch.id.0 <= landed {
                 continue;
             }

@@ -666,6 +666,12 @@ pub fn validate_with(
         let partitioned =
             !transform.batch_partition_fields.is_empty() || !transform.batch_time_fields.is_empty();
         let mut write = v.write_policies(&at, p, sink.as_ref(), partitioned)?;
+        if cdc.is_some() && write.replaces_reads() {
+            return Err(v.bad_value(
+                &at("write_policy"),
+                "`replace_table` and `replace_partition` replace tables by whole reads, and a change stream (cdc) is no whole read: its passes carry changes, not the table; use `merge_by_key` (or `append` to keep the change log)",
+            ));
+        }
         write.source_keys = p.write_policy.is_none()
             && p.primary_key.is_none()
             && cdc.is_some()

@@ -13,7 +13,9 @@
 
 use std::collections::{HashMap, HashSet};
 
-use iceberg::spec::{DataFile, FormatVersion, Operation, Snapshot, Struct};
+use iceberg::spec::{
+    DataFile, FormatVersion, Literal, Operation, PrimitiveLiteral, Snapshot, Struct,
+};
 use iceberg::table::Table;
 use iceberg::{ErrorKind, TableUpdate};
 
@@ -62,12 +64,20 @@ impl IcebergSink {
                 format!("the table has delete files, which {policy} does not remove"),
             )));
         };
-        let spec_id = metadata.default_partition_spec().spec_id();
-        if live
-            .entries
-            .iter()
-            .any(|l| live.manifests[l.manifest].partition_spec_id != spec_id)
-        {
+        let spec = metadata.default_partition_spec();
+        if partitions_only && spec.is_unpartitioned() {
+            // Every file would match the one empty partition: the whole table would go.
+            return Err(err(iceberg::Error::new(
+                ErrorKind::FeatureUnsupported,
+                "replace_partition needs a partitioned table, and this one has no partition fields (its rows lacked the partition field, or it is not a scalar); declare replace_table, or write the table anew with the field present",
+            )));
+        }
+        let spec_id = spec.spec_id();
+        if live.entries.iter().any(|l| {
+            live.manifests
+                .get(l.manifest)
+                .is_none_or(|m| m.partition_spec_id != spec_id)
+        }) {
             return Err(err(iceberg::Error::new(
                 ErrorKind::FeatureUnsupported,
                 format!(
@@ -75,11 +85,14 @@ impl IcebergSink {
                 ),
             )));
         }
-        let touched: HashSet<&Struct> = written.iter().map(DataFile::partition).collect();
+        let touched: HashSet<Vec<Option<Literal>>> =
+            written.iter().map(|f| widened(f.partition())).collect();
         let replaced: Vec<&Live> = live
             .entries
             .iter()
-            .filter(|l| !partitions_only || touched.contains(l.entry.data_file().partition()))
+            .filter(|l| {
+                !partitions_only || touched.contains(&widened(l.entry.data_file().partition()))
+            })
             .collect();
         self.overwrite(
             ns, table, &current, &live, &replaced, written, summary, last,
@@ -142,4 +155,21 @@ impl IcebergSink {
         .await
         .map_err(err)
     }
+}
+
+/// A partition value as compared between files: `int` literals widened to `long`, since a
+/// manifest written before an `int -> long` widening of an identity partition column holds the
+/// narrower literal for the same value.
+fn widened(partition: &Struct) -> Vec<Option<Literal>> {
+    partition
+        .iter()
+        .map(|value| {
+            value.map(|literal| match literal {
+                Literal::Primitive(PrimitiveLiteral::Int(i)) => {
+                    Literal::Primitive(PrimitiveLiteral::Long(i64::from(*i)))
+                }
+                other => other.clone(),
+            })
+        })
+        .collect()
 }
