@@ -447,9 +447,7 @@ fn a_column_of_another_type_fails_naming_it_and_a_missing_host_fails_validation(
         "0"
     );
 
-    let text = std::fs::read_to_string(dir.path().join("skippr.yml")).unwrap();
-    let text = text.replace(&format!("      host: {}\n", pg.host), "");
-    std::fs::write(dir.path().join("skippr.yml"), text).unwrap();
+    edit_config(dir.path(), &format!("      host: {}\n", pg.host), "");
     let out = sync_command(dir.path(), &pg).output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
@@ -457,15 +455,21 @@ fn a_column_of_another_type_fails_naming_it_and_a_missing_host_fails_validation(
     assert!(stderr.contains("connection_string"), "{stderr}");
 }
 
+/// Replace `from` by `to` in the project's `skippr.yml`.
+fn edit_config(dir: &Path, from: &str, to: &str) {
+    let text = std::fs::read_to_string(dir.join("skippr.yml")).unwrap();
+    assert!(text.contains(from), "skippr.yml has no {from:?}");
+    std::fs::write(dir.join("skippr.yml"), text.replace(from, to)).unwrap();
+}
+
 /// A project like [`write_config`]'s whose pipeline merges by `id`.
 fn write_merge_config(dir: &Path, pg: &Pg, db: &str) {
     write_config(dir, pg, db);
-    let text = std::fs::read_to_string(dir.join("skippr.yml")).unwrap();
-    let text = text.replace(
+    edit_config(
+        dir,
         "    data_sink: data_sinks.pg\n",
         "    data_sink: data_sinks.pg\n    write_policy: merge_by_key\n    primary_key: id\n",
     );
-    std::fs::write(dir.join("skippr.yml"), text).unwrap();
 }
 
 /// Append `count` changes of random keys below `keys` to a new file `input/u{round}.jsonl`,
@@ -625,15 +629,11 @@ fn replace_table_lands_each_read_alone_and_a_crash_leaves_the_previous_read_whol
     let db = pg.database("replace");
     let dir = tempfile::tempdir().unwrap();
     write_config(dir.path(), &pg, &db);
-    let text = std::fs::read_to_string(dir.path().join("skippr.yml")).unwrap();
-    std::fs::write(
-        dir.path().join("skippr.yml"),
-        text.replace(
-            "    data_sink: data_sinks.pg\n",
-            "    data_sink: data_sinks.pg\n    write_policy: replace_table\n",
-        ),
-    )
-    .unwrap();
+    edit_config(
+        dir.path(),
+        "    data_sink: data_sinks.pg\n",
+        "    data_sink: data_sinks.pg\n    write_policy: replace_table\n",
+    );
     let table = PostgresSink::table_of("order");
     let ids = |what: &str| -> (u64, u64, String) {
         let out = pg.sql(
@@ -694,12 +694,7 @@ fn a_million_rows_land_exactly_once_through_thirty_kills() {
     let db = pg.database("million");
     let dir = tempfile::tempdir().unwrap();
     write_config(dir.path(), &pg, &db);
-    let config = std::fs::read_to_string(dir.path().join("skippr.yml")).unwrap();
-    std::fs::write(
-        dir.path().join("skippr.yml"),
-        config.replace("batch_size: 500", "batch_size: 20000"),
-    )
-    .unwrap();
+    edit_config(dir.path(), "batch_size: 500", "batch_size: 20000");
     let total = 1_000_000u64;
     // The rows arrive in 40 files of 25,000, one before each round, so every round has work
     // to be killed in, however fast the machine.

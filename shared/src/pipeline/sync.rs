@@ -820,15 +820,14 @@ fn wait_for_disk(
     stop: &AtomicBool,
     deadline: Option<Instant>,
 ) {
-    let Ok(stats) = fs4::statvfs(dir) else { return };
+    let Some((available, _)) = disk_guard_trips(dir) else {
+        return;
+    };
     let used =
         |s: &fs4::FsStats| disk_used_fraction(s.total_space(), s.free_space(), s.available_space());
-    if !disk_guard_pauses(stats.available_space(), used(&stats)) {
-        return;
-    }
     tracing::warn!(
         pipeline,
-        available = stats.available_space(),
+        available,
         "Disk nearly full: reading paused until usage drops to 80%."
     );
     while !stop.load(Ordering::SeqCst) && !reached(deadline) {
@@ -846,26 +845,29 @@ fn wait_for_disk(
 /// wait for a delivery to free it (none comes before the read ends), so the pass fails,
 /// saying so; what it committed stays and the next pass continues the read.
 fn refuse_full_disk(dir: &std::path::Path, pipeline: &str) -> Result<(), PipelineError> {
-    let Ok(stats) = fs4::statvfs(dir) else {
+    let Some((available, used)) = disk_guard_trips(dir) else {
         return Ok(());
     };
+    Err(PipelineError::Io {
+        pipeline: pipeline.to_owned(),
+        path: dir.to_path_buf(),
+        message: format!(
+            "the disk holding the WAL is nearly full ({available} bytes available, {:.0}% used), and this pipeline replaces tables by whole reads, delivered only when a read ends: free space (or read less per pass), then sync again",
+            used * 100.0
+        ),
+    })
+}
+
+/// The bytes available and the used fraction of `dir`'s file system when the disk guard
+/// trips there ([`disk_guard_pauses`]); `None` when it does not (or cannot be read).
+fn disk_guard_trips(dir: &std::path::Path) -> Option<(u64, f64)> {
+    let stats = fs4::statvfs(dir).ok()?;
     let used = disk_used_fraction(
         stats.total_space(),
         stats.free_space(),
         stats.available_space(),
     );
-    if !disk_guard_pauses(stats.available_space(), used) {
-        return Ok(());
-    }
-    Err(PipelineError::Io {
-        pipeline: pipeline.to_owned(),
-        path: dir.to_path_buf(),
-        message: format!(
-            "the disk holding the WAL is nearly full ({} bytes available, {:.0}% used), and this pipeline replaces tables by whole reads, delivered only when a read ends: free space (or read less per pass), then sync again",
-            stats.available_space(),
-            used * 100.0
-        ),
-    })
+    disk_guard_pauses(stats.available_space(), used).then_some((stats.available_space(), used))
 }
 
 /// Whether `deadline` has come (never without one).
