@@ -80,10 +80,13 @@ pub mod sync {
 pub mod sink {
     /// Data files written and fsynced, before the table commit.
     pub const AFTER_DATA_FILES: &str = "sink.after_data_files";
+    /// The `Duckdb` lake's commit: `metadata/vN.metadata.json` is linked (the table is
+    /// committed), `metadata/version-hint.text` still names the previous version.
+    pub const BEFORE_VERSION_HINT: &str = "sink.before_version_hint";
     /// After the commit of one table (for Iceberg: metadata and pointer written).
     pub const AFTER_TABLE_COMMIT: &str = "sink.after_table_commit";
     /// Every failpoint of a delivery.
-    pub const ALL: &[&str] = &[AFTER_DATA_FILES, AFTER_TABLE_COMMIT];
+    pub const ALL: &[&str] = &[AFTER_DATA_FILES, BEFORE_VERSION_HINT, AFTER_TABLE_COMMIT];
 }
 
 /// Every failpoint, by the step it belongs to (the prefix of its names).
