@@ -193,6 +193,8 @@ fn open_connector(
         SourceConnector::Postgres(c) => {
             let mut options = PostgresSourceOptions::from_config(c).map_err(source_error)?;
             options.cdc = pipeline.cdc.clone();
+            // `sync` types rows from their cells itself (there is no leniency for typed values).
+            options.typed_cells = unparsed_json_lines;
             if sample.is_some() {
                 // A database is sampled: the first rows of each table in key order.
                 options.sample_rows = Some(crate::sources::postgres::DISCOVER_SAMPLE_ROWS);

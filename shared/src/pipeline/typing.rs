@@ -24,6 +24,7 @@ use crate::schema::{
     JsonLineTyper, PipelineSchema, RecordBatchBuilder, SchemaChange, SchemaError, SchemaInferrer,
     TransformOptions, evolve, namespace_for_record,
 };
+use crate::sources::cells::CellRow;
 use crate::sources::file::parse_json_object;
 use crate::sources::{SourceBatch, SourceRecord};
 
@@ -139,6 +140,19 @@ fn type_as_is(
 ) -> Option<Builders> {
     let mut builders: Builders = BTreeMap::new();
     for (index, record) in records.iter_mut().enumerate() {
+        if let Some(cells) = &record.cells {
+            if append_cells(
+                cells,
+                record.namespace.as_deref(),
+                schema,
+                transform,
+                &mut builders,
+            ) {
+                continue;
+            }
+            record.value = cells.to_json();
+            record.cells = None;
+        }
         if let Some(unparsed) = &record.unparsed {
             if typer.append(&unparsed.text, schema, transform, &mut builders) {
                 continue;
@@ -174,6 +188,34 @@ fn type_as_is(
         }
     }
     Some(builders)
+}
+
+/// Type a row of cells into the builder of its namespace (the source's, or the default:
+/// cells are never routed by `namespace_fields`); `false`, with no row added, when it needs
+/// the JSON path.
+fn append_cells(
+    cells: &CellRow,
+    namespace: Option<&str>,
+    schema: &PipelineSchema,
+    transform: &TransformOptions,
+    builders: &mut Builders,
+) -> bool {
+    if !transform.namespace_fields.is_empty() || transform.flatten_events {
+        return false;
+    }
+    let ns = namespace.unwrap_or(&transform.default_namespace);
+    let builder = match builders.get_mut(ns) {
+        Some(builder) => builder,
+        None => {
+            let Some(ns_schema) = schema.namespaces.get(ns) else {
+                return false;
+            };
+            builders
+                .entry(ns.to_owned())
+                .or_insert(RecordBatchBuilder::new(ns_schema).with_namespace(ns))
+        }
+    };
+    builder.append_cells(cells)
 }
 
 /// What the slow path of typing gave: the schema changes it made, and the batch's builders.
@@ -276,6 +318,9 @@ fn untypeable(record: &crate::sources::SourceRecord, error: &str) -> Deadletter 
 }
 
 #[cfg(test)]
+mod cells_tests;
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use crate::deadletter::{Deadletter, FailureCode};
@@ -315,6 +360,7 @@ mod tests {
                     // Half the earlier deadletters come before the first line.
                     deadletters_before: if index == 0 { before / 2 } else { before },
                 }),
+                cells: None,
                 namespace: None,
             });
         }

@@ -20,6 +20,7 @@ use ::arrow::record_batch::{RecordBatch, RecordBatchOptions};
 use chrono::Datelike;
 use serde_json::{Map, Value};
 
+mod from_cells;
 mod from_tape;
 
 use super::error::SchemaError;
@@ -645,6 +646,8 @@ pub struct RecordBatchBuilder {
     /// Whether an appended record had a key the schema has no column for (its value was
     /// not stored).
     unknown_keys: bool,
+    /// Typing from cells: where the columns of the last page's rows go.
+    cell_slots: from_cells::CellSlots,
 }
 
 impl RecordBatchBuilder {
@@ -657,6 +660,7 @@ impl RecordBatchBuilder {
             flatten_events: false,
             namespace: None,
             unknown_keys: false,
+            cell_slots: from_cells::CellSlots::default(),
         }
     }
 

@@ -8,6 +8,7 @@
 //! drives a source on a blocking thread. A source backed by an async client bridges with a
 //! runtime handle.
 
+pub mod cells;
 pub mod error;
 pub mod file;
 pub mod http;
@@ -49,6 +50,11 @@ pub struct SourceRecord {
     /// File source with [`file::FileSourceOptions::unparsed_json_lines`]) hands records out
     /// this way; [`SourceBatch::parse_unparsed`] parses them into `value` (or deadletters).
     pub unparsed: Option<UnparsedJson>,
+    /// The record's values as typed cells, not a JSON object yet. Only a source asked for
+    /// cells (the Postgres source's tables with
+    /// [`postgres::PostgresSourceOptions::typed_cells`]) hands records out this way;
+    /// [`SourceBatch::parse_unparsed`] turns them into `value`.
+    pub cells: Option<cells::CellRow>,
     /// The namespace the source names for this record (table-safe already, such as
     /// `postgres_orders`), used where `transform.namespace_fields` route nothing; `None`: the
     /// pipeline's default namespace.
@@ -86,7 +92,8 @@ impl SourceBatch {
     /// a JSON object becomes the record's `value`; any other text leaves the records and
     /// becomes a deadletter (malformed JSON, or not an object), placed among the batch's
     /// deadletters in read order. The result is what the source would have given had it
-    /// parsed those lines itself.
+    /// parsed those lines itself. A selected record of [cells](SourceRecord::cells) gets the
+    /// JSON object its cells stand for as its `value`.
     pub fn parse_unparsed(&mut self, mut select: impl FnMut(usize) -> bool) {
         let mut inserted = 0;
         let mut earlier = std::mem::take(&mut self.deadletters).into_iter();
@@ -94,6 +101,12 @@ impl SourceBatch {
         let records = std::mem::take(&mut self.records);
         self.records.reserve(records.len());
         for (index, mut record) in records.into_iter().enumerate() {
+            if record.cells.is_some()
+                && select(index)
+                && let Some(cells) = record.cells.take()
+            {
+                record.value = cells.to_json();
+            }
             let Some(unparsed) = record.unparsed.as_mut() else {
                 self.records.push(record);
                 continue;

@@ -110,6 +110,7 @@ impl Source for ReplaySource {
                         record: line_no,
                     },
                     unparsed: None,
+                    cells: None,
                     namespace: None,
                 }),
                 Ok(_) => batch.deadletters.push(Deadletter {

@@ -75,6 +75,7 @@ impl Shape {
                                     value: inner,
                                     position: record.position.clone(),
                                     unparsed: None,
+                                    cells: None,
                                     namespace: record.namespace.clone(),
                                 });
                             }
@@ -202,6 +203,7 @@ mod tests {
                 record: line,
             },
             unparsed: None,
+            cells: None,
             namespace: None,
         }
     }

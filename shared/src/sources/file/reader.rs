@@ -73,6 +73,7 @@ impl FileContext {
                 record,
             },
             unparsed: None,
+            cells: None,
             namespace: None,
         })
     }
@@ -133,6 +134,7 @@ impl FileContext {
                 start,
                 deadletters_before: 0,
             }),
+            cells: None,
             namespace: None,
         })
     }

@@ -716,6 +716,7 @@ impl Source for HttpSource {
                         value,
                         position,
                         unparsed: None,
+                        cells: None,
                         namespace: None,
                     });
                 }
@@ -727,6 +728,7 @@ impl Source for HttpSource {
                         deadletters_before: batch.deadletters.len(),
                     }),
                     position,
+                    cells: None,
                     namespace: None,
                 }),
                 Item::Bad(raw, error, code) => batch.deadletters.push(Deadletter {

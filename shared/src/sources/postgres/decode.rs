@@ -6,6 +6,8 @@ use std::fmt::Write as _;
 use serde_json::{Number, Value};
 use tokio_postgres::types::{FromSql, Kind, Type};
 
+use crate::sources::cells::CellPage;
+
 /// How one column's values are decoded.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Decoder {
@@ -127,6 +129,69 @@ impl Decoder {
     }
 }
 
+impl Decoder {
+    /// Add one non-null value's bytes to `page` as the cell standing for the JSON value
+    /// [`Decoder::decode`] gives (the same bytes, the same value; see
+    /// [`crate::sources::cells`]).
+    pub(crate) fn decode_cell(&self, raw: &[u8], page: &mut CellPage) -> Result<(), String> {
+        let text = |page: &mut CellPage, raw: &[u8]| {
+            page.write_text(|out| match std::str::from_utf8(raw) {
+                Ok(valid) => out.push_str(valid),
+                Err(_) => out.push_str(&String::from_utf8_lossy(raw)),
+            })
+        };
+        match self {
+            Decoder::Bool => page.push_bool(*raw.first().ok_or("empty bool")? != 0),
+            Decoder::Int2 => page.push_long(i16::from_be_bytes(fixed(raw)?).into()),
+            Decoder::Int4 => page.push_long(i32::from_be_bytes(fixed(raw)?).into()),
+            Decoder::Int8 => page.push_long(i64::from_be_bytes(fixed(raw)?)),
+            Decoder::Oid => page.push_long(u32::from_be_bytes(fixed(raw)?).into()),
+            Decoder::Float4 => page
+                .push_double(f64::from(f32::from_be_bytes(fixed(raw)?)))
+                .map_err(|e| e.to_string())?,
+            Decoder::Float8 => page
+                .push_double(f64::from_be_bytes(fixed(raw)?))
+                .map_err(|e| e.to_string())?,
+            Decoder::Text | Decoder::Char | Decoder::Json => {
+                text(page, raw).map_err(|e| e.to_string())?;
+            }
+            Decoder::Jsonb => match raw.split_first() {
+                Some((1, rest)) => text(page, rest).map_err(|e| e.to_string())?,
+                Some((version, _)) => return Err(format!("jsonb version {version}")),
+                None => return Err("empty jsonb".into()),
+            },
+            Decoder::Date => {
+                let days = i32::from_be_bytes(fixed(raw)?);
+                page.write_text(|out| write_date(out, days))
+                    .map_err(|e| e.to_string())?;
+            }
+            Decoder::Numeric => {
+                let mut written = Ok(());
+                page.write_text(|out| written = write_numeric(raw, out))
+                    .map_err(|e| e.to_string())?;
+                if let Err(why) = written {
+                    page.truncate_to_rows();
+                    return Err(why);
+                }
+            }
+            Decoder::Timestamp | Decoder::Timestamptz => {
+                let micros = i64::from_be_bytes(fixed(raw)?);
+                let zone = if *self == Decoder::Timestamptz {
+                    "Z"
+                } else {
+                    ""
+                };
+                page.write_text(|out| write_timestamp(out, micros, zone))
+                    .map_err(|e| e.to_string())?;
+            }
+            _ => page
+                .push_json(self.decode(raw)?)
+                .map_err(|e| e.to_string())?,
+        }
+        Ok(())
+    }
+}
+
 /// A column's raw value bytes, whatever its type (`None` for NULL).
 pub(crate) struct RawValue<'a>(pub(crate) &'a [u8]);
 
@@ -190,6 +255,71 @@ pub(crate) fn format_timestamp(at: chrono::NaiveDateTime, zone: &str) -> String 
     format!("{}{zone}", at.format("%Y-%m-%dT%H:%M:%S%.6f"))
 }
 
+/// Days from 2000-01-01 back to 0001-01-01 and on to 10000-01-01: the days whose dates
+/// [`format_date`] writes as `YYYY-MM-DD` with four digits and no sign.
+const FOUR_DIGIT_DAYS: std::ops::Range<i64> = -730_119..2_921_940;
+
+/// The date `days` after 2000-01-01, when it has a four-digit year.
+fn four_digit_day(days: i64) -> Option<chrono::NaiveDate> {
+    if !FOUR_DIGIT_DAYS.contains(&days) {
+        return None;
+    }
+    pg_epoch()
+        .date()
+        .checked_add_signed(chrono::TimeDelta::days(days))
+}
+
+/// A day with a four-digit year as [`format_date`] writes it, by hand.
+fn write_day(out: &mut String, day: chrono::NaiveDate) {
+    use chrono::Datelike as _;
+    push_digits(out, i64::from(day.year()), 4);
+    out.push('-');
+    push_digits(out, i64::from(day.month()), 2);
+    out.push('-');
+    push_digits(out, i64::from(day.day()), 2);
+}
+
+/// [`date`], written into `out` (a four-digit year by hand, the rest as [`date`] writes it).
+fn write_date(out: &mut String, days: i32) {
+    match four_digit_day(i64::from(days)) {
+        Some(day) => write_day(out, day),
+        None => out.push_str(&date(days)),
+    }
+}
+
+/// [`timestamp`], written into `out` (a four-digit year by hand, digits only, the rest as
+/// [`timestamp`] writes it).
+fn write_timestamp(out: &mut String, micros: i64, zone: &str) {
+    let Some(day) = four_digit_day(micros.div_euclid(86_400_000_000)) else {
+        out.push_str(&timestamp(micros, zone));
+        return;
+    };
+    let of_day = micros.rem_euclid(86_400_000_000);
+    let secs = of_day / 1_000_000;
+    write_day(out, day);
+    out.push('T');
+    push_digits(out, secs / 3600, 2);
+    out.push(':');
+    push_digits(out, secs / 60 % 60, 2);
+    out.push(':');
+    push_digits(out, secs % 60, 2);
+    out.push('.');
+    push_digits(out, of_day % 1_000_000, 6);
+    out.push_str(zone);
+}
+
+/// The last `width` (at most 6) decimal digits of a non-negative `value`, zero-padded.
+fn push_digits(out: &mut String, value: i64, width: usize) {
+    let mut buf = [b'0'; 6];
+    let width = width.min(buf.len());
+    let mut rest = value.unsigned_abs();
+    for slot in buf[..width].iter_mut().rev() {
+        *slot = b'0' + (rest % 10) as u8;
+        rest /= 10;
+    }
+    out.push_str(std::str::from_utf8(&buf[..width]).unwrap_or_default());
+}
+
 /// Microseconds after 2000-01-01 as a timestamp (`zone` `Z` for `timestamptz`).
 pub(crate) fn timestamp(micros: i64, zone: &str) -> String {
     match micros {
@@ -216,6 +346,13 @@ fn time(micros: i64) -> String {
 /// The exact decimal text of a binary `numeric`: base-10000 digit groups, a weight (the
 /// power of 10000 of the first group), a sign and the display scale.
 pub(crate) fn numeric(raw: &[u8]) -> Result<String, String> {
+    let mut out = String::new();
+    write_numeric(raw, &mut out)?;
+    Ok(out)
+}
+
+/// [`numeric`], written into `out`; on an error nothing is written.
+fn write_numeric(raw: &[u8], out: &mut String) -> Result<(), String> {
     let word = |at: usize| -> Result<u16, String> {
         raw.get(at..at + 2)
             .map(|b| u16::from_be_bytes([b[0], b[1]]))
@@ -227,21 +364,31 @@ pub(crate) fn numeric(raw: &[u8]) -> Result<String, String> {
     let dscale = usize::from(word(6)?);
     match sign {
         0x0000 | 0x4000 => {}
-        0xC000 => return Ok("NaN".into()),
-        0xD000 => return Ok("Infinity".into()),
-        0xF000 => return Ok("-Infinity".into()),
+        0xC000 => {
+            out.push_str("NaN");
+            return Ok(());
+        }
+        0xD000 => {
+            out.push_str("Infinity");
+            return Ok(());
+        }
+        0xF000 => {
+            out.push_str("-Infinity");
+            return Ok(());
+        }
         other => return Err(format!("numeric sign {other:#x}")),
     }
-    let digits = (0..ndigits)
-        .map(|i| word(8 + 2 * i))
-        .collect::<Result<Vec<u16>, String>>()?;
+    for i in 0..ndigits {
+        word(8 + 2 * i)?;
+    }
     let group = |index: i64| -> u16 {
         usize::try_from(index)
             .ok()
-            .and_then(|i| digits.get(i).copied())
+            .filter(|i| *i < ndigits)
+            .and_then(|i| word(8 + 2 * i).ok())
             .unwrap_or(0)
     };
-    let mut out = String::new();
+    let start = out.len();
     if sign == 0x4000 {
         out.push('-');
     }
@@ -252,25 +399,35 @@ pub(crate) fn numeric(raw: &[u8]) -> Result<String, String> {
             if index == 0 {
                 let _ = write!(out, "{}", group(index));
             } else {
-                let _ = write!(out, "{:04}", group(index));
+                push_group(out, group(index));
             }
         }
     }
     if dscale > 0 {
         out.push('.');
-        let mut fraction = String::with_capacity(dscale + 4);
+        let fraction = out.len();
         let mut index = weight + 1;
-        while fraction.len() < dscale {
-            let _ = write!(fraction, "{:04}", group(index));
+        while out.len() - fraction < dscale {
+            push_group(out, group(index));
             index += 1;
         }
-        fraction.truncate(dscale);
-        out.push_str(&fraction);
+        out.truncate(fraction + dscale);
     }
-    if out == "-0" || (out.starts_with("-0.") && out[3..].bytes().all(|b| b == b'0')) {
-        out.remove(0);
+    let written = &out[start..];
+    if written == "-0" || (written.starts_with("-0.") && written[3..].bytes().all(|b| b == b'0')) {
+        out.remove(start);
     }
-    Ok(out)
+    Ok(())
+}
+
+/// A base-10000 digit group as four digits (a malformed group past 9999 whole, as `{:04}`
+/// writes it).
+fn push_group(out: &mut String, group: u16) {
+    if group > 9999 {
+        let _ = write!(out, "{group:04}");
+    } else {
+        push_digits(out, i64::from(group), 4);
+    }
 }
 
 /// A binary array: dimensions, then the elements in row-major order.

@@ -17,9 +17,15 @@
 //!
 //! # Types
 //!
-//! Rows are decoded from the binary wire format straight into JSON values, which the
-//! pipeline types into Arrow as it does any source's records (a direct-to-Arrow decoder is
-//! future work):
+//! Rows are decoded from the binary wire format. For `sync` (which asks for
+//! [`PostgresSourceOptions::typed_cells`]) a page of a table or query becomes a
+//! [`CellPage`](crate::sources::cells::CellPage): integers, finite floats and booleans as
+//! themselves, every text form written once into the page's one text buffer, arrays as JSON
+//! values, with no JSON object per row; the pipeline types those cells straight into its
+//! Arrow builders and makes a JSON object only for a row that does not fit the schema as it
+//! is (a new column, a value for a sibling column), to infer from. Elsewhere (`discover`,
+//! the change stream and the snapshot before it) rows are JSON objects. Either way a value
+//! is the one in this table (a cell stands for exactly that JSON value):
 //!
 //! | PostgreSQL | record value |
 //! | --- | --- |
@@ -87,7 +93,8 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use self::cdc::{CdcAt, StreamMessage, StreamOptions};
-use self::reader::{Chunk, Message, Plan};
+use self::reader::{Chunk, Message, Plan, Rows};
+use super::cells::CellRow;
 use super::{Position, Progress, Source, SourceBatch, SourceError, SourceRecord};
 use crate::config::connectors::{PgSslMode, PostgresSourceConfig, PostgresTableConfig};
 use crate::config::validate::ResolvedCdc;
@@ -121,6 +128,11 @@ pub struct PostgresSourceOptions {
     /// The change stream (`snapshot_then_cdc`, `cdc_only`); `None`: `snapshot`. A sampling
     /// read (`discover`) never streams.
     pub cdc: Option<ResolvedCdc>,
+    /// Hand the rows of tables and queries out as typed cells
+    /// ([`SourceRecord::cells`](crate::sources::SourceRecord::cells)) rather than JSON
+    /// objects, for a consumer that types them itself (`sync`); never under `cdc`. Default
+    /// `false`.
+    pub typed_cells: bool,
 }
 
 impl std::fmt::Debug for PostgresSourceOptions {
@@ -202,6 +214,7 @@ impl PostgresSourceOptions {
                 .max(1),
             sample_rows: None,
             cdc: None,
+            typed_cells: false,
         })
     }
 }
@@ -578,6 +591,7 @@ impl PostgresSource {
                             record: self.rows_done,
                         },
                         unparsed: None,
+                        cells: None,
                         namespace: Some(namespace_of(&table)),
                     });
                 }
@@ -632,7 +646,28 @@ impl PostgresSource {
         let streaming = self.state.cdc.is_some();
         let at = self.state.tables.entry(name).or_default();
         let mut batch = SourceBatch::default();
-        for mut value in chunk.rows {
+        let rows = match chunk.rows {
+            Rows::Cells(page) if !streaming => {
+                for cells in CellRow::all(&page) {
+                    at.rows += 1;
+                    batch.records.push(SourceRecord {
+                        value: serde_json::Map::new(),
+                        position: Position {
+                            uri: uri.clone(),
+                            offset: at.rows,
+                            record: at.rows,
+                        },
+                        unparsed: None,
+                        cells: Some(cells),
+                        namespace: Some(namespace.clone()),
+                    });
+                }
+                Vec::new()
+            }
+            Rows::Cells(page) => CellRow::all(&page).map(|row| row.to_json()).collect(),
+            Rows::Json(rows) => rows,
+        };
+        for mut value in rows {
             if streaming {
                 // A snapshot row before the stream: before every change.
                 value.insert(cdc::OP.into(), serde_json::Value::from("r"));
@@ -649,6 +684,7 @@ impl PostgresSource {
                     record: at.rows,
                 },
                 unparsed: None,
+                cells: None,
                 namespace: Some(namespace.clone()),
             });
         }

@@ -2,6 +2,8 @@
 //! pass, tables read in key order by keyset pagination, each page sent as a [`Chunk`] through
 //! a channel of one, so memory holds at most two pages.
 
+use std::sync::Arc;
+
 use serde_json::{Map, Value};
 use tokio::sync::mpsc;
 use tokio_postgres::types::{ToSql, Type};
@@ -11,14 +13,15 @@ use super::cdc::SnapshotFilter;
 use super::decode::{Decoder, RawValue};
 use super::{PostgresSourceOptions, TableStart};
 use crate::sources::SourceError;
+use crate::sources::cells::CellPage;
 
 /// One page of one table.
 #[derive(Debug)]
 pub(super) struct Chunk {
     /// The index of the table in the pass's plan.
     pub table: usize,
-    /// The rows, as records.
-    pub rows: Vec<Map<String, Value>>,
+    /// The rows.
+    pub rows: Rows,
     /// The key (as text) of the last row: `(cursor, primary key...)`, the primary key, or
     /// the `ctid`; for a query, nothing.
     pub last_key: Option<Vec<String>>,
@@ -27,6 +30,25 @@ pub(super) struct Chunk {
     /// No row of any table comes after these in this pass: the state after this chunk is
     /// the finished pass's.
     pub last_of_pass: bool,
+}
+
+/// A page's rows: JSON objects, or typed cells (see
+/// [`PostgresSourceOptions::typed_cells`]).
+#[derive(Debug)]
+pub(super) enum Rows {
+    /// Rows as records.
+    Json(Vec<Map<String, Value>>),
+    /// Rows as cells.
+    Cells(Arc<CellPage>),
+}
+
+impl Rows {
+    fn is_empty(&self) -> bool {
+        match self {
+            Rows::Json(rows) => rows.is_empty(),
+            Rows::Cells(page) => page.rows() == 0,
+        }
+    }
 }
 
 /// Sends pages one behind, so that each page sent knows whether it is its table's last and
@@ -543,6 +565,7 @@ async fn read_table(
         .iter()
         .map(|c| c.decoder.clone().unwrap_or(Decoder::Text))
         .collect();
+    let names: Arc<[String]> = columns.iter().map(|c| c.name.clone()).collect();
     let mut read = 0usize;
     // The page after `key` (the first page for `None`), asked for on its own task, so the
     // server works on it while the page before is decoded and handed on.
@@ -589,13 +612,9 @@ async fn read_table(
             // Let the connection send it before the decoding below holds the thread.
             tokio::task::yield_now().await;
         }
-        let mut records = Vec::with_capacity(rows.len());
-        for row in &rows {
-            records.push(record(options, table, &columns, &decoders, row)?);
-        }
         let chunk = Chunk {
             table: index,
-            rows: records,
+            rows: decode_page(options, table, &columns, &decoders, &names, &rows)?,
             last_key,
             end: false,
             last_of_pass: false,
@@ -622,6 +641,49 @@ fn missing_column(
         message: format!("has no column `{column}` (named by `{key}`)"),
         retryable: false,
     }
+}
+
+/// A page of rows: typed cells when the options ask for them (and the names are distinct),
+/// else records.
+fn decode_page(
+    options: &PostgresSourceOptions,
+    table: &str,
+    columns: &[Column],
+    decoders: &[Decoder],
+    names: &Arc<[String]>,
+    rows: &[tokio_postgres::Row],
+) -> Result<Rows, SourceError> {
+    let cells = (options.typed_cells && options.cdc.is_none())
+        .then(|| CellPage::new(Arc::clone(names)))
+        .flatten();
+    let Some(mut page) = cells else {
+        return rows
+            .iter()
+            .map(|row| record(options, table, columns, decoders, row))
+            .collect::<Result<Vec<_>, _>>()
+            .map(Rows::Json);
+    };
+    for row in rows {
+        for (i, (column, decoder)) in columns.iter().zip(decoders).enumerate() {
+            let raw: Option<RawValue<'_>> = row
+                .try_get(i)
+                .map_err(|e| pg_error(options, Some(table), "cannot read a value", &e))?;
+            match raw {
+                None => page.push_null(),
+                Some(RawValue(bytes)) => {
+                    decoder
+                        .decode_cell(bytes, &mut page)
+                        .map_err(|why| SourceError::Postgres {
+                            server: options.server.clone(),
+                            table: Some(table.to_owned()),
+                            message: format!("cannot decode column `{}`: {why}", column.name),
+                            retryable: false,
+                        })?
+                }
+            }
+        }
+    }
+    Ok(Rows::Cells(Arc::new(page)))
 }
 
 /// One row as a record, columns in table order.
@@ -701,6 +763,7 @@ async fn read_query(
         .iter()
         .map(|c| c.decoder.clone().unwrap_or(Decoder::Text))
         .collect();
+    let names: Arc<[String]> = columns.iter().map(|c| c.name.clone()).collect();
     let mut read = 0usize;
     loop {
         let rows = client
@@ -710,13 +773,9 @@ async fn read_query(
         read += rows.len();
         let end =
             rows.len() < options.batch_rows || options.sample_rows.is_some_and(|most| read >= most);
-        let records = rows
-            .iter()
-            .map(|row| record(options, table, &columns, &decoders, row))
-            .collect::<Result<Vec<_>, _>>()?;
         let chunk = Chunk {
             table: index,
-            rows: records,
+            rows: decode_page(options, table, &columns, &decoders, &names, &rows)?,
             last_key: None,
             end: false,
             last_of_pass: false,

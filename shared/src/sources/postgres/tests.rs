@@ -17,6 +17,85 @@ fn num(digits: &[u16], weight: i16, sign: u16, dscale: u16) -> Vec<u8> {
     out
 }
 
+/// Each decoder's cell for a value stands for the JSON value it decodes the value to.
+mod cells {
+    use proptest::prelude::*;
+    use serde_json::Value;
+
+    use super::super::decode::Decoder;
+    use crate::sources::cells::{CellPage, CellRow};
+
+    fn as_cell(decoder: &Decoder, raw: &[u8]) -> Result<Value, String> {
+        let mut page = CellPage::new(vec!["v".to_owned()].into()).unwrap();
+        decoder.decode_cell(raw, &mut page)?;
+        let page = std::sync::Arc::new(page);
+        Ok(CellRow::new(&page, 0).unwrap().to_json()["v"].clone())
+    }
+
+    fn decoders() -> impl Strategy<Value = Decoder> {
+        prop::sample::select(vec![
+            Decoder::Bool,
+            Decoder::Int2,
+            Decoder::Int4,
+            Decoder::Int8,
+            Decoder::Oid,
+            Decoder::Float4,
+            Decoder::Float8,
+            Decoder::Numeric,
+            Decoder::Text,
+            Decoder::Char,
+            Decoder::Date,
+            Decoder::Timestamp,
+            Decoder::Timestamptz,
+            Decoder::Time,
+            Decoder::Uuid,
+            Decoder::Json,
+            Decoder::Jsonb,
+            Decoder::Bytea,
+            Decoder::Array(Box::new(Decoder::Int4)),
+            Decoder::Array(Box::new(Decoder::Text)),
+        ])
+    }
+
+    /// Raw values of every length a decoder checks for, with the interesting 8-byte ones
+    /// (timestamps at the ends of the ranges and the infinities).
+    fn raw() -> impl Strategy<Value = Vec<u8>> {
+        prop_oneof![
+            prop::collection::vec(any::<u8>(), 0..20),
+            any::<[u8; 1]>().prop_map(|b| b.to_vec()),
+            any::<[u8; 2]>().prop_map(|b| b.to_vec()),
+            any::<[u8; 4]>().prop_map(|b| b.to_vec()),
+            any::<[u8; 8]>().prop_map(|b| b.to_vec()),
+            any::<[u8; 16]>().prop_map(|b| b.to_vec()),
+            prop_oneof![
+                Just(i64::MAX),
+                Just(i64::MIN),
+                Just(0),
+                Just(-1),
+                Just(-63_082_281_600_000_000), // 0001-01-01
+                Just(-63_082_281_600_000_001),
+                Just(252_455_616_000_000_000), // 10000-01-01
+                Just(252_455_615_999_999_999),
+                -63_082_281_600_000_000i64..252_455_616_000_000_000,
+            ]
+            .prop_map(|micros| micros.to_be_bytes().to_vec()),
+            "[a-zé✓ ]{0,8}".prop_map(|t| [&[1u8][..], t.as_bytes()].concat()),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(4000))]
+
+        #[test]
+        fn a_cell_stands_for_the_value_the_decoder_decodes(
+            decoder in decoders(),
+            raw in raw(),
+        ) {
+            prop_assert_eq!(as_cell(&decoder, &raw), decoder.decode(&raw));
+        }
+    }
+}
+
 #[test]
 fn numeric_text_is_exact() {
     assert_eq!(numeric(&num(&[1, 2345], 1, 0, 2)).unwrap(), "12345.00");
@@ -135,6 +214,7 @@ mod checkpoint {
             batch_rows: 2,
             sample_rows: None,
             cdc: None,
+            typed_cells: false,
         }
     }
 
@@ -231,7 +311,7 @@ mod checkpoint {
         let batch = source
             .take(Chunk {
                 table: 0,
-                rows: rows(2),
+                rows: reader::Rows::Json(rows(2)),
                 last_key: Some(vec!["2".into()]),
                 end: true,
                 last_of_pass: false,
@@ -249,7 +329,7 @@ mod checkpoint {
         assert!(mid.tables["public.full"].done);
         source.take(Chunk {
             table: 1,
-            rows: rows(1),
+            rows: reader::Rows::Json(rows(1)),
             last_key: Some(vec!["t9".into(), "9".into()]),
             end: true,
             last_of_pass: true,

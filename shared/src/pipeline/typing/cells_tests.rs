@@ -1,0 +1,275 @@
+//! Typing rows of cells (the Postgres source's) equals typing the JSON objects they stand
+//! for: the same Arrow bytes when the schema holds them, the same records handed to inference
+//! when it does not.
+
+use std::sync::Arc;
+
+use proptest::prelude::*;
+use serde_json::{Value, json};
+
+use super::*;
+use crate::schema::SchemaInferrer;
+use crate::sources::Position;
+use crate::sources::cells::CellPage;
+
+/// One cell value, as the JSON value it stands for (pushed with the page's typed pushes).
+fn cell_value() -> impl Strategy<Value = Value> {
+    prop_oneof![
+        2 => Just(Value::Null),
+        1 => any::<bool>().prop_map(Value::Bool),
+        2 => (-5i64..5).prop_map(Value::from),
+        1 => any::<i32>().prop_map(Value::from),
+        1 => any::<i64>().prop_map(Value::from),
+        1 => (1_262_304_000i64..1_262_304_010).prop_map(Value::from),
+        1 => (1_262_304_000_000i64..1_262_304_000_010).prop_map(Value::from),
+        2 => (-1e6f64..1e6).prop_map(|f| json!(f)),
+        1 => prop_oneof![
+            Just(f64::NAN),
+            Just(f64::INFINITY),
+            Just(f64::NEG_INFINITY),
+            Just(-0.0),
+            Just(3.0),
+        ]
+        .prop_map(|f| serde_json::Number::from_f64(f)
+            .map_or_else(|| Value::String(if f.is_nan() { "NaN".into() } else if f > 0.0 { "Infinity".into() } else { "-Infinity".into() }), Value::Number)),
+        3 => prop_oneof![
+            Just("2024-01-31"),
+            Just("2023-02-30"),
+            Just("12.5"),
+            Just("-1.5e3"),
+            Just("waived"),
+            Just("a \"quoted\" \\ text\n"),
+            Just("ünïcode ✓"),
+            Just(""),
+            Just("2024-01-01T00:00:00.000000Z"),
+        ]
+        .prop_map(|t| Value::String(t.to_owned())),
+        1 => prop::collection::vec(prop_oneof![Just(json!(1)), Just(json!("x")), Just(Value::Null), Just(json!(2.5))], 0..3)
+            .prop_map(Value::Array),
+        1 => Just(json!({"x": 1, "y": "z"})),
+    ]
+}
+
+const NAMES: &[&str] = &["a", "b", "B", "a_string", "a_double", "t", "c.d"];
+
+/// A page: distinct column names, rows of values, the namespace its source names.
+type Page = (Vec<String>, Vec<Vec<Value>>, Option<String>);
+
+/// A page: distinct names from `NAMES`, rows of values, a namespace.
+fn page() -> impl Strategy<Value = Page> {
+    (
+        prop::sample::subsequence(NAMES, 1..NAMES.len()),
+        prop::option::of(prop_oneof![
+            Just("p_one".to_owned()),
+            Just("p_two".to_owned())
+        ]),
+    )
+        .prop_flat_map(|(names, namespace)| {
+            let width = names.len();
+            (
+                Just(names.iter().map(|n| (*n).to_owned()).collect::<Vec<_>>()),
+                prop::collection::vec(prop::collection::vec(cell_value(), width), 1..6),
+                Just(namespace),
+            )
+        })
+}
+
+/// The pages as a batch of cell records (`cells`) or of the objects they stand for.
+fn batch(pages: &[Page], cells: bool) -> SourceBatch {
+    let mut batch = SourceBatch::default();
+    for (names, rows, namespace) in pages {
+        let mut page = CellPage::new(names.iter().cloned().collect()).unwrap();
+        for row in rows {
+            for value in row {
+                match value {
+                    Value::Null => page.push_null(),
+                    Value::Bool(flag) => page.push_bool(*flag),
+                    Value::Number(n) if n.as_i64().is_some() => page.push_long(n.as_i64().unwrap()),
+                    Value::Number(n) if n.is_f64() => {
+                        page.push_double(n.as_f64().unwrap()).unwrap()
+                    }
+                    Value::String(text) => page.push_text(text).unwrap(),
+                    other => page.push_json(other.clone()).unwrap(),
+                }
+            }
+        }
+        let page = Arc::new(page);
+        for row in crate::sources::cells::CellRow::all(&page) {
+            let index = batch.records.len() as u64;
+            batch.records.push(SourceRecord {
+                value: if cells {
+                    serde_json::Map::new()
+                } else {
+                    row.to_json()
+                },
+                position: Position {
+                    uri: "postgres://h/t".into(),
+                    offset: index + 1,
+                    record: index + 1,
+                },
+                unparsed: None,
+                cells: cells.then_some(row),
+                namespace: namespace.clone(),
+            });
+        }
+    }
+    batch
+}
+
+fn infer(
+    batch: &SourceBatch,
+    sample: usize,
+    transform: &TransformOptions,
+) -> Option<PipelineSchema> {
+    let mut inferrer = SchemaInferrer::new(transform.clone());
+    for record in batch.records.iter().take(sample) {
+        inferrer
+            .add_or(&record.value, record.namespace.as_deref())
+            .ok()?;
+    }
+    Some(inferrer.finish("p", "w"))
+}
+
+fn ipc_bytes(builders: Builders) -> Vec<(String, Vec<u8>)> {
+    builders
+        .into_iter()
+        .map(|(ns, mut builder)| {
+            let batch = builder.finish().unwrap();
+            let mut bytes = Vec::new();
+            let mut writer =
+                ::arrow::ipc::writer::StreamWriter::try_new(&mut bytes, &batch.schema()).unwrap();
+            writer.write(&batch).unwrap();
+            writer.finish().unwrap();
+            drop(writer);
+            (ns, bytes)
+        })
+        .collect()
+}
+
+/// Type the pages both ways; `Some(true)` when they were typed with the schema as it is.
+fn check(
+    pages: &[Page],
+    schema: &PipelineSchema,
+    transform: &TransformOptions,
+) -> Result<bool, TestCaseError> {
+    let mut slow_batch = batch(pages, false);
+    let slow = type_batch(
+        &mut slow_batch,
+        schema,
+        transform,
+        &mut JsonLineTyper::default(),
+    );
+    let mut fast_batch = batch(pages, true);
+    let fast = type_batch(
+        &mut fast_batch,
+        schema,
+        transform,
+        &mut JsonLineTyper::default(),
+    );
+    prop_assert_eq!(fast.is_some(), slow.is_some());
+    let typed = fast.is_some();
+    match (fast, slow) {
+        (Some(fast), Some(slow)) => prop_assert_eq!(ipc_bytes(fast), ipc_bytes(slow)),
+        // Inference reads the records' objects: they must be there, as the slow path has them.
+        _ => prop_assert_eq!(&fast_batch.records, &slow_batch.records),
+    }
+    Ok(typed)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(1000))]
+
+    #[test]
+    fn typing_rows_from_their_cells_equals_typing_their_objects(
+        pages in prop::collection::vec(page(), 1..4),
+        sample_all in prop::bool::weighted(0.7),
+        sample in 0..12usize,
+        namespaced in prop::bool::weighted(0.1),
+        flatten_events in prop::bool::weighted(0.1),
+    ) {
+        let transform = TransformOptions {
+            namespace_fields: if namespaced { vec!["t".to_owned()] } else { vec![] },
+            flatten_events,
+            ..TransformOptions::default()
+        };
+        let all = batch(&pages, false);
+        let sample = if sample_all { all.records.len() } else { sample };
+        let Some(schema) = infer(&all, sample, &transform) else {
+            return Ok(());
+        };
+        check(&pages, &schema, &transform)?;
+    }
+}
+
+/// Rows whose cells fit their columns are typed without a JSON object being made.
+#[test]
+fn rows_that_fit_are_typed_from_their_cells_without_json() {
+    let names: Vec<String> = ["id", "price", "day", "note", "ok", "tags"]
+        .map(str::to_owned)
+        .to_vec();
+    let rows = vec![
+        vec![
+            json!(1),
+            json!(6.5),
+            json!("2026-10-04"),
+            json!("x"),
+            json!(true),
+            json!(["a"]),
+        ],
+        vec![
+            json!(2),
+            json!(7),
+            Value::Null,
+            json!("é \"q\""),
+            json!(false),
+            json!([]),
+        ],
+        vec![
+            json!(3),
+            json!("12.50"),
+            json!("2026-10-05"),
+            Value::Null,
+            Value::Null,
+            Value::Null,
+        ],
+    ];
+    let pages = vec![(names, rows, Some("postgres_orders".to_owned()))];
+    let transform = TransformOptions::default();
+    let schema = infer(&batch(&pages, false), 3, &transform).unwrap();
+    assert!(check(&pages, &schema, &transform).unwrap());
+    let mut fast = batch(&pages, true);
+    let builders = type_batch(
+        &mut fast,
+        &schema,
+        &transform,
+        &mut JsonLineTyper::default(),
+    );
+    assert!(builders.is_some_and(|b| b.contains_key("postgres_orders")));
+    assert!(
+        fast.records
+            .iter()
+            .all(|r| r.cells.is_some() && r.value.is_empty())
+    );
+    // A column the schema lacks: inference, with every record's object made.
+    let mut wider = pages.clone();
+    wider[0].0.push("new".into());
+    for row in &mut wider[0].1 {
+        row.push(json!(1));
+    }
+    assert!(!check(&wider, &schema, &transform).unwrap());
+    let mut fast = batch(&wider, true);
+    assert!(
+        type_batch(
+            &mut fast,
+            &schema,
+            &transform,
+            &mut JsonLineTyper::default()
+        )
+        .is_none()
+    );
+    assert!(
+        fast.records
+            .iter()
+            .all(|r| r.cells.is_none() && r.value.len() == 7)
+    );
+}

@@ -1,0 +1,126 @@
+//! Typing a row of typed cells ([`CellRow`], the Postgres source's) straight into a
+//! builder's columns.
+//!
+//! This is a fast path for [`RecordBatchBuilder::append`], as `from_tape` is for JSON lines:
+//! it types only rows where every cell fits its own column, with no column the schema lacks,
+//! and then gives exactly the row `append` gives for the object [`CellRow::to_json`] makes.
+//! Anything else (a value that needs a sibling column or its JSON text, an unknown column) is
+//! refused and leaves the builder as it was, for `append` to decide.
+
+use std::sync::Arc;
+
+use chrono::Datelike;
+
+use super::{Column, Data, RecordBatchBuilder, UNIX_EPOCH_DAYS_FROM_CE};
+use crate::schema::infer::{parse_date, parse_numeric};
+use crate::sources::cells::{Cell, CellRow};
+
+/// Where each column of a page's rows goes: the slot of each name (for the page's names,
+/// compared by pointer), and the slots no name fills.
+#[derive(Debug, Default)]
+pub(super) struct CellSlots {
+    names: Option<Arc<[String]>>,
+    /// Per column of the row, its slot (`None`: the schema has no such field).
+    slots: Vec<Option<usize>>,
+    /// Slots no column of the row fills (a null is pushed to each).
+    unfilled: Vec<usize>,
+}
+
+impl RecordBatchBuilder {
+    /// Add `row` as a row, or refuse it (`false`, nothing added) when it needs
+    /// [`RecordBatchBuilder::append`]: see the [module docs](self). Never with
+    /// `flatten_events`.
+    pub(crate) fn append_cells(&mut self, row: &CellRow) -> bool {
+        if self.flatten_events {
+            return false;
+        }
+        let names = row.names();
+        if !self
+            .cell_slots
+            .names
+            .as_ref()
+            .is_some_and(|known| Arc::ptr_eq(known, names))
+        {
+            let slots: Vec<Option<usize>> = names
+                .iter()
+                .map(|name| self.root.by_name.get(name.as_bytes()).copied())
+                .collect();
+            let unfilled = (0..self.root.slots.len())
+                .filter(|slot| !slots.contains(&Some(*slot)))
+                .collect();
+            self.cell_slots = CellSlots {
+                names: Some(Arc::clone(names)),
+                slots,
+                unfilled,
+            };
+        }
+        let mut pushed = true;
+        for (cell, slot) in row.cells().zip(&self.cell_slots.slots) {
+            let column = match slot.and_then(|slot| self.root.slots.get_mut(slot)) {
+                Some(slot) => &mut slot.column,
+                None => {
+                    pushed = false;
+                    break;
+                }
+            };
+            if column.push_cell(cell).is_none() {
+                pushed = false;
+                break;
+            }
+        }
+        if pushed {
+            for &slot in &self.cell_slots.unfilled {
+                if let Some(slot) = self.root.slots.get_mut(slot) {
+                    slot.column.push_null();
+                }
+            }
+            self.rows += 1;
+        } else {
+            self.root.truncate(self.rows);
+        }
+        pushed
+    }
+}
+
+impl Column {
+    /// Push one cell; `None` (nothing pushed) when it does not fit this column directly.
+    fn push_cell(&mut self, cell: Cell<'_>) -> Option<()> {
+        match (&mut self.data, cell) {
+            (_, Cell::Null) => {
+                self.push_null();
+                return Some(());
+            }
+            (_, Cell::Json(value)) => {
+                // The JSON path itself, for a value it places in this column.
+                if value.is_null() || !self.fits(value) {
+                    return None;
+                }
+                return self.push(Some(value)).ok();
+            }
+            (Data::Boolean(values), Cell::Bool(flag)) => values.append(flag),
+            (Data::Int(values), Cell::Long(int)) => values.push(i32::try_from(int).ok()?),
+            (Data::Long(values) | Data::TimestampMs(values), Cell::Long(int)) => values.push(int),
+            (Data::Timestamp(values), Cell::Long(secs)) => {
+                values.push(secs.checked_mul(1_000_000)?);
+            }
+            #[allow(
+                clippy::cast_precision_loss,
+                reason = "the JSON path reads an integer into a double column as `as_f64` does"
+            )]
+            (Data::Double(values), Cell::Long(int)) => values.push(int as f64),
+            (Data::Double(values), Cell::Double(float)) => values.push(float),
+            (Data::Double(values), Cell::Text(text)) => values.push(parse_numeric(text)?),
+            (Data::Date(values), Cell::Text(text)) => {
+                values.push(parse_date(text)?.num_days_from_ce() - UNIX_EPOCH_DAYS_FROM_CE);
+            }
+            (Data::Text { offsets, bytes }, Cell::Text(text)) => {
+                let end = i32::try_from(bytes.len() + text.len()).ok()?;
+                bytes.extend_from_slice(text.as_bytes());
+                offsets.push(end);
+            }
+            _ => return None,
+        }
+        self.validity.append(true);
+        Some(())
+    }
+}
