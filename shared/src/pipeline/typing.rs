@@ -368,7 +368,7 @@ mod tests {
     }
 
     /// Each namespace's batch as Arrow IPC stream bytes: equal bytes, equal buffers.
-    fn ipc_bytes(builders: Builders) -> Vec<(String, Vec<u8>)> {
+    pub(super) fn ipc_bytes(builders: Builders) -> Vec<(String, Vec<u8>)> {
         builders
             .into_iter()
             .map(|(ns, mut builder)| {

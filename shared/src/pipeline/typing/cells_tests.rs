@@ -7,6 +7,7 @@ use std::sync::Arc;
 use proptest::prelude::*;
 use serde_json::{Value, json};
 
+use super::tests::ipc_bytes;
 use super::*;
 use crate::schema::SchemaInferrer;
 use crate::sources::Position;
@@ -128,22 +129,6 @@ fn infer(
             .ok()?;
     }
     Some(inferrer.finish("p", "w"))
-}
-
-fn ipc_bytes(builders: Builders) -> Vec<(String, Vec<u8>)> {
-    builders
-        .into_iter()
-        .map(|(ns, mut builder)| {
-            let batch = builder.finish().unwrap();
-            let mut bytes = Vec::new();
-            let mut writer =
-                ::arrow::ipc::writer::StreamWriter::try_new(&mut bytes, &batch.schema()).unwrap();
-            writer.write(&batch).unwrap();
-            writer.finish().unwrap();
-            drop(writer);
-            (ns, bytes)
-        })
-        .collect()
 }
 
 /// Type the pages both ways; `Some(true)` when they were typed with the schema as it is.
