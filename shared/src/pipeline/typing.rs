@@ -169,17 +169,7 @@ fn type_as_is(
             }
         }
         let ns = namespace_for_record(record, transform);
-        let builder = match builders.get_mut(&ns) {
-            Some(builder) => builder,
-            None => {
-                let ns_schema = schema.namespaces.get(&ns)?;
-                builders.entry(ns.clone()).or_insert(
-                    RecordBatchBuilder::new(ns_schema)
-                        .with_flatten_events(transform.flatten_events)
-                        .with_namespace(ns),
-                )
-            }
-        };
+        let builder = builder_of(&mut builders, schema, transform, &ns)?;
         builder
             .append(&record.value, || (String::new(), 0, 0))
             .ok()?;
@@ -204,18 +194,27 @@ fn append_cells(
         return false;
     }
     let ns = namespace.unwrap_or(&transform.default_namespace);
-    let builder = match builders.get_mut(ns) {
-        Some(builder) => builder,
-        None => {
-            let Some(ns_schema) = schema.namespaces.get(ns) else {
-                return false;
-            };
-            builders
-                .entry(ns.to_owned())
-                .or_insert(RecordBatchBuilder::new(ns_schema).with_namespace(ns))
-        }
-    };
-    builder.append_cells(cells)
+    builder_of(builders, schema, transform, ns).is_some_and(|b| b.append_cells(cells))
+}
+
+/// The builder of namespace `ns` in `builders`, made from `schema` when missing; `None` when
+/// the schema has no such namespace.
+fn builder_of<'b>(
+    builders: &'b mut Builders,
+    schema: &PipelineSchema,
+    transform: &TransformOptions,
+    ns: &str,
+) -> Option<&'b mut RecordBatchBuilder> {
+    if !builders.contains_key(ns) {
+        let ns_schema = schema.namespaces.get(ns)?;
+        builders.insert(
+            ns.to_owned(),
+            RecordBatchBuilder::new(ns_schema)
+                .with_flatten_events(transform.flatten_events)
+                .with_namespace(ns),
+        );
+    }
+    builders.get_mut(ns)
 }
 
 /// What the slow path of typing gave: the schema changes it made, and the batch's builders.

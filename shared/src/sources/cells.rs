@@ -66,6 +66,12 @@ pub enum CellError {
     TooManyValues,
 }
 
+impl From<CellError> for String {
+    fn from(error: CellError) -> String {
+        error.to_string()
+    }
+}
+
 impl CellPage {
     /// An empty page for rows with these column names, or `None` when a name repeats (a
     /// JSON object would keep only the last: such rows go as JSON objects instead).
@@ -79,11 +85,6 @@ impl CellPage {
             names,
             ..CellPage::default()
         })
-    }
-
-    /// The column names.
-    pub fn names(&self) -> &Arc<[String]> {
-        &self.names
     }
 
     /// Rows in the page (complete ones).
@@ -130,14 +131,33 @@ impl CellPage {
 
     /// Add a text cell written by `write` into the page's text (no allocation of its own).
     pub fn write_text(&mut self, write: impl FnOnce(&mut String)) -> Result<(), CellError> {
-        let start = u32::try_from(self.text.len()).map_err(|_| CellError::TextTooLong)?;
-        write(&mut self.text);
-        let Ok(end) = u32::try_from(self.text.len()) else {
-            self.text.truncate(start as usize);
-            return Err(CellError::TextTooLong);
-        };
-        self.cells.push(Stored::Text { start, end });
-        Ok(())
+        self.try_write_text(|out| {
+            write(out);
+            Ok(())
+        })
+    }
+
+    /// [`CellPage::write_text`] with a writer that can fail: on its error (or a text past
+    /// 4 GiB) no cell is added and nothing it wrote stays.
+    pub fn try_write_text<E: From<CellError>>(
+        &mut self,
+        write: impl FnOnce(&mut String) -> Result<(), E>,
+    ) -> Result<(), E> {
+        let start = self.text.len();
+        let written = write(&mut self.text).and_then(|()| {
+            let range = u32::try_from(start).and_then(|s| Ok((s, u32::try_from(self.text.len())?)));
+            range.map_err(|_| E::from(CellError::TextTooLong))
+        });
+        match written {
+            Ok((start, end)) => {
+                self.cells.push(Stored::Text { start, end });
+                Ok(())
+            }
+            Err(e) => {
+                self.text.truncate(start);
+                Err(e)
+            }
+        }
     }
 
     /// Add any JSON value (a string, number, boolean or null is stored as its own cell).
@@ -156,12 +176,6 @@ impl CellPage {
             }
         }
         Ok(())
-    }
-
-    /// Drop the cells of a row left unfinished (after a decoding error).
-    pub fn truncate_to_rows(&mut self) {
-        let rows = self.rows();
-        self.cells.truncate(rows * self.names.len());
     }
 
     fn cell(&self, at: usize) -> Cell<'_> {
@@ -195,14 +209,6 @@ impl PartialEq for CellRow {
 }
 
 impl CellRow {
-    /// Row `row` of `page`, or `None` past its last row.
-    pub fn new(page: &Arc<CellPage>, row: usize) -> Option<CellRow> {
-        (row < page.rows()).then(|| CellRow {
-            page: Arc::clone(page),
-            row,
-        })
-    }
-
     /// Every row of `page`, in order.
     pub fn all(page: &Arc<CellPage>) -> impl Iterator<Item = CellRow> + '_ {
         (0..page.rows()).map(|row| CellRow {
@@ -259,18 +265,27 @@ mod tests {
         page.push_null();
         page.push_double(f64::NAN).unwrap();
         page.push_double(2.5).unwrap();
-        // Half a row is dropped.
-        page.push_bool(true);
-        page.truncate_to_rows();
+        // A failed writer leaves no cell and no text.
+        assert_eq!(
+            page.try_write_text(|out| {
+                out.push_str("half");
+                Err(CellError::TooManyValues)
+            }),
+            Err(CellError::TooManyValues)
+        );
         let page = Arc::new(page);
         let rows: Vec<Map<String, Value>> = CellRow::all(&page).map(|r| r.to_json()).collect();
         assert_eq!(
             Value::Array(rows.into_iter().map(Value::Object).collect()),
             json!([{"a": -7, "b": "x\"y", "c": [1, null, "z"]}, {"a": null, "b": "NaN", "c": 2.5}])
         );
-        assert!(CellRow::new(&page, 2).is_none());
+        assert_eq!(CellRow::all(&page).count(), 2);
         assert_eq!(
-            CellRow::new(&page, 1).unwrap().cells().collect::<Vec<_>>(),
+            CellRow::all(&page)
+                .nth(1)
+                .unwrap()
+                .cells()
+                .collect::<Vec<_>>(),
             vec![Cell::Null, Cell::Text("NaN"), Cell::Double(2.5)]
         );
     }

@@ -165,15 +165,7 @@ impl Decoder {
                 page.write_text(|out| write_date(out, days))
                     .map_err(|e| e.to_string())?;
             }
-            Decoder::Numeric => {
-                let mut written = Ok(());
-                page.write_text(|out| written = write_numeric(raw, out))
-                    .map_err(|e| e.to_string())?;
-                if let Err(why) = written {
-                    page.truncate_to_rows();
-                    return Err(why);
-                }
-            }
+            Decoder::Numeric => page.try_write_text(|out| write_numeric(raw, out))?,
             Decoder::Timestamp | Decoder::Timestamptz => {
                 let micros = i64::from_be_bytes(fixed(raw)?);
                 let zone = if *self == Decoder::Timestamptz {

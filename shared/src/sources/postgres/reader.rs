@@ -664,24 +664,20 @@ fn decode_page(
             .map(Rows::Json);
     };
     for row in rows {
-        for (i, (column, decoder)) in columns.iter().zip(decoders).enumerate() {
-            let raw: Option<RawValue<'_>> = row
-                .try_get(i)
-                .map_err(|e| pg_error(options, Some(table), "cannot read a value", &e))?;
-            match raw {
-                None => page.push_null(),
-                Some(RawValue(bytes)) => {
-                    decoder
-                        .decode_cell(bytes, &mut page)
-                        .map_err(|why| SourceError::Postgres {
-                            server: options.server.clone(),
-                            table: Some(table.to_owned()),
-                            message: format!("cannot decode column `{}`: {why}", column.name),
-                            retryable: false,
-                        })?
+        each_value(
+            options,
+            table,
+            columns,
+            decoders,
+            row,
+            |_, decoder, raw| match raw {
+                None => {
+                    page.push_null();
+                    Ok(())
                 }
-            }
-        }
+                Some(bytes) => decoder.decode_cell(bytes, &mut page),
+            },
+        )?;
     }
     Ok(Rows::Cells(Arc::new(page)))
 }
@@ -695,24 +691,48 @@ fn record(
     row: &tokio_postgres::Row,
 ) -> Result<Map<String, Value>, SourceError> {
     let mut out = Map::with_capacity(columns.len());
+    each_value(
+        options,
+        table,
+        columns,
+        decoders,
+        row,
+        |column, decoder, raw| {
+            let value = match raw {
+                None => Value::Null,
+                Some(bytes) => decoder.decode(bytes)?,
+            };
+            out.insert(column.name.clone(), value);
+            Ok(())
+        },
+    )?;
+    Ok(out)
+}
+
+/// Hand each column of `row`, its decoder and its raw value (`None` for NULL) to `take`, in
+/// table order; an error of `take` fails the row, naming the column.
+fn each_value(
+    options: &PostgresSourceOptions,
+    table: &str,
+    columns: &[Column],
+    decoders: &[Decoder],
+    row: &tokio_postgres::Row,
+    mut take: impl FnMut(&Column, &Decoder, Option<&[u8]>) -> Result<(), String>,
+) -> Result<(), SourceError> {
     for (i, (column, decoder)) in columns.iter().zip(decoders).enumerate() {
         let raw: Option<RawValue<'_>> = row
             .try_get(i)
             .map_err(|e| pg_error(options, Some(table), "cannot read a value", &e))?;
-        let value = match raw {
-            None => Value::Null,
-            Some(RawValue(bytes)) => {
-                decoder.decode(bytes).map_err(|why| SourceError::Postgres {
-                    server: options.server.clone(),
-                    table: Some(table.to_owned()),
-                    message: format!("cannot decode column `{}`: {why}", column.name),
-                    retryable: false,
-                })?
+        take(column, decoder, raw.map(|RawValue(bytes)| bytes)).map_err(|why| {
+            SourceError::Postgres {
+                server: options.server.clone(),
+                table: Some(table.to_owned()),
+                message: format!("cannot decode column `{}`: {why}", column.name),
+                retryable: false,
             }
-        };
-        out.insert(column.name.clone(), value);
+        })?;
     }
-    Ok(out)
+    Ok(())
 }
 
 /// Read the custom query with a cursor, skipping the rows a resumed pass handed out already.

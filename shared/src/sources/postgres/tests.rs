@@ -29,7 +29,7 @@ mod cells {
         let mut page = CellPage::new(vec!["v".to_owned()].into()).unwrap();
         decoder.decode_cell(raw, &mut page)?;
         let page = std::sync::Arc::new(page);
-        Ok(CellRow::new(&page, 0).unwrap().to_json()["v"].clone())
+        Ok(CellRow::all(&page).next().unwrap().to_json()["v"].clone())
     }
 
     fn decoders() -> impl Strategy<Value = Decoder> {
