@@ -20,8 +20,14 @@ export QUICKSTART_SOURCE_BUCKET="${QUICKSTART_SOURCE_BUCKET:-quickstart-source}"
 export QUICKSTART_OUTPUT_BUCKET="${QUICKSTART_OUTPUT_BUCKET:-quickstart-output}"
 export QUICKSTART_RESULTS_BUCKET="${QUICKSTART_RESULTS_BUCKET:-quickstart-results}"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/skipprd-target}"
-cargo build --quiet --locked -p skipprd-local
-skipprd="$CARGO_TARGET_DIR/debug/skipprd"
+# SKIPPR_BIN: an already built CLI (tests/run passes the one its `cargo test` built, whose
+# dependency features differ from a plain `-p skipprd-local` build: no second compile).
+if [[ -n "${SKIPPR_BIN:-}" ]]; then
+  skipprd="$SKIPPR_BIN"
+else
+  cargo build --quiet --locked -p skipprd-local
+  skipprd="$CARGO_TARGET_DIR/debug/skipprd"
+fi
 config="$here/skippr.yml"
 
 "$python" - "$here/input" <<'PY'
