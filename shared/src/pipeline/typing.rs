@@ -714,6 +714,42 @@ mod tests {
     }
 
     #[test]
+    fn values_routed_to_sibling_columns_are_typed_from_the_text_too() {
+        let transform = TransformOptions::default();
+        // `d` is a number mostly, an object sometimes: `d` (struct) and `d_double`; `z` text
+        // or a number: one double column; `i[].q` an int or text: `q` and `q_string`.
+        let known: Vec<String> = [
+            r#"{"d":{"code":"W","pct":10},"z":"12345","i":[{"q":1},{"q":"two"}]}"#,
+            r#"{"d":0.5,"z":12345,"i":[{"q":2}]}"#,
+        ]
+        .map(str::to_owned)
+        .to_vec();
+        let schema = infer(&known, known.len(), &transform).unwrap();
+        let lines: Vec<String> = [
+            r#"{"d":1.25,"z":"54321","i":[{"q":3},{"q":"x"}]}"#,
+            // The sibling's own key comes after the value routed to it, null.
+            r#"{"d":2,"d_double":null}"#,
+            r#"{"d_double":null,"d":{"code":"X","pct":5}}"#,
+            // Its own value keeps it: the number has no home, the record needs `append`.
+            r#"{"d":3,"d_double":4}"#,
+        ]
+        .map(str::to_owned)
+        .to_vec();
+        for (fitting, line) in lines.iter().enumerate() {
+            let one = vec![line.clone()];
+            assert!(
+                check_same_as_slow_path(&one, 0, &schema, &transform).is_ok(),
+                "{line}"
+            );
+            let mut batch = unparsed_batch(&one, 0);
+            let mut typer = JsonLineTyper::default();
+            let typed = type_batch(&mut batch, &schema, &transform, &mut typer).is_some();
+            let from_text = batch.records.iter().all(|r| r.unparsed.is_some());
+            assert_eq!(typed && from_text, fitting < 3, "{line}");
+        }
+    }
+
+    #[test]
     fn a_batch_with_an_unknown_key_or_a_conflict_needs_inference_with_every_record_parsed() {
         let transform = TransformOptions::default();
         let known = vec![r#"{"a":1,"s":"x"}"#.to_owned()];

@@ -500,6 +500,12 @@ struct StructColumn {
     seen: Vec<u32>,
     /// Typing from a token tape: the number of the object being typed.
     stamp: u32,
+    /// Typing from a token tape: per slot, the number of the last object that gave it a
+    /// non-null value (its own or one routed to it).
+    valued: Vec<u32>,
+    /// Typing from a token tape: the values of this object waiting for a sibling column
+    /// (slot, token index); reused.
+    deferred: Vec<(usize, usize)>,
 }
 
 impl StructColumn {
@@ -536,6 +542,8 @@ impl StructColumn {
             hints: Vec::new(),
             seen: vec![0; fields.len()],
             stamp: 0,
+            valued: vec![0; fields.len()],
+            deferred: Vec::new(),
         }
     }
 

@@ -1,11 +1,19 @@
 //! Typing a tokenized JSON line ([`Tape`]) straight into a builder's columns.
 //!
-//! This is a fast path for [`RecordBatchBuilder::append`]: it types only records where every
-//! value fits its own column, with no key the schema lacks and no key twice, and then gives
-//! exactly the row `append` gives for the same line parsed by `serde_json`. Anything else
-//! (a value that needs a sibling column or JSON text, an unknown or escaped key, a number
-//! `serde_json` reads on its slow paths) is refused and leaves the builder as it was, for
-//! `append` to decide.
+//! This is a fast path for [`RecordBatchBuilder::append`]: it types only records with no key
+//! the schema lacks and no key twice, where every value fits its own column or, as `append`
+//! routes it, the first free sibling column (`<name>_<type>`, depth first) that takes it,
+//! and then gives exactly the row `append` gives for the same line parsed by `serde_json`.
+//! Anything else (a value that needs JSON text or fits nowhere, an unknown or escaped key, a
+//! number `serde_json` reads on its slow paths) is refused and leaves the builder as it was,
+//! for `append` to decide.
+//!
+//! Sibling routing follows `append` step by step: a value its own column does not take (by
+//! the same shallow test, [`Column::fits_token`] for `fits`) leaves a null there and waits
+//! until the whole object is read (a sibling is free only when the object has no non-null
+//! value of its own for it, wherever its key stands); then the waiting values, in column
+//! order, take the first free sibling that fits. Where the tape cannot tell what `fits`
+//! would say (escapes it cannot read, integers beyond 64 bits), the record is refused.
 
 use chrono::Datelike;
 
@@ -53,9 +61,11 @@ impl StructColumn {
         self.stamp = self.stamp.wrapping_add(1);
         if self.stamp == 0 {
             self.seen.fill(0);
+            self.valued.fill(0);
             self.stamp = 1;
         }
         let stamp = self.stamp;
+        self.deferred.clear();
         let mut key_at = at + 1;
         let mut number = 0;
         while key_at < end {
@@ -75,12 +85,26 @@ impl StructColumn {
             }
             *seen = stamp;
             let value_at = key_at + 1;
-            self.slots
-                .get_mut(slot)?
-                .column
-                .push_token(tokens, value_at, line, scratch)?;
+            let token = *tokens.get(value_at)?;
+            if !matches!(token, Token::Null) {
+                *self.valued.get_mut(slot)? = stamp;
+            }
+            let column = &mut self.slots.get_mut(slot)?.column;
+            let before = column.len();
+            if column.push_token(tokens, value_at, line, scratch).is_none() {
+                // `append` would put it here (only it can), or route it to a sibling.
+                if column.fits_token(token, line, scratch)? {
+                    return None;
+                }
+                column.truncate(before);
+                column.push_null();
+                self.deferred.push((slot, value_at));
+            }
             key_at = json_tape::skip(tokens, value_at);
             number += 1;
+        }
+        if !self.deferred.is_empty() {
+            self.route_deferred(tokens, line, scratch)?;
         }
         for (slot, seen) in self.slots.iter_mut().zip(&self.seen) {
             if *seen != stamp {
@@ -88,6 +112,60 @@ impl StructColumn {
             }
         }
         Some(())
+    }
+
+    /// Push each value its own column did not take into its home among the free siblings
+    /// (see the [module docs](self)); `None` when one has no home, or the tape cannot tell.
+    fn route_deferred(
+        &mut self,
+        tokens: &[Token],
+        line: &[u8],
+        scratch: &mut Vec<u8>,
+    ) -> Option<()> {
+        let stamp = self.stamp;
+        self.deferred.sort_unstable();
+        for index in 0..self.deferred.len() {
+            let (from, value_at) = *self.deferred.get(index)?;
+            let token = *tokens.get(value_at)?;
+            let home = self.home_of(from, token, line, scratch)??;
+            let column = &mut self.slots.get_mut(home)?.column;
+            if *self.seen.get(home)? == stamp {
+                // Its own key was null: that null gives way to the routed value.
+                column.truncate(column.len().checked_sub(1)?);
+            }
+            column.push_token(tokens, value_at, line, scratch)?;
+            *self.seen.get_mut(home)? = stamp;
+            *self.valued.get_mut(home)? = stamp;
+        }
+        Some(())
+    }
+
+    /// As `find_home`: the first free sibling of `from`, depth first, whose column takes
+    /// `token`; `Some(None)` for none, `None` when the tape cannot tell.
+    fn home_of(
+        &self,
+        from: usize,
+        token: Token,
+        line: &[u8],
+        scratch: &mut Vec<u8>,
+    ) -> Option<Option<usize>> {
+        for &sibling in &self.slots.get(from)?.siblings {
+            if *self.valued.get(sibling)? == self.stamp {
+                continue;
+            }
+            if self
+                .slots
+                .get(sibling)?
+                .column
+                .fits_token(token, line, scratch)?
+            {
+                return Some(Some(sibling));
+            }
+            if let Some(home) = self.home_of(sibling, token, line, scratch)? {
+                return Some(Some(home));
+            }
+        }
+        Some(None)
     }
 
     /// The slot for the `number`-th key of an object, `name`; `None` for a key the schema
@@ -112,6 +190,41 @@ impl StructColumn {
 }
 
 impl Column {
+    /// [`Column::fits`] for a non-null token: whether `append` would put its value in this
+    /// column; `None` when the tape cannot tell (a string escape it cannot read, an integer
+    /// `serde_json` makes a `u64` or a float).
+    fn fits_token(&self, token: Token, line: &[u8], scratch: &mut Vec<u8>) -> Option<bool> {
+        let text = |token: Token| line.get(token.span()?);
+        Some(match (&self.data, token) {
+            (_, Token::Null) => return None,
+            (Data::Text { .. }, _) => true,
+            (Data::Boolean(_), token) => matches!(token, Token::True | Token::False),
+            (Data::Int(_), Token::Integer { .. }) => {
+                i32::try_from(json_tape::integer(text(token)?)?).is_ok()
+            }
+            (Data::Long(_) | Data::TimestampMs(_), Token::Integer { .. }) => {
+                json_tape::integer(text(token)?)?;
+                true
+            }
+            (Data::Timestamp(_), Token::Integer { .. }) => json_tape::integer(text(token)?)?
+                .checked_mul(1_000_000)
+                .is_some(),
+            (Data::Double(_), Token::Integer { .. } | Token::Float { .. }) => true,
+            (Data::Double(_), Token::String { .. }) => {
+                let text = json_tape::string_text(token, line, scratch)?;
+                parse_numeric(std::str::from_utf8(text).ok()?).is_some()
+            }
+            (Data::Date(_), Token::String { .. }) => {
+                let text = json_tape::string_text(token, line, scratch)?;
+                parse_date(std::str::from_utf8(text).ok()?).is_some()
+            }
+            (Data::Struct(_), token) => matches!(token, Token::Object { .. }),
+            (Data::List { .. }, token) => matches!(token, Token::Array { .. }),
+            (Data::Int(_) | Data::Long(_) | Data::TimestampMs(_) | Data::Timestamp(_), _)
+            | (Data::Double(_) | Data::Date(_), _) => false,
+        })
+    }
+
     /// Push the value at token `at`; `None` (with the column maybe part-pushed) when it
     /// does not fit this column directly.
     fn push_token(
