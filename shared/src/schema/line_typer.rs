@@ -38,8 +38,8 @@ impl JsonLineTyper {
     /// Type `line` into the builder of its namespace in `builders` (made from `schema` when
     /// missing, as `sync` makes them). `false`, with no row added, when the line needs the
     /// `serde_json` path: it is not in the tokenizer's subset, its namespace is not in the
-    /// schema, or a value does not fit its column directly (see
-    /// [`RecordBatchBuilder::append_tape`]). Never with `flatten_events`.
+    /// schema, or a value fits neither its column nor a free sibling column the tape can
+    /// type (see [`RecordBatchBuilder::append_tape`]). Never with `flatten_events`.
     pub(crate) fn append(
         &mut self,
         line: &[u8],
