@@ -626,18 +626,37 @@ fn find_home<L: Lookup>(
     from: usize,
     value: &Value,
 ) -> Option<usize> {
-    for &sibling in &slots[from].siblings {
-        if route[sibling] != NO_ROUTE || own(object, &slots[sibling].name).is_some() {
+    let free = |sibling: usize| {
+        route.get(sibling) == Some(&NO_ROUTE)
+            && slots
+                .get(sibling)
+                .is_some_and(|slot| own(object, &slot.name).is_none())
+    };
+    first_home(slots, from, &free, &mut |column| Some(column.fits(value))).flatten()
+}
+
+/// Where a value its own column (slot `from`) does not take goes, for `append` and for
+/// typing from a tape alike: the first sibling that is `free` and whose column `takes` it,
+/// depth first (each sibling, then its own siblings) in [`SIBLING_ORDER`]; a sibling that is
+/// not free closes its branch. `Some(None)` for no home; `None` when `takes` cannot tell.
+fn first_home(
+    slots: &[Slot],
+    from: usize,
+    free: &dyn Fn(usize) -> bool,
+    takes: &mut dyn FnMut(&Column) -> Option<bool>,
+) -> Option<Option<usize>> {
+    for &sibling in &slots.get(from)?.siblings {
+        if !free(sibling) {
             continue;
         }
-        if slots[sibling].column.fits(value) {
-            return Some(sibling);
+        if takes(&slots.get(sibling)?.column)? {
+            return Some(Some(sibling));
         }
-        if let Some(home) = find_home(slots, route, object, sibling, value) {
-            return Some(home);
+        if let Some(home) = first_home(slots, sibling, free, takes)? {
+            return Some(Some(home));
         }
     }
-    None
+    Some(None)
 }
 
 /// Types JSON records into an Arrow [`RecordBatch`] following one namespace's schema.

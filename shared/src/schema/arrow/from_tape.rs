@@ -12,7 +12,8 @@
 //! the same shallow test, [`Column::fits_token`] for `fits`) leaves a null there and waits
 //! until the whole object is read (a sibling is free only when the object has no non-null
 //! value of its own for it, wherever its key stands); then the waiting values, in column
-//! order, take the first free sibling that fits. Where the tape cannot tell what `fits`
+//! order, take the first free sibling that fits, found by the same traversal `append` uses
+//! (`first_home`). Where the tape cannot tell what `fits`
 //! would say (escapes it cannot read, integers beyond 64 bits), the record is refused.
 
 use chrono::Datelike;
@@ -127,7 +128,10 @@ impl StructColumn {
         for index in 0..self.deferred.len() {
             let (from, value_at) = *self.deferred.get(index)?;
             let token = *tokens.get(value_at)?;
-            let home = self.home_of(from, token, line, scratch)??;
+            let free = |sibling: usize| self.valued.get(sibling) != Some(&stamp);
+            let home = super::first_home(&self.slots, from, &free, &mut |column| {
+                column.fits_token(token, line, scratch)
+            })??;
             let column = &mut self.slots.get_mut(home)?.column;
             if *self.seen.get(home)? == stamp {
                 // Its own key was null: that null gives way to the routed value.
@@ -138,34 +142,6 @@ impl StructColumn {
             *self.valued.get_mut(home)? = stamp;
         }
         Some(())
-    }
-
-    /// As `find_home`: the first free sibling of `from`, depth first, whose column takes
-    /// `token`; `Some(None)` for none, `None` when the tape cannot tell.
-    fn home_of(
-        &self,
-        from: usize,
-        token: Token,
-        line: &[u8],
-        scratch: &mut Vec<u8>,
-    ) -> Option<Option<usize>> {
-        for &sibling in &self.slots.get(from)?.siblings {
-            if *self.valued.get(sibling)? == self.stamp {
-                continue;
-            }
-            if self
-                .slots
-                .get(sibling)?
-                .column
-                .fits_token(token, line, scratch)?
-            {
-                return Some(Some(sibling));
-            }
-            if let Some(home) = self.home_of(sibling, token, line, scratch)? {
-                return Some(Some(home));
-            }
-        }
-        Some(None)
     }
 
     /// The slot for the `number`-th key of an object, `name`; `None` for a key the schema
