@@ -44,9 +44,9 @@ pub(crate) struct Typing {
 #[derive(Debug)]
 pub(crate) struct Prepared {
     batch: SourceBatch,
-    /// The schema it was typed with, and the builders (`None`: it needs inference); `None`
-    /// when it was left for the main thread to type.
-    typed: Option<(Arc<PipelineSchema>, Option<Builders>)>,
+    /// The schema it was typed with, and the builders; `None` when it was left for the main
+    /// thread to type (it had nothing waiting, or the batch needs inference).
+    typed: Option<(Arc<PipelineSchema>, Builders)>,
 }
 
 impl Typing {
@@ -75,12 +75,30 @@ impl Typing {
 
     /// Type `batch` with the schema as last published, unless the main thread has no batch
     /// waiting (on the reader thread).
+    ///
+    /// A batch that needs inference is handed over as it is, not parsed: the main thread is
+    /// usually about to change the schema with an earlier batch's inference (the first
+    /// batches of a pass all need it while the schema is empty), after which this one types
+    /// from its text; parsed here, every record of it would be typed from its parsed value,
+    /// the slow way, and the parsing wasted.
     pub(crate) fn prepare(&self, mut batch: SourceBatch, typer: &mut JsonLineTyper) -> Prepared {
         if self.waiting.fetch_add(1, Ordering::SeqCst) == 0 {
             return Prepared { batch, typed: None };
         }
         let schema = self.current();
-        let builders = type_batch(&mut batch, &schema, &self.transform, typer);
+        let mut malformed = Vec::new();
+        let Some(builders) = type_as_is(
+            &mut batch.records,
+            &schema,
+            &self.transform,
+            typer,
+            &mut malformed,
+        ) else {
+            return Prepared { batch, typed: None };
+        };
+        if !malformed.is_empty() {
+            batch.parse_unparsed(|index| malformed.binary_search(&index).is_ok());
+        }
         Prepared {
             batch,
             typed: Some((schema, builders)),
@@ -100,7 +118,7 @@ impl Typing {
         if let Some((schema, builders)) = typed
             && Arc::ptr_eq(&schema, &current)
         {
-            return (batch, builders);
+            return (batch, Some(builders));
         }
         let builders = type_batch(&mut batch, &current, &self.transform, typer);
         (batch, builders)
@@ -790,30 +808,37 @@ mod tests {
     fn a_batch_prepared_with_an_older_schema_is_typed_again_with_the_current_one() {
         let transform = TransformOptions::default();
         let old = infer(&[r#"{"a":1}"#.to_owned()], 1, &transform).unwrap();
-        let lines = vec![r#"{"a":2,"b":"x"}"#.to_owned()];
+        let lines = vec![
+            r#"{"a":2,"b":"x"}"#.to_owned(),
+            r#"{"a":3,"b":"y"}"#.to_owned(),
+        ];
         let new = infer(&lines, 1, &transform).unwrap();
         let typing = Typing::new(&old, transform);
         let mut typer = JsonLineTyper::default();
         // With no batch waiting, the reader leaves the batch to the main thread.
         let untyped = typing.prepare(unparsed_batch(&lines, 0), &mut typer);
         assert!(untyped.typed.is_none());
+        // `b` is unknown to the old schema: the batch needs inference, and is handed over
+        // as it is: only the record that told so was parsed.
         let prepared = typing.prepare(unparsed_batch(&lines, 0), &mut typer);
-        assert!(
-            prepared.typed.as_ref().unwrap().1.is_none(),
-            "`b` is unknown to the old schema"
-        );
+        assert!(prepared.typed.is_none());
+        assert!(prepared.batch.records[1].unparsed.is_some());
         assert!(typing.settle(untyped, &mut typer).1.is_none());
         typing.publish(&new);
         let (batch, builders) = typing.settle(prepared, &mut typer);
         let mut builders = builders.unwrap();
-        assert_eq!(batch.records.len(), 1);
+        assert_eq!(batch.records.len(), 2);
+        assert!(
+            batch.records[1].unparsed.is_some(),
+            "typed from its text with the new schema, never parsed"
+        );
         let rows = builders.get_mut("default").unwrap().finish().unwrap();
         assert_eq!(rows.num_columns(), 2);
-        assert_eq!(rows.num_rows(), 1);
+        assert_eq!(rows.num_rows(), 2);
         // Prepared with the current schema: kept as it is.
         let untyped = typing.prepare(unparsed_batch(&lines, 0), &mut typer);
         let prepared = typing.prepare(unparsed_batch(&lines, 0), &mut typer);
-        assert!(prepared.typed.as_ref().unwrap().1.is_some());
+        assert!(prepared.typed.is_some());
         assert!(typing.settle(prepared, &mut typer).1.is_some());
         assert!(typing.settle(untyped, &mut typer).1.is_some());
     }
