@@ -86,23 +86,9 @@ impl Typing {
             return Prepared { batch, typed: None };
         }
         let schema = self.current();
-        let mut malformed = Vec::new();
-        let Some(builders) = type_as_is(
-            &mut batch.records,
-            &schema,
-            &self.transform,
-            typer,
-            &mut malformed,
-        ) else {
-            return Prepared { batch, typed: None };
-        };
-        if !malformed.is_empty() {
-            batch.parse_unparsed(|index| malformed.binary_search(&index).is_ok());
-        }
-        Prepared {
-            batch,
-            typed: Some((schema, builders)),
-        }
+        let typed = type_fitting(&mut batch, &schema, &self.transform, typer)
+            .map(|builders| (schema, builders));
+        Prepared { batch, typed }
     }
 
     /// The batch, with every record parsed when it needs inference, and its builders when it
@@ -133,16 +119,28 @@ fn type_batch(
     transform: &TransformOptions,
     typer: &mut JsonLineTyper,
 ) -> Option<Builders> {
-    let mut malformed = Vec::new();
-    let builders = type_as_is(&mut batch.records, schema, transform, typer, &mut malformed);
-    if builders.is_some() {
-        if !malformed.is_empty() {
-            batch.parse_unparsed(|index| malformed.binary_search(&index).is_ok());
-        }
-    } else {
+    let builders = type_fitting(batch, schema, transform, typer);
+    if builders.is_none() {
         batch.parse_unparsed(|_| true);
     }
     builders
+}
+
+/// Type `batch` with `schema` as it is, its lines that are not JSON objects parsed (for their
+/// deadletters); `None`, with the batch left as it was read (but for the record that told),
+/// when it needs inference.
+fn type_fitting(
+    batch: &mut SourceBatch,
+    schema: &PipelineSchema,
+    transform: &TransformOptions,
+    typer: &mut JsonLineTyper,
+) -> Option<Builders> {
+    let mut malformed = Vec::new();
+    let builders = type_as_is(&mut batch.records, schema, transform, typer, &mut malformed)?;
+    if !malformed.is_empty() {
+        batch.parse_unparsed(|index| malformed.binary_search(&index).is_ok());
+    }
+    Some(builders)
 }
 
 /// Type `records` with the schema as it is, or `None` when one of them needs more: a
