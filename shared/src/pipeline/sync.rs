@@ -454,7 +454,7 @@ pub fn sync_pass(
                         });
                     }
                 };
-                let (batch, typed) = typing.settle(prepared, &mut typer);
+                let (mut batch, typed) = typing.settle(prepared, &mut typer);
                 // A replayed file is named in the batch that holds its records.
                 let replayed_files: Vec<String> = match &replay {
                     Some(_) => {
@@ -474,26 +474,23 @@ pub fn sync_pass(
                 report.bytes += batch.bytes_read;
                 report.source_requests = progress.requests;
                 report.source_retries = progress.retries;
-                for dl in &batch.deadletters {
-                    report.deadletters += 1;
-                    dl_log.log(dl);
-                }
                 // Type. Fast path: the batch fits the schema as it is (no new key or namespace, no
                 // value that needs a new column), so it was typed without inference (see
                 // `typing`). Otherwise: infer the batch, evolve the schema, build per-namespace
                 // Arrow batches.
+                // The batch's deadletters (lines that are not JSON objects among them, which
+                // inference finds) come first, then the records that could not be typed.
+                let mut untypeable = Vec::new();
                 let builders = match typed {
                     Some(builders) => builders,
                     None => {
                         let inferred = infer_and_type(
-                            &batch.records,
+                            &mut batch,
                             &mut schema,
                             transform,
+                            &mut typer,
                             (&name, &settings.workspace),
-                            &mut |dl| {
-                                report.deadletters += 1;
-                                dl_log.log(&dl);
-                            },
+                            &mut |dl| untypeable.push(dl),
                         )
                         .map_err(schema_err)?;
                         typing.publish(&schema);
@@ -530,6 +527,10 @@ pub fn sync_pass(
                         inferred.builders
                     }
                 };
+                for dl in batch.deadletters.iter().chain(&untypeable) {
+                    report.deadletters += 1;
+                    dl_log.log(dl);
+                }
                 let mut parts = Vec::with_capacity(builders.len());
                 for (namespace, mut builder) in builders {
                     if builder.is_empty() {

@@ -3,7 +3,8 @@
 //! The source hands JSON lines out unparsed. Typing a batch types each line straight from its
 //! text into the builders of the schema ([`JsonLineTyper`]); a line the typer refuses is
 //! parsed with `serde_json` and typed from the parsed record, as before. The batch needs
-//! inference (and every line is parsed for it) as soon as a record has a key or namespace the
+//! inference ([`infer_and_type`]: each line parsed and dropped once inferred, then the batch
+//! typed from its text with the evolved schema) as soon as a record has a key or namespace the
 //! schema lacks, or a value no column takes. Either way the builders hold exactly what typing
 //! the parsed records would give.
 //!
@@ -91,8 +92,8 @@ impl Typing {
         Prepared { batch, typed }
     }
 
-    /// The batch, with every record parsed when it needs inference, and its builders when it
-    /// fits the current schema as it is (`None`: it needs inference).
+    /// The batch, and its builders when it fits the current schema as it is (`None`: it needs
+    /// inference, [`infer_and_type`], and is left as it was read).
     pub(crate) fn settle(
         &self,
         prepared: Prepared,
@@ -106,24 +107,9 @@ impl Typing {
         {
             return (batch, Some(builders));
         }
-        let builders = type_batch(&mut batch, &current, &self.transform, typer);
+        let builders = type_fitting(&mut batch, &current, &self.transform, typer);
         (batch, builders)
     }
-}
-
-/// Type `batch` with `schema` as it is; `None`, with every record parsed, when it needs
-/// inference. Lines that are not JSON objects become deadletters either way.
-fn type_batch(
-    batch: &mut SourceBatch,
-    schema: &PipelineSchema,
-    transform: &TransformOptions,
-    typer: &mut JsonLineTyper,
-) -> Option<Builders> {
-    let builders = type_fitting(batch, schema, transform, typer);
-    if builders.is_none() {
-        batch.parse_unparsed(|_| true);
-    }
-    builders
 }
 
 /// Type `batch` with `schema` as it is, its lines that are not JSON objects parsed (for their
@@ -246,16 +232,40 @@ pub(crate) struct Inferred {
 /// namespace. A record that breaks an inference limit (too many fields or namespaces), or
 /// that fits no column even then, goes to `reject` as a deadletter instead of failing every
 /// pass from here on. The caller saves the evolved schema.
+///
+/// The batch's lines are parsed one at a time for inference, each dropped once the inferrer
+/// has seen it, then typed from their text with the evolved schema: the batch is never held
+/// parsed whole (a first batch of 10,000 records parsed was the largest allocation early in a
+/// pass). Lines that are not JSON objects become the batch's deadletters, in read order, as
+/// [`SourceBatch::parse_unparsed`] makes them; a line the typer refuses is parsed and typed
+/// from its value.
 pub(crate) fn infer_and_type(
-    records: &[SourceRecord],
+    batch: &mut SourceBatch,
     schema: &mut PipelineSchema,
     transform: &TransformOptions,
+    typer: &mut JsonLineTyper,
     (pipeline, workspace): (&str, &str),
     reject: &mut dyn FnMut(Deadletter),
 ) -> Result<Inferred, SchemaError> {
-    let mut rejected = vec![false; records.len()];
-    let inferrer = infer_batch(records, transform, &mut rejected)?;
-    for (record, _) in records.iter().zip(&rejected).filter(|(_, r)| **r) {
+    // Rows of cells (a source's typed rows) are inferred and typed as JSON objects.
+    for record in &mut batch.records {
+        if let Some(cells) = record.cells.take() {
+            record.value = cells.to_json();
+        }
+    }
+    let mut rejected = vec![false; batch.records.len()];
+    let mut malformed = Vec::new();
+    let inferrer = infer_batch(&batch.records, transform, &mut rejected, &mut malformed)?;
+    if !malformed.is_empty() {
+        let mut index = 0;
+        rejected.retain(|_| {
+            let keep = malformed.binary_search(&index).is_err();
+            index += 1;
+            keep
+        });
+        batch.parse_unparsed(|index| malformed.binary_search(&index).is_ok());
+    }
+    for (record, _) in batch.records.iter().zip(&rejected).filter(|(_, r)| **r) {
         reject(untypeable(
             record,
             "breaks an inference limit (too many fields or namespaces)",
@@ -263,20 +273,33 @@ pub(crate) fn infer_and_type(
     }
     let changes = evolve(schema, &inferrer.finish(pipeline, workspace));
     let mut builders = Builders::new();
-    for (record, _) in records.iter().zip(&rejected).filter(|(_, r)| !**r) {
+    for (record, _) in batch
+        .records
+        .iter_mut()
+        .zip(&rejected)
+        .filter(|(_, r)| !**r)
+    {
+        if let Some(unparsed) = &record.unparsed {
+            if record.namespace.is_none()
+                && typer.append(&unparsed.text, schema, transform, &mut builders)
+            {
+                continue;
+            }
+            // Parsed once already, for inference: an object.
+            let Ok(value) = parse_json_object(&unparsed.text) else {
+                continue;
+            };
+            record.value = value;
+            record.unparsed = None;
+        }
         let ns = namespace_for_record(record, transform);
-        let Some(ns_schema) = schema.namespaces.get(&ns) else {
+        let Some(builder) = builder_of(&mut builders, schema, transform, &ns) else {
             reject(untypeable(
                 record,
                 &format!("namespace `{ns}` is not in the schema"),
             ));
             continue;
         };
-        let builder = builders.entry(ns.clone()).or_insert_with(|| {
-            RecordBatchBuilder::new(ns_schema)
-                .with_flatten_events(transform.flatten_events)
-                .with_namespace(ns.clone())
-        });
         let position = &record.position;
         if let Err(dl) = builder.append(&record.value, || {
             (position.uri.clone(), position.record, position.offset)
@@ -290,22 +313,39 @@ pub(crate) fn infer_and_type(
 /// Most re-inferences of one batch after records broke an inference limit.
 const MAX_INFERENCE_RETRIES: usize = 16;
 
-/// Infer the schema of a batch's records not yet `rejected`; a record that breaks an inference
-/// limit is marked rejected and the batch inferred again without it (a failed `add` may have
-/// left the inferrer half-updated).
+/// Infer the schema of a batch's records not yet `rejected`, parsing unparsed lines one at a
+/// time; a record that breaks an inference limit is marked rejected and the batch inferred
+/// again without it (a failed `add` may have left the inferrer half-updated). The indexes of
+/// lines that are not JSON objects are added to `malformed`, in order (they are skipped, and
+/// left for the caller to turn into deadletters).
 fn infer_batch(
-    records: &[crate::sources::SourceRecord],
-    transform: &crate::schema::TransformOptions,
+    records: &[SourceRecord],
+    transform: &TransformOptions,
     rejected: &mut [bool],
+    malformed: &mut Vec<usize>,
 ) -> Result<SchemaInferrer, SchemaError> {
     let mut retries = 0;
     'again: loop {
         let mut inferrer = SchemaInferrer::new(transform.clone());
         for (i, record) in records.iter().enumerate() {
-            if rejected[i] {
+            if rejected[i] || malformed.binary_search(&i).is_ok() {
                 continue;
             }
-            if let Err(e) = inferrer.add_or(&record.value, record.namespace.as_deref()) {
+            let parsed;
+            let value = match &record.unparsed {
+                Some(unparsed) => match parse_json_object(&unparsed.text) {
+                    Ok(value) => {
+                        parsed = value;
+                        &parsed
+                    }
+                    Err(_) => {
+                        malformed.push(i);
+                        continue;
+                    }
+                },
+                None => &record.value,
+            };
+            if let Err(e) = inferrer.add_or(value, record.namespace.as_deref()) {
                 if retries == MAX_INFERENCE_RETRIES {
                     return Err(e);
                 }
@@ -319,13 +359,16 @@ fn infer_batch(
 }
 
 /// A deadletter for a record that could not be typed.
-fn untypeable(record: &crate::sources::SourceRecord, error: &str) -> Deadletter {
-    let raw = serde_json::to_string(&record.value).unwrap_or_default();
+fn untypeable(record: &SourceRecord, error: &str) -> Deadletter {
+    let raw = match &record.unparsed {
+        Some(unparsed) => crate::sources::file::raw_text(&unparsed.text),
+        None => Deadletter::clip_raw(&serde_json::to_string(&record.value).unwrap_or_default()),
+    };
     Deadletter {
         source_uri: record.position.uri.clone(),
         line: record.position.record,
         offset: record.position.offset,
-        raw: Deadletter::clip_raw(&raw),
+        raw,
         error: error.to_owned(),
         code: crate::deadletter::FailureCode::Untypeable,
         namespace: None,
@@ -422,25 +465,62 @@ mod tests {
         (batch, builders)
     }
 
-    /// Check that typing `lines` from their text gives what parsing them first gives.
+    /// Check that typing `lines` from their text gives what parsing them first gives, with
+    /// the schema as it is or, when the batch needs inference, with the schema inference
+    /// evolves from them (read one line at a time, against every line parsed first).
     fn check_same_as_slow_path(
         lines: &[String],
         before: usize,
         schema: &PipelineSchema,
         transform: &TransformOptions,
     ) -> Result<bool, TestCaseError> {
-        let (slow_batch, slow) = typed_the_slow_way(lines, before, schema, transform);
+        let (mut slow_batch, slow) = typed_the_slow_way(lines, before, schema, transform);
         let mut batch = unparsed_batch(lines, before);
-        let fast = type_batch(&mut batch, schema, transform, &mut JsonLineTyper::default());
-        prop_assert_eq!(&batch.deadletters, &slow_batch.deadletters);
+        let mut typer = JsonLineTyper::default();
+        let fast = type_fitting(&mut batch, schema, transform, &mut typer);
         prop_assert_eq!(fast.is_some(), slow.is_some());
         let typed = fast.is_some();
         match (fast, slow) {
             (Some(fast), Some(slow)) => {
+                prop_assert_eq!(&batch.deadletters, &slow_batch.deadletters);
                 prop_assert_eq!(ipc_bytes(fast), ipc_bytes(slow));
                 prop_assert_eq!(batch.records.len(), slow_batch.records.len());
             }
-            _ => prop_assert_eq!(&batch.records, &slow_batch.records),
+            _ => {
+                let ids = ("p", "w");
+                let (mut fast_schema, mut slow_schema) = (schema.clone(), schema.clone());
+                let (mut fast_rejects, mut slow_rejects) = (Vec::new(), Vec::new());
+                let fast = infer_and_type(
+                    &mut batch,
+                    &mut fast_schema,
+                    transform,
+                    &mut typer,
+                    ids,
+                    &mut |dl| fast_rejects.push(dl),
+                );
+                let slow = infer_and_type(
+                    &mut slow_batch,
+                    &mut slow_schema,
+                    transform,
+                    &mut JsonLineTyper::default(),
+                    ids,
+                    &mut |dl| slow_rejects.push(dl),
+                );
+                let (Ok(fast), Ok(slow)) = (fast, slow) else {
+                    return Err(TestCaseError::fail("inference failed"));
+                };
+                prop_assert_eq!(&batch.deadletters, &slow_batch.deadletters);
+                prop_assert_eq!(fast_schema, slow_schema);
+                let describe = |c: &Vec<SchemaChange>| -> Vec<String> {
+                    c.iter().map(ToString::to_string).collect()
+                };
+                prop_assert_eq!(describe(&fast.changes), describe(&slow.changes));
+                let located = |d: &Vec<Deadletter>| -> Vec<(u64, String)> {
+                    d.iter().map(|d| (d.line, d.error.clone())).collect()
+                };
+                prop_assert_eq!(located(&fast_rejects), located(&slow_rejects));
+                prop_assert_eq!(ipc_bytes(fast.builders), ipc_bytes(slow.builders));
+            }
         }
         Ok(typed)
     }
@@ -717,7 +797,7 @@ mod tests {
         let schema = infer(&lines, lines.len(), &transform).unwrap();
         assert!(check_same_as_slow_path(&lines, 1, &schema, &transform).unwrap());
         let mut batch = unparsed_batch(&lines, 0);
-        let builders = type_batch(
+        let builders = type_fitting(
             &mut batch,
             &schema,
             &transform,
@@ -765,32 +845,46 @@ mod tests {
             );
             let mut batch = unparsed_batch(&one, 0);
             let mut typer = JsonLineTyper::default();
-            let typed = type_batch(&mut batch, &schema, &transform, &mut typer).is_some();
+            let typed = type_fitting(&mut batch, &schema, &transform, &mut typer).is_some();
             let from_text = batch.records.iter().all(|r| r.unparsed.is_some());
             assert_eq!(typed && from_text, from_tape, "{line}");
         }
     }
 
     #[test]
-    fn a_batch_with_an_unknown_key_or_a_conflict_needs_inference_with_every_record_parsed() {
+    fn a_batch_with_an_unknown_key_or_a_conflict_is_inferred_one_line_at_a_time() {
         let transform = TransformOptions::default();
         let known = vec![r#"{"a":1,"s":"x"}"#.to_owned()];
         let schema = infer(&known, 1, &transform).unwrap();
         for odd in [r#"{"a":2,"new":1}"#, r#"{"a":{"b":1}}"#, r#"{"a":2,"a":3}"#] {
             let lines = vec![known[0].clone(), odd.to_owned(), "not json".to_owned()];
             let mut batch = unparsed_batch(&lines, 0);
-            let typed = type_batch(
-                &mut batch,
-                &schema,
-                &transform,
-                &mut JsonLineTyper::default(),
-            );
+            let mut typer = JsonLineTyper::default();
+            let typed = type_fitting(&mut batch, &schema, &transform, &mut typer);
             // A repeated key is not an unknown key: the last value wins, as when parsed.
             assert_eq!(typed.is_none(), odd != r#"{"a":2,"a":3}"#, "{odd}");
             assert!(check_same_as_slow_path(&lines, 0, &schema, &transform).is_ok());
             if typed.is_none() {
+                // Left as read but for the record that told (parsed by the typer's fallback).
+                assert_eq!(batch.records.len(), 3);
+                assert!(batch.deadletters.is_empty());
+                let mut evolved = schema.clone();
+                let inferred = infer_and_type(
+                    &mut batch,
+                    &mut evolved,
+                    &transform,
+                    &mut typer,
+                    ("p", "w"),
+                    &mut |dl| panic!("{dl:?}"),
+                )
+                .unwrap();
+                assert!(!inferred.changes.is_empty(), "{odd}");
+                assert_eq!(inferred.builders["default"].len(), 2);
                 assert_eq!(batch.records.len(), 2);
-                assert!(batch.records.iter().all(|r| r.unparsed.is_none()));
+                assert!(
+                    batch.records[0].unparsed.is_some(),
+                    "typed from its text with the evolved schema, never held parsed"
+                );
             }
             assert_eq!(batch.deadletters.len(), 1);
             assert_eq!(batch.deadletters[0].code, FailureCode::Malformed);

@@ -1,6 +1,6 @@
 //! Typing rows of cells (the Postgres source's) equals typing the JSON objects they stand
-//! for: the same Arrow bytes when the schema holds them, the same records handed to inference
-//! when it does not.
+//! for: the same Arrow bytes when the schema holds them, and the same schema and Arrow bytes
+//! out of inference when it does not.
 
 use std::sync::Arc;
 
@@ -138,14 +138,14 @@ fn check(
     transform: &TransformOptions,
 ) -> Result<bool, TestCaseError> {
     let mut slow_batch = batch(pages, false);
-    let slow = type_batch(
+    let slow = type_fitting(
         &mut slow_batch,
         schema,
         transform,
         &mut JsonLineTyper::default(),
     );
     let mut fast_batch = batch(pages, true);
-    let fast = type_batch(
+    let fast = type_fitting(
         &mut fast_batch,
         schema,
         transform,
@@ -155,8 +155,26 @@ fn check(
     let typed = fast.is_some();
     match (fast, slow) {
         (Some(fast), Some(slow)) => prop_assert_eq!(ipc_bytes(fast), ipc_bytes(slow)),
-        // Inference reads the records' objects: they must be there, as the slow path has them.
-        _ => prop_assert_eq!(&fast_batch.records, &slow_batch.records),
+        // Inference reads the cells as the objects they stand for.
+        _ => {
+            let mut inferred = Vec::new();
+            for typed_batch in [&mut fast_batch, &mut slow_batch] {
+                let mut evolved = schema.clone();
+                let mut rejects = Vec::new();
+                let Ok(done) = infer_and_type(
+                    typed_batch,
+                    &mut evolved,
+                    transform,
+                    &mut JsonLineTyper::default(),
+                    ("p", "w"),
+                    &mut |dl| rejects.push((dl.line, dl.error)),
+                ) else {
+                    return Err(TestCaseError::fail("inference failed"));
+                };
+                inferred.push((evolved, rejects, ipc_bytes(done.builders)));
+            }
+            prop_assert_eq!(&inferred[0], &inferred[1]);
+        }
     }
     Ok(typed)
 }
@@ -223,7 +241,7 @@ fn rows_that_fit_are_typed_from_their_cells_without_json() {
     let schema = infer(&batch(&pages, false), 3, &transform).unwrap();
     assert!(check(&pages, &schema, &transform).unwrap());
     let mut fast = batch(&pages, true);
-    let builders = type_batch(
+    let builders = type_fitting(
         &mut fast,
         &schema,
         &transform,
@@ -243,18 +261,26 @@ fn rows_that_fit_are_typed_from_their_cells_without_json() {
     }
     assert!(!check(&wider, &schema, &transform).unwrap());
     let mut fast = batch(&wider, true);
-    assert!(
-        type_batch(
-            &mut fast,
-            &schema,
-            &transform,
-            &mut JsonLineTyper::default()
-        )
-        .is_none()
-    );
+    let mut typer = JsonLineTyper::default();
+    assert!(type_fitting(&mut fast, &schema, &transform, &mut typer).is_none());
+    let mut evolved = schema.clone();
+    let inferred = infer_and_type(
+        &mut fast,
+        &mut evolved,
+        &transform,
+        &mut typer,
+        ("p", "w"),
+        &mut |dl| panic!("{dl:?}"),
+    )
+    .unwrap();
+    assert_eq!(inferred.builders["postgres_orders"].len(), rows_in(&wider));
     assert!(
         fast.records
             .iter()
             .all(|r| r.cells.is_none() && r.value.len() == 7)
     );
+}
+
+fn rows_in(pages: &[Page]) -> usize {
+    pages.iter().map(|(_, rows, _)| rows.len()).sum()
 }
