@@ -191,7 +191,7 @@ impl Client {
             let mut response = request.send().await.map_err(Received::Http)?;
             let status = response.status();
             let headers = response.headers().clone();
-            let mut body = Spool::new(spool_bytes);
+            let mut body = Spool::new(spool_bytes).expecting(response.content_length());
             let mut over = false;
             while let Some(chunk) = response.chunk().await.map_err(Received::Http)? {
                 if body.len() + chunk.len() as u64 > limit {

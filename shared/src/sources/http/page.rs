@@ -76,14 +76,19 @@ fn parse_spooled(
             } else {
                 super::stream::document(&body, at.span)?
             };
-            let items: Items = match at.span {
-                None => Box::new(std::iter::empty()),
-                Some((start, _)) if at.is_array => Box::new(super::stream::Elements::new(
+            let items: Items = match (at.span, at.elements) {
+                (None, _) => Box::new(std::iter::empty()),
+                (Some(_), Some(spans)) if at.is_array => Box::new(super::stream::Elements::at(
+                    Arc::clone(&body),
+                    spans,
+                    unparsed,
+                )),
+                (Some((start, _)), _) if at.is_array => Box::new(super::stream::Elements::new(
                     Arc::clone(&body),
                     start,
                     unparsed,
                 )),
-                Some((start, end)) => {
+                (Some((start, end)), _) => {
                     let bytes = body.range(start, end).map_err(io)?;
                     let parsed: Value = serde_json::from_slice(&bytes)
                         .map_err(|e| format!("the page is not JSON: {e}"))?;

@@ -97,6 +97,11 @@ impl BodyReader {
         }
     }
 
+    /// The body read.
+    pub(super) fn body(&self) -> &Body {
+        &self.body
+    }
+
     /// The offset of the next byte [`Read`] or [`BufRead`] would give.
     pub(super) fn offset(&self) -> u64 {
         self.pos - (self.end - self.start) as u64
@@ -146,6 +151,16 @@ impl Spool {
             file: None,
             len: 0,
         }
+    }
+
+    /// Room for a body the server announced as `length` bytes (its `Content-Length`), up to
+    /// the threshold: the body is then copied once, not grown by doubling.
+    pub(super) fn expecting(mut self, length: Option<u64>) -> Spool {
+        if let Some(length) = length {
+            let room = usize::try_from(length).map_or(self.threshold, |l| l.min(self.threshold));
+            self.memory.reserve_exact(room);
+        }
+        self
     }
 
     /// Bytes written so far.

@@ -92,6 +92,15 @@ impl Scanner {
         let first = self
             .skip_ws()?
             .ok_or_else(|| "the page is not JSON: it ends where a value was expected".to_owned())?;
+        if matches!(first, b',' | b':' | b']' | b'}') {
+            // No value starts here: consuming nothing would leave the caller at this byte
+            // for ever.
+            return Err(format!(
+                "the page is not JSON: `{}` where a value was expected at byte {}",
+                first as char,
+                self.offset()
+            ));
+        }
         let scalar = !matches!(first, b'{' | b'[' | b'"');
         let mut depth = 0usize;
         let mut in_string = false;
@@ -108,6 +117,17 @@ impl Scanner {
             let mut i = 0;
             let mut done = false;
             while i < buf.len() {
+                if in_string && !escaped {
+                    // Most of a record's bytes are in strings: jump to the next quote or
+                    // backslash instead of looking at every byte.
+                    match memchr::memchr2(b'"', b'\\', &buf[i..]) {
+                        Some(at) => i += at,
+                        None => {
+                            i = buf.len();
+                            break;
+                        }
+                    }
+                }
                 let b = buf[i];
                 if scalar {
                     if matches!(b, b',' | b']' | b'}') || b.is_ascii_whitespace() {
@@ -185,7 +205,14 @@ pub(super) struct Located {
     pub is_array: bool,
     /// Its elements (1 for a value that is not an array).
     pub count: u64,
+    /// Where each element of the array is (`[start, end)` byte offsets), for a body in memory
+    /// of at most [`MAX_SPANS`] elements: handing them out is then a copy each, without
+    /// scanning the array a second time. `None`: scan it again ([`Elements::new`]).
+    pub elements: Option<Vec<(u64, u64)>>,
 }
+
+/// The most element spans [`locate`] keeps (16 bytes each).
+pub(super) const MAX_SPANS: usize = 1 << 18;
 
 /// Find the value at `path` in `body` and count its elements.
 pub(super) fn locate(body: &Arc<Body>, path: &[String]) -> ScanResult<Located> {
@@ -193,6 +220,7 @@ pub(super) fn locate(body: &Arc<Body>, path: &[String]) -> ScanResult<Located> {
         span: None,
         is_array: false,
         count: 0,
+        elements: None,
     };
     let mut s = Scanner::new(Arc::clone(body), 0);
     'segments: for segment in path {
@@ -235,10 +263,12 @@ pub(super) fn locate(body: &Arc<Body>, path: &[String]) -> ScanResult<Located> {
             span: Some((start, s.offset())),
             is_array: false,
             count: u64::from(!is_null),
+            elements: None,
         });
     }
     s.bump();
     let mut count = 0;
+    let mut elements = matches!(**body, Body::Memory(_)).then(Vec::new);
     loop {
         match s.skip_ws()? {
             Some(b']') => {
@@ -248,8 +278,16 @@ pub(super) fn locate(body: &Arc<Body>, path: &[String]) -> ScanResult<Located> {
             Some(b',') => s.bump(),
             None => return Err("the page is not JSON: it ends inside the records".to_owned()),
             Some(_) => {
+                let at = s.offset();
                 s.skip_value(None, 0)?;
                 count += 1;
+                if let Some(spans) = elements.as_mut() {
+                    if spans.len() < MAX_SPANS {
+                        spans.push((at, s.offset()));
+                    } else {
+                        elements = None;
+                    }
+                }
             }
         }
     }
@@ -257,6 +295,7 @@ pub(super) fn locate(body: &Arc<Body>, path: &[String]) -> ScanResult<Located> {
         span: Some((start, s.offset())),
         is_array: true,
         count,
+        elements,
     })
 }
 
@@ -286,6 +325,8 @@ pub(super) struct Elements {
     done: bool,
     /// Hand each element out as its text ([`Item::Unparsed`]) instead of parsing it.
     unparsed: bool,
+    /// The elements' spans, when [`locate`] kept them: read from these, not scanned.
+    spans: Option<std::vec::IntoIter<(u64, u64)>>,
 }
 
 impl Elements {
@@ -295,10 +336,29 @@ impl Elements {
             started: false,
             done: false,
             unparsed,
+            spans: None,
+        }
+    }
+
+    /// The elements at `spans` (from [`locate`]) of `body`.
+    pub(super) fn at(body: Arc<Body>, spans: Vec<(u64, u64)>, unparsed: bool) -> Elements {
+        Elements {
+            spans: Some(spans.into_iter()),
+            ..Elements::new(body, 0, unparsed)
         }
     }
 
     fn step(&mut self) -> ScanResult<Option<Item>> {
+        if let Some(spans) = self.spans.as_mut() {
+            let Some((start, end)) = spans.next() else {
+                return Ok(None);
+            };
+            if end - start > MAX_ELEMENT_BYTES as u64 {
+                return Ok(Some(too_large()));
+            }
+            let raw = self.s.r.body().range(start, end).map_err(io_error)?;
+            return Ok(Some(self.element(raw)));
+        }
         if !self.started {
             self.started = true;
             self.s.expect(b'[')?;
@@ -312,27 +372,37 @@ impl Elements {
         }
         let mut raw = Vec::new();
         if self.s.skip_value(Some(&mut raw), MAX_ELEMENT_BYTES)? {
-            return Ok(Some(Item::Bad(
-                String::new(),
-                format!(
-                    "the record is larger than the {} MiB a record may take",
-                    MAX_ELEMENT_BYTES >> 20
-                ),
-                FailureCode::TooLarge,
-            )));
+            return Ok(Some(too_large()));
         }
+        Ok(Some(self.element(raw)))
+    }
+
+    /// The item an element's text makes.
+    fn element(&self, raw: Vec<u8>) -> Item {
         if self.unparsed {
-            return Ok(Some(Item::Unparsed(raw)));
+            return Item::Unparsed(raw);
         }
-        Ok(Some(match serde_json::from_slice::<Value>(&raw) {
+        match serde_json::from_slice::<Value>(&raw) {
             Ok(value) => item(value),
             Err(e) => Item::Bad(
                 String::from_utf8_lossy(&raw).into_owned(),
                 format!("malformed JSON: {e}"),
                 FailureCode::Malformed,
             ),
-        }))
+        }
     }
+}
+
+/// The item for an element larger than [`MAX_ELEMENT_BYTES`].
+fn too_large() -> Item {
+    Item::Bad(
+        String::new(),
+        format!(
+            "the record is larger than the {} MiB a record may take",
+            MAX_ELEMENT_BYTES >> 20
+        ),
+        FailureCode::TooLarge,
+    )
 }
 
 impl Iterator for Elements {
@@ -382,6 +452,88 @@ mod tests {
                 Item::Unparsed(text) => format!("text {}", String::from_utf8_lossy(&text)),
             })
             .collect()
+    }
+
+    /// The items of the array at `path` in `body`, read as `parse` does: from the spans
+    /// `locate` kept (a body in memory), else scanned again.
+    fn items_at(body: &Arc<Body>, path: &[String], unparsed: bool) -> (bool, Vec<String>) {
+        let at = locate(body, path).unwrap();
+        let (start, _) = at.span.unwrap();
+        match at.elements {
+            Some(spans) => {
+                assert_eq!(spans.len() as u64, at.count);
+                (
+                    true,
+                    records(Elements::at(Arc::clone(body), spans, unparsed)),
+                )
+            }
+            None => (
+                false,
+                records(Elements::new(Arc::clone(body), start, unparsed)),
+            ),
+        }
+    }
+
+    /// A page in memory is read from the spans its first pass kept, a spooled one scanned
+    /// twice: the same records either way, whatever the strings hold (escaped quotes and
+    /// backslashes, brackets, an escape split across the reader's 64 KiB buffers).
+    #[test]
+    fn a_page_in_memory_and_spooled_gives_the_same_records() {
+        let tricky = [
+            r#"{"a":"x\\"}"#,
+            r#"{"b":"\\\"]}","c":"[{"}"#,
+            r#"{"d":"\u005d\"\\n","e":[{"f":"}"}]}"#,
+            r#"{ "g" : "plain" }"#,
+            r#"17"#,
+            r#""just text \" ]""#,
+        ];
+        let mut elements = Vec::new();
+        for i in 0..12_000 {
+            elements.push(tricky[i % tricky.len()].to_owned());
+            // Shift later elements by a few bytes so escapes land on every buffer offset.
+            if i % 7 == 0 {
+                elements.push(format!(r#"{{"pad":"{}\\"}}"#, "y".repeat(i % 13)));
+            }
+        }
+        let text = format!(
+            r#"{{"data":{{"items":[{}]}},"links":{{"next":null}}}}"#,
+            elements.join(" ,\n")
+        );
+        assert!(text.len() > 3 * 64 * 1024);
+        for unparsed in [true, false] {
+            let memory = Arc::new(Body::Memory(text.clone().into_bytes()));
+            let (from_spans, in_memory) = items_at(&memory, &path("data.items"), unparsed);
+            let (scanned, on_disk) = items_at(&spooled(&text), &path("data.items"), unparsed);
+            assert!(from_spans && !scanned);
+            assert_eq!(in_memory.len(), elements.len());
+            assert_eq!(in_memory, on_disk);
+            if unparsed {
+                let expected: Vec<String> = elements.iter().map(|e| format!("text {e}")).collect();
+                assert_eq!(in_memory, expected);
+            }
+        }
+    }
+
+    /// Regression: a stray `}` or `:` among a spooled page's records (a page never checked
+    /// whole, it is too large) made the scanner count the same byte as a record for ever.
+    #[test]
+    fn a_stray_closing_brace_among_the_records_fails_the_page_instead_of_hanging() {
+        for broken in [r#"{"data":[1, }]}"#, r#"{"data":[{"a":1} : 2]}"#] {
+            let body = spooled(broken);
+            let error = locate(&body, &path("data")).err();
+            assert!(
+                error
+                    .as_deref()
+                    .is_some_and(|e| e.contains("where a value was expected")),
+                "{broken}: {error:?}"
+            );
+            let items = records(Elements::new(body, 8, true));
+            assert!(
+                items
+                    .last()
+                    .is_some_and(|i| i.contains("where a value was expected"))
+            );
+        }
     }
 
     #[test]
