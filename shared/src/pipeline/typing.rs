@@ -465,6 +465,26 @@ mod tests {
         (batch, builders)
     }
 
+    /// [`infer_and_type`] on `batch` with a copy of `schema`, failing the test on any
+    /// deadletter.
+    pub(super) fn infer_rejecting_nothing(
+        batch: &mut SourceBatch,
+        schema: &PipelineSchema,
+        transform: &TransformOptions,
+        typer: &mut JsonLineTyper,
+    ) -> Inferred {
+        let mut evolved = schema.clone();
+        infer_and_type(
+            batch,
+            &mut evolved,
+            transform,
+            typer,
+            ("p", "w"),
+            &mut |dl| panic!("{dl:?}"),
+        )
+        .unwrap()
+    }
+
     /// Check that typing `lines` from their text gives what parsing them first gives, with
     /// the schema as it is or, when the batch needs inference, with the schema inference
     /// evolves from them (read one line at a time, against every line parsed first).
@@ -868,16 +888,7 @@ mod tests {
                 // Left as read but for the record that told (parsed by the typer's fallback).
                 assert_eq!(batch.records.len(), 3);
                 assert!(batch.deadletters.is_empty());
-                let mut evolved = schema.clone();
-                let inferred = infer_and_type(
-                    &mut batch,
-                    &mut evolved,
-                    &transform,
-                    &mut typer,
-                    ("p", "w"),
-                    &mut |dl| panic!("{dl:?}"),
-                )
-                .unwrap();
+                let inferred = infer_rejecting_nothing(&mut batch, &schema, &transform, &mut typer);
                 assert!(!inferred.changes.is_empty(), "{odd}");
                 assert_eq!(inferred.builders["default"].len(), 2);
                 assert_eq!(batch.records.len(), 2);

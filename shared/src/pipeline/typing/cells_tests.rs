@@ -7,7 +7,7 @@ use std::sync::Arc;
 use proptest::prelude::*;
 use serde_json::{Value, json};
 
-use super::tests::ipc_bytes;
+use super::tests::{infer_rejecting_nothing, ipc_bytes};
 use super::*;
 use crate::schema::SchemaInferrer;
 use crate::sources::Position;
@@ -263,16 +263,7 @@ fn rows_that_fit_are_typed_from_their_cells_without_json() {
     let mut fast = batch(&wider, true);
     let mut typer = JsonLineTyper::default();
     assert!(type_fitting(&mut fast, &schema, &transform, &mut typer).is_none());
-    let mut evolved = schema.clone();
-    let inferred = infer_and_type(
-        &mut fast,
-        &mut evolved,
-        &transform,
-        &mut typer,
-        ("p", "w"),
-        &mut |dl| panic!("{dl:?}"),
-    )
-    .unwrap();
+    let inferred = infer_rejecting_nothing(&mut fast, &schema, &transform, &mut typer);
     assert_eq!(inferred.builders["postgres_orders"].len(), rows_in(&wider));
     assert!(
         fast.records
