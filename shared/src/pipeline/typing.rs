@@ -280,9 +280,7 @@ pub(crate) fn infer_and_type(
         .filter(|(_, r)| !**r)
     {
         if let Some(unparsed) = &record.unparsed {
-            if record.namespace.is_none()
-                && typer.append(&unparsed.text, schema, transform, &mut builders)
-            {
+            if typer.append(&unparsed.text, schema, transform, &mut builders) {
                 continue;
             }
             // Parsed once already, for inference: an object.

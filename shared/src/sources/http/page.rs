@@ -78,7 +78,7 @@ fn parse_spooled(
             };
             let items: Items = match (at.span, at.elements) {
                 (None, _) => Box::new(std::iter::empty()),
-                (Some(_), Some(spans)) if at.is_array => Box::new(super::stream::Elements::at(
+                (Some(_), Some(spans)) => Box::new(super::stream::Elements::at(
                     Arc::clone(&body),
                     spans,
                     unparsed,

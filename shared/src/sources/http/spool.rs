@@ -97,11 +97,6 @@ impl BodyReader {
         }
     }
 
-    /// The body read.
-    pub(super) fn body(&self) -> &Body {
-        &self.body
-    }
-
     /// The offset of the next byte [`Read`] or [`BufRead`] would give.
     pub(super) fn offset(&self) -> u64 {
         self.pos - (self.end - self.start) as u64

@@ -320,58 +320,67 @@ pub(super) fn document(body: &Body, span: Option<(u64, u64)>) -> ScanResult<Valu
 
 /// The elements of the array at `start`, one [`Item`] each.
 pub(super) struct Elements {
-    s: Scanner,
+    from: ElementsFrom,
     started: bool,
     done: bool,
     /// Hand each element out as its text ([`Item::Unparsed`]) instead of parsing it.
     unparsed: bool,
-    /// The elements' spans, when [`locate`] kept them: read from these, not scanned.
-    spans: Option<std::vec::IntoIter<(u64, u64)>>,
+}
+
+/// Where [`Elements`] finds the elements.
+enum ElementsFrom {
+    /// Scanning the array.
+    Scan(Scanner),
+    /// At the spans [`locate`] kept.
+    Spans(Arc<Body>, std::vec::IntoIter<(u64, u64)>),
 }
 
 impl Elements {
     pub(super) fn new(body: Arc<Body>, start: u64, unparsed: bool) -> Elements {
-        Elements {
-            s: Scanner::new(body, start),
-            started: false,
-            done: false,
-            unparsed,
-            spans: None,
-        }
+        Elements::with(ElementsFrom::Scan(Scanner::new(body, start)), unparsed)
     }
 
     /// The elements at `spans` (from [`locate`]) of `body`.
     pub(super) fn at(body: Arc<Body>, spans: Vec<(u64, u64)>, unparsed: bool) -> Elements {
+        Elements::with(ElementsFrom::Spans(body, spans.into_iter()), unparsed)
+    }
+
+    fn with(from: ElementsFrom, unparsed: bool) -> Elements {
         Elements {
-            spans: Some(spans.into_iter()),
-            ..Elements::new(body, 0, unparsed)
+            from,
+            started: false,
+            done: false,
+            unparsed,
         }
     }
 
     fn step(&mut self) -> ScanResult<Option<Item>> {
-        if let Some(spans) = self.spans.as_mut() {
-            let Some((start, end)) = spans.next() else {
-                return Ok(None);
-            };
-            if end - start > MAX_ELEMENT_BYTES as u64 {
-                return Ok(Some(too_large()));
+        let s = match &mut self.from {
+            ElementsFrom::Scan(s) => s,
+            ElementsFrom::Spans(body, spans) => {
+                let Some((start, end)) = spans.next() else {
+                    return Ok(None);
+                };
+                if end - start > MAX_ELEMENT_BYTES as u64 {
+                    return Ok(Some(too_large()));
+                }
+                let raw = body.range(start, end).map_err(io_error)?;
+                return Ok(Some(self.element(raw)));
             }
-            let raw = self.s.r.body().range(start, end).map_err(io_error)?;
-            return Ok(Some(self.element(raw)));
-        }
+        };
         if !self.started {
             self.started = true;
-            self.s.expect(b'[')?;
+            s.expect(b'[')?;
         }
         loop {
-            match self.s.skip_ws()? {
+            match s.skip_ws()? {
                 Some(b']') | None => return Ok(None),
-                Some(b',') => self.s.bump(),
+                Some(b',') => s.bump(),
                 Some(_) => break,
             }
         }
         let mut raw = Vec::new();
-        if self.s.skip_value(Some(&mut raw), MAX_ELEMENT_BYTES)? {
+        if s.skip_value(Some(&mut raw), MAX_ELEMENT_BYTES)? {
             return Ok(Some(too_large()));
         }
         Ok(Some(self.element(raw)))
