@@ -33,13 +33,19 @@
 //! JSON object becomes a deadletter there. Not with `incremental`, whose cursor is read from
 //! each parsed record.
 //!
-//! As soon as a page is parsed and its successor known, the successor is fetched on a thread
-//! of its own (with the client: requests stay one at a time, paced and retried as above)
-//! while this page's records are handed out, so the API's latency and the parsing overlap.
-//! One page ahead at most: its body is held (or spooled) until its turn. A sample
-//! ([`HttpSourceOptions::sample_records`]) fetches nothing ahead. A pass that stops early
-//! (a stop request, a deadline) may have asked for one page it did not read; the page is read
-//! again, by the checkpoint, next time.
+//! Pages are walked (fetched, parsed, the next one named) on a thread of their own, the
+//! pager (module `pager`), ahead of the records being handed out, so the API's latency and
+//! the page's parsing overlap with the pass's typing and writing. The pager has the client:
+//! requests stay one at a time, paced and retried as above. What it holds ahead is bounded
+//! (8 MiB of page bodies, in memory or spooled, a parsed page counted 4 times its body, and 8
+//! pages; plus the one page that crosses the bound). A sample
+//! ([`HttpSourceOptions::sample_records`]) walks pages only as it needs them. A pass that stops
+//! early (a stop request, a deadline) may have asked for pages it did not read; they are read
+//! again, from the checkpoint, next time.
+//!
+//! The paging parameter (`cursor`, `offset`, `page_number`) is set on the URL of the page
+//! before, so every other query parameter, the `incremental` one among them, stays as the pass
+//! started it: a pass asks every page for the records after the same committed cursor.
 //!
 //! # Checkpoint
 //!
@@ -57,6 +63,7 @@
 
 mod fetch;
 mod page;
+mod pager;
 mod spool;
 mod stream;
 #[cfg(test)]
@@ -70,6 +77,7 @@ use serde_json::Value;
 
 use self::fetch::Client;
 use self::page::Item;
+use self::pager::{Ahead, Pager, Walked};
 use super::{Position, Progress, Source, SourceBatch, SourceError, SourceRecord, UnparsedJson};
 use crate::config::connectors::{
     HttpClientSourceConfig, HttpFormat, HttpIncremental, HttpMethod, HttpPaginator, ResolvedAuth,
@@ -222,24 +230,17 @@ struct Loaded {
     next: Option<reqwest::Url>,
 }
 
-/// A page fetched ahead on its own thread, with the client that fetches it (given back when
-/// joined).
-struct Prefetch {
-    url: reqwest::Url,
-    thread: std::thread::JoinHandle<(Client, Result<fetch::Fetched, SourceError>)>,
-}
-
 /// Reads records from a REST API; see the [module documentation](self).
 pub struct HttpSource {
     options: Arc<HttpSourceOptions>,
-    /// The client; `None` while it fetches the next page on the prefetch thread.
-    client: Option<Client>,
-    /// Its requests and retries (readable while the client is away).
+    /// Walks the pages here, until the pass starts it on its own thread (never for a
+    /// sample); `None` once it runs there.
+    pager: Option<Pager>,
+    /// The pager on its own thread, pages ahead of this reader.
+    ahead: Option<Ahead>,
+    /// The client's requests and retries (readable while the pager has it).
     counts: Arc<fetch::Counts>,
-    /// The next page, being fetched while the current one is handed out.
-    prefetch: Option<Prefetch>,
     configured: reqwest::Url,
-    records_path: Vec<String>,
     cursor_path: Vec<String>,
     /// The page to fetch next (when `current` is done); `None` at the end.
     pending: Option<reqwest::Url>,
@@ -308,20 +309,16 @@ impl HttpSource {
             }
         };
         let client = Client::new(&options)?;
+        let counts = Arc::clone(&client.counts);
         let mut source = HttpSource {
-            counts: Arc::clone(&client.counts),
-            prefetch: None,
-            records_path: options
-                .records_path
-                .as_deref()
-                .map(page::segments)
-                .unwrap_or_default(),
+            counts,
+            pager: None,
+            ahead: None,
             cursor_path: options
                 .incremental
                 .as_ref()
                 .map(|i| page::segments(&i.cursor_path))
                 .unwrap_or_default(),
-            client: Some(client),
             configured,
             pending: None,
             skip: 0,
@@ -345,6 +342,12 @@ impl HttpSource {
             }
             None => source.pending = Some(source.first_url()),
         }
+        source.pager = Some(Pager::new(
+            Arc::clone(&source.options),
+            client,
+            source.pages,
+            source.offset,
+        ));
         Ok(source)
     }
 
@@ -408,174 +411,56 @@ impl HttpSource {
         let Some(url) = self.pending.take() else {
             return Ok(false);
         };
-        let shown = redact_url(url.as_str());
-        let fetched = self.fetch(&url)?;
-        self.bytes_done += fetched.wire_bytes;
-        let spooled = matches!(fetched.body, spool::Body::File { .. });
-        let parsed = page::parse(
-            std::sync::Arc::new(fetched.body),
-            self.options.format,
-            &self.records_path,
-            self.options.unparsed && self.options.incremental.is_none(),
-        )
-        .map_err(|message| SourceError::Http {
-            url: shown.clone(),
-            status: None,
-            message,
-            retryable: false,
-        })?;
-        let count = parsed.count;
-        let next = self.next_url(&url, &parsed.document, fetched.link.as_deref(), count);
-        tracing::debug!(url = %shown, records = count, spooled, has_next = next.is_some(), "Read a page.");
-        if let Some(next) = &next {
-            self.fetch_ahead(next.clone());
-        }
-        let mut items = parsed.items.peekable();
+        let walked = self.walk(url)?;
+        self.bytes_done += walked.wire_bytes;
+        let count = walked.page.count;
+        let mut items = walked.page.items.peekable();
         let skip = std::mem::take(&mut self.skip).min(count);
         for _ in 0..skip {
             items.next();
         }
         self.current = Some(Loaded {
-            shown,
-            url,
+            shown: walked.shown,
+            url: walked.url,
             items,
             taken: skip,
-            next,
+            next: walked.next,
         });
         Ok(true)
     }
 
-    /// The page at `url`: the one fetched ahead when it is that page, else fetched now.
-    fn fetch(&mut self, url: &reqwest::Url) -> Result<fetch::Fetched, SourceError> {
-        if let Some(ahead) = self.prefetch.take() {
-            let same = ahead.url == *url;
-            let fetched = self.join(ahead)?;
-            if same {
-                return fetched;
+    /// The page at `url`, from the pager's thread (started at the pass's first page), or
+    /// walked here when sampling or when no thread could be started.
+    fn walk(&mut self, url: reqwest::Url) -> Result<Walked, SourceError> {
+        if self.ahead.is_none()
+            && self.options.sample_records.is_none()
+            && let Some(pager) = self.pager.take()
+        {
+            match Ahead::start(pager, url.clone()) {
+                Ok(ahead) => self.ahead = Some(ahead),
+                Err(back) => self.pager = back.map(|p| *p),
             }
         }
-        let options = Arc::clone(&self.options);
-        self.client()?.fetch(&options, url)
-    }
-
-    /// Start fetching `url` on its own thread, with the client, while the current page is
-    /// handed out: the request and the parsing of a page overlap. Not while sampling (a
-    /// sample must not ask for a page past its end).
-    fn fetch_ahead(&mut self, url: reqwest::Url) {
-        if self.options.sample_records.is_some() || self.prefetch.is_some() {
-            return;
-        }
-        let Some(mut client) = self.client.take() else {
-            return;
-        };
-        let options = Arc::clone(&self.options);
-        let thread_url = url.clone();
-        let spawned = std::thread::Builder::new()
-            .name("skipprd-http-ahead".into())
-            .spawn(move || {
-                let fetched = client.fetch(&options, &thread_url);
-                (client, fetched)
-            });
-        match spawned {
-            Ok(thread) => self.prefetch = Some(Prefetch { url, thread }),
-            // No thread to be had: the page is fetched when it is needed, as without this.
-            Err(e) => tracing::debug!(error = %e, "Could not start the prefetch thread."),
-        }
-    }
-
-    /// Wait for a page fetched ahead; the client comes back.
-    fn join(
-        &mut self,
-        ahead: Prefetch,
-    ) -> Result<Result<fetch::Fetched, SourceError>, SourceError> {
-        match ahead.thread.join() {
-            Ok((client, fetched)) => {
-                self.client = Some(client);
-                Ok(fetched)
-            }
-            Err(_) => Err(SourceError::Http {
-                url: redact_url(ahead.url.as_str()),
-                status: None,
-                message: "the thread fetching the page ahead panicked".into(),
-                retryable: true,
-            }),
-        }
-    }
-
-    /// The client, made again if a prefetch thread lost it.
-    fn client(&mut self) -> Result<&mut Client, SourceError> {
-        if self.client.is_none() {
-            let mut client = Client::new(&self.options)?;
-            client.counts = Arc::clone(&self.counts);
-            self.client = Some(client);
-        }
-        self.client.as_mut().ok_or_else(|| SourceError::Http {
-            url: self.options.url.redacted(),
+        let stopped = |message: &str| SourceError::Http {
+            url: redact_url(url.as_str()),
             status: None,
-            message: "no HTTP client".into(),
+            message: message.into(),
             retryable: true,
-        })
-    }
-
-    /// The page after `url`, which had `count` records.
-    fn next_url(
-        &self,
-        url: &reqwest::Url,
-        document: &Value,
-        link: Option<&str>,
-        count: u64,
-    ) -> Option<reqwest::Url> {
-        let next = match self.options.paginator.as_ref()? {
-            HttpPaginator::NextUrl { path } => page::lookup(document, &page::segments(path))
-                .and_then(page::as_text)
-                .and_then(|next| url.join(&next).ok()),
-            HttpPaginator::LinkHeader {} => link
-                .and_then(page::link_next)
-                .and_then(|next| url.join(&next).ok()),
-            HttpPaginator::Cursor { path, param } => {
-                if count == 0 {
-                    return None;
-                }
-                let cursor =
-                    page::lookup(document, &page::segments(path)).and_then(page::as_text)?;
-                let mut next = self.base_url();
-                set_param(&mut next, param, &cursor);
-                Some(next)
-            }
-            HttpPaginator::Offset {
-                param,
-                limit_param,
-                page_size,
-            } => {
-                if count < *page_size {
-                    return None;
-                }
-                let mut next = self.base_url();
-                set_param(&mut next, param, &(self.offset + count).to_string());
-                if let Some(limit) = limit_param {
-                    set_param(&mut next, limit, &page_size.to_string());
-                }
-                Some(next)
-            }
-            HttpPaginator::PageNumber {
-                param,
-                size_param,
-                page_size,
-                start,
-            } => {
-                if count < *page_size {
-                    return None;
-                }
-                let number = start.unwrap_or(1) + self.pages + 1;
-                let mut next = self.base_url();
-                set_param(&mut next, param, &number.to_string());
-                if let Some(size) = size_param {
-                    set_param(&mut next, size, &page_size.to_string());
-                }
-                Some(next)
-            }
         };
-        next.filter(|n| n != url)
+        if let Some(ahead) = &self.ahead {
+            let walked = ahead
+                .next()
+                .unwrap_or_else(|| Err(stopped("the thread fetching pages stopped")))?;
+            if walked.url != url {
+                return Err(stopped("the pages fetched ahead are not the ones expected"));
+            }
+            return Ok(walked);
+        }
+        match &mut self.pager {
+            Some(pager) => pager.walk(url),
+            // Only if a pager thread could not start and its pager was lost with it.
+            None => Err(stopped("no pager is left to fetch pages")),
+        }
     }
 
     /// Keep the greatest incremental cursor value.

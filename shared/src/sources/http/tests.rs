@@ -197,6 +197,28 @@ fn paginator(style: &str) -> HttpPaginator {
     }
 }
 
+/// Resuming at the checkpoint of batch i (of 3 records, `batch_rows` in [`options`]) reads
+/// exactly the records after it; the last checkpoint is returned.
+fn resumes_after_every_checkpoint<'a>(
+    opts: &HttpSourceOptions,
+    ids: &[u64],
+    checkpoints: &'a [Vec<u8>],
+    label: &str,
+) -> &'a [u8] {
+    let (last, earlier) = checkpoints.split_last().unwrap();
+    for (i, checkpoint) in earlier.iter().enumerate() {
+        let mut resumed = HttpSource::open_at(opts.clone(), Some(checkpoint)).unwrap();
+        let (rest, _) = read_all(&mut resumed);
+        let done = ((i + 1) * 3).min(ids.len());
+        assert_eq!(
+            rest,
+            ids[done..].to_vec(),
+            "{label} resumed after batch {i}"
+        );
+    }
+    last
+}
+
 #[test]
 fn every_paginator_reads_every_record_once_and_resumes_from_every_checkpoint() {
     // Pages held in memory, and every page spooled to a file and streamed.
@@ -214,14 +236,7 @@ fn every_paginator_reads_every_record_once_and_resumes_from_every_checkpoint() {
         let (ids, checkpoints) = read_all(&mut source);
         let expected: Vec<u64> = (0..PAGES * PER_PAGE).collect();
         assert_eq!(ids, expected, "{style}");
-        // Resuming at the checkpoint of batch i yields exactly the records after it.
-        let (last, earlier) = checkpoints.split_last().unwrap();
-        for (i, checkpoint) in earlier.iter().enumerate() {
-            let mut resumed = HttpSource::open_at(opts.clone(), Some(checkpoint)).unwrap();
-            let (rest, _) = read_all(&mut resumed);
-            let done = ((i + 1) * 3).min(ids.len());
-            assert_eq!(rest, ids[done..].to_vec(), "{style} after batch {i}");
-        }
+        let last = resumes_after_every_checkpoint(&opts, &ids, &checkpoints, style);
         // The last checkpoint closes the pass: the next one starts over at the first page
         // (without `incremental`, every pass reads the whole API).
         let closed: HttpCheckpoint = serde_json::from_slice(last).unwrap();
@@ -359,6 +374,53 @@ fn incremental_asks_a_later_pass_only_for_records_after_the_committed_cursor() {
     assert_eq!(read_all(&mut third).0, Vec::<u64>::new());
 }
 
+/// Regression: with `incremental`, the pages after the first were asked for with the cursor
+/// of the records already handed out in this pass (`since` moved mid-pass), so an offset,
+/// page-number or cursor paginator skipped records; a resumed pass did the same from the
+/// checkpoint's cursor. A pass keeps the value it started with on every page.
+#[test]
+fn incremental_keeps_the_pass_start_cursor_on_every_page_of_the_pass() {
+    const TOTAL: i64 = 5 * PER_PAGE as i64;
+    let server = Server::start(|target, _| {
+        let since: i64 = param(target, "since").map_or(-1, |s| s.parse().unwrap());
+        let skip: usize = if let Some(o) = param(target, "offset") {
+            o.parse().unwrap()
+        } else if let Some(p) = param(target, "page") {
+            (p.parse::<usize>().unwrap() - 1) * PER_PAGE as usize
+        } else {
+            param(target, "after").map_or(0, |a| a.parse().unwrap())
+        };
+        let data: Vec<Value> = (0..TOTAL)
+            .filter(|id| *id > since)
+            .skip(skip)
+            .take(PER_PAGE as usize)
+            .map(|id| json!({"id": id, "seq": id}))
+            .collect();
+        let cursor = (!data.is_empty()).then(|| (skip + data.len()).to_string());
+        (
+            200,
+            vec![],
+            serde_json::to_vec(&json!({"data": data, "cursor": cursor})).unwrap(),
+        )
+    });
+    for style in ["offset", "page_number", "cursor"] {
+        let opts = HttpSourceOptions {
+            paginator: Some(paginator(style)),
+            incremental: Some(HttpIncremental {
+                cursor_path: "seq".into(),
+                param: "since".into(),
+                initial_value: Some("4".into()),
+            }),
+            ..options(&server.url("/items"))
+        };
+        let mut source = HttpSource::open_at(opts.clone(), None).unwrap();
+        let (ids, checkpoints) = read_all(&mut source);
+        let expected: Vec<u64> = (5..TOTAL as u64).collect();
+        assert_eq!(ids, expected, "{style}");
+        resumes_after_every_checkpoint(&opts, &ids, &checkpoints, style);
+    }
+}
+
 #[test]
 fn gzip_bodies_and_basic_auth() {
     let server = Server::start(|_, _| {
@@ -462,5 +524,68 @@ fn unparsed_records_parse_to_the_records_a_parsing_read_gives() {
         assert_eq!(parsed.0.len(), 2);
         assert_eq!(parsed.1.len(), 1);
         assert_eq!(read(true, spool_bytes), parsed, "spool {spool_bytes}");
+    }
+}
+
+/// Requests the server has seen once `expected` were (or 10 s passed) and a grace period
+/// brought no more: a pager over its budget would have asked for more by then.
+fn hits_settled_at(server: &Server, expected: u64) -> u64 {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while server.hits.load(Ordering::SeqCst) < expected && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    server.hits.load(Ordering::SeqCst)
+}
+
+#[test]
+fn the_pager_holds_a_bounded_number_of_pages_and_bytes_ahead_and_stops_with_its_reader() {
+    // Small pages: bounded by the page count. Pages of 3 MiB handed out as text: by their
+    // bytes. Pages of 1 MiB parsed into values: by four times their bytes.
+    for (filler, unparsed, ahead) in [
+        (0usize, false, pager::AHEAD_PAGES as u64),
+        (3 << 20, true, 3),
+        (1 << 20, false, 2),
+    ] {
+        let server = Server::start(move |target, _| {
+            let page: u64 = param(target, "p").map_or(0, |p| p.parse().unwrap());
+            let data: Vec<Value> = (0..PER_PAGE)
+                .map(|i| json!({"id": page * PER_PAGE + i, "pad": "x".repeat(filler / PER_PAGE as usize)}))
+                .collect();
+            let next = (page + 1 < 50).then(|| format!("/items?p={}", page + 1));
+            let body = json!({"data": data, "links": {"next": next}});
+            (200, vec![], serde_json::to_vec(&body).unwrap())
+        });
+        let opts = HttpSourceOptions {
+            paginator: Some(paginator("next_url")),
+            max_page_bytes: 16 << 20,
+            unparsed,
+            ..options(&server.url("/items"))
+        };
+        let mut source = HttpSource::open_at(opts, None).unwrap();
+        let mut batch = source.next_batch().unwrap().unwrap();
+        batch.parse_unparsed(|_| true);
+        assert_eq!(batch.records[0].value["id"], 0);
+        // The page being read and at most `ahead` more.
+        assert_eq!(
+            hits_settled_at(&server, 1 + ahead),
+            1 + ahead,
+            "filler {filler}"
+        );
+        // Taking records of the second page makes room for one more.
+        for _ in 0..3 {
+            source.next_batch().unwrap().unwrap();
+        }
+        assert_eq!(
+            hits_settled_at(&server, 2 + ahead),
+            2 + ahead,
+            "filler {filler}"
+        );
+        drop(source);
+        assert_eq!(
+            hits_settled_at(&server, 2 + ahead),
+            2 + ahead,
+            "filler {filler}: after the reader left"
+        );
     }
 }
