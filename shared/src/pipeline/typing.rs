@@ -283,9 +283,14 @@ pub(crate) fn infer_and_type(
             if typer.append(&unparsed.text, schema, transform, &mut builders) {
                 continue;
             }
-            // Parsed once already, for inference: an object.
-            let Ok(value) = parse_json_object(&unparsed.text) else {
-                continue;
+            // Parsed once already, for inference, as an object; were it not one now, it is
+            // rejected, never dropped.
+            let value = match parse_json_object(&unparsed.text) {
+                Ok(value) => value,
+                Err((error, _)) => {
+                    reject(untypeable(record, &error));
+                    continue;
+                }
             };
             record.value = value;
             record.unparsed = None;
