@@ -603,7 +603,7 @@ pub struct DuckdbSinkConfig {
     /// Snapshots that were current within this many minutes are kept too (readers of them find every file). Default 360 (6 hours).
     #[serde(default)]
     pub snapshot_max_age_minutes: Option<u64>,
-    /// Data files under this size (MiB) are small; compaction writes files of about this size. Default 32.
+    /// Compaction writes data files of about this size (MiB); files under half of it are small (two larger ones would make a file over it). Default 32.
     #[serde(default)]
     pub compact_target_file_mb: Option<u64>,
     /// After a delivery, compact a table once it has more than this many small data files. Default 16.

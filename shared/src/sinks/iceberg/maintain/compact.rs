@@ -4,7 +4,7 @@
 //! iceberg-rust 0.10 has no rewrite action, so the snapshot is built from its parts:
 //!
 //! 1. the current snapshot's manifests are read; live data files of the default partition
-//!    spec smaller than [`Policy::target_file_size`] are the candidates. A table with delete
+//!    spec smaller than [`Policy::small_file_size`] (half the target) are the candidates. A table with delete
 //!    files, or not in format v2, is not compacted;
 //! 2. candidates are grouped by partition and packed, in sequence-number order, into bins of
 //!    about the target size; a bin of one file is left alone;
@@ -188,7 +188,7 @@ pub async fn compact(
             let file = l.entry.data_file();
             all.manifests[l.manifest].partition_spec_id == spec.spec_id()
                 && file.file_format() == DataFileFormat::Parquet
-                && file.file_size_in_bytes() < policy.target_file_size
+                && file.file_size_in_bytes() < policy.small_file_size()
         })
         .cloned()
         .collect();
@@ -248,7 +248,7 @@ pub async fn compact(
             let small_left = small_total - bins.iter().map(Vec::len).sum::<usize>()
                 + written
                     .iter()
-                    .filter(|f| f.file_size_in_bytes() < policy.target_file_size)
+                    .filter(|f| f.file_size_in_bytes() < policy.small_file_size())
                     .count();
             let replaced: Vec<&Live> = bins.iter().flatten().collect();
             stage(

@@ -309,6 +309,40 @@ fn compact_many_small_deliveries(f: &mut Fixture) -> TestResult {
     Ok(())
 }
 
+/// A file of at least half the target size is not small: two of them would make a file over
+/// the target, so they are left alone; under half, they are compacted.
+#[test]
+fn only_files_under_half_the_target_size_are_compacted() -> TestResult {
+    let mut f = fixture(eager())?;
+    f.deliver_many(6, 50)?;
+    let sizes = f
+        .live_files()?
+        .iter()
+        .map(|p| Ok(std::fs::metadata(local_path(p))?.len()))
+        .collect::<Result<Vec<u64>, std::io::Error>>()?;
+    let (smallest, largest) = (
+        *sizes.iter().min().ok_or("no file")?,
+        *sizes.iter().max().ok_or("no file")?,
+    );
+    let at = |target_file_size: u64| Policy {
+        target_file_size,
+        compact_min_files: 1,
+        ..eager()
+    };
+    // Every file at least half the target, and under the target.
+    let whole = at(2 * smallest);
+    assert!(whole.target_file_size > largest, "{sizes:?}");
+    let report = f.maintain(&whole)?;
+    assert_eq!(report.files_compacted_from, 0, "{sizes:?}");
+    assert_eq!(f.live_files()?.len(), 6);
+    // Every file under half the target.
+    let report = f.maintain(&at(2 * largest + 2))?;
+    assert_eq!(report.files_compacted_from, 6, "{sizes:?}");
+    assert!(f.live_files()?.len() < 6);
+    assert_eq!(f.rows()?, expected_rows(300));
+    Ok(())
+}
+
 #[test]
 fn expiry_keeps_the_current_snapshot_and_the_landed_id() -> TestResult {
     let mut f = fixture(eager())?;
