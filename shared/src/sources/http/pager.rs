@@ -9,6 +9,8 @@
 //! larger than the budget come one at a time. A pager whose reader is gone stops before its
 //! next request (a request under way, with its retries, ends first).
 
+use std::collections::HashSet;
+use std::hash::{BuildHasher, RandomState};
 use std::sync::mpsc::{Receiver, SyncSender};
 use std::sync::{Arc, Condvar, Mutex};
 
@@ -54,6 +56,10 @@ pub(super) struct Pager {
     pages: u64,
     /// Their records (for `offset`).
     offset: u64,
+    /// Hashes of the URLs walked by this pager, so a next link back to one of them (a cycle
+    /// of pages) ends the walk instead of reading the same pages for ever. 8 bytes a page.
+    walked: HashSet<u64>,
+    hasher: RandomState,
 }
 
 impl Pager {
@@ -72,6 +78,8 @@ impl Pager {
             unparsed,
             pages,
             offset,
+            walked: HashSet::new(),
+            hasher: RandomState::new(),
         }
     }
 
@@ -102,6 +110,14 @@ impl Pager {
         tracing::debug!(url = %shown, records = page.count, spooled, has_next = next.is_some(), "Read a page.");
         self.pages += 1;
         self.offset += page.count;
+        self.walked.insert(self.hasher.hash_one(url.as_str()));
+        let next = next.filter(|n| {
+            let again = self.walked.contains(&self.hasher.hash_one(n.as_str()));
+            if again {
+                tracing::warn!(url = %shown, next = %redact_url(n.as_str()), "The next page is one already read in this pass: the pages loop, and the pass ends at this page.");
+            }
+            !again
+        });
         Ok(Walked {
             url,
             shown,

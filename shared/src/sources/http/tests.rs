@@ -589,3 +589,30 @@ fn the_pager_holds_a_bounded_number_of_pages_and_bytes_ahead_and_stops_with_its_
         );
     }
 }
+
+/// Regression: next links that form a cycle (a -> b -> a) were followed for ever, reading
+/// the same records again and again (only a link to the page itself was caught). The walk
+/// ends at the first link back to a page already read in the pass: every record once.
+#[test]
+fn next_links_that_loop_back_end_the_pass_after_each_page_once() {
+    let server = Server::start(|target, _| {
+        let (id, next) = if param(target, "p").as_deref() == Some("b") {
+            (1, "/loop?p=c")
+        } else if param(target, "p").as_deref() == Some("c") {
+            (2, "/loop?p=a")
+        } else {
+            (0, "/loop?p=b")
+        };
+        let body = json!({"data": [{"id": id}], "next": next});
+        (200, vec![], serde_json::to_vec(&body).unwrap())
+    });
+    let opts = HttpSourceOptions {
+        paginator: Some(HttpPaginator::NextUrl {
+            path: "next".into(),
+        }),
+        ..options(&server.url("/loop?p=a"))
+    };
+    let mut source = HttpSource::open_at(opts, None).unwrap();
+    assert_eq!(read_all(&mut source).0, vec![0, 1, 2]);
+    assert_eq!(server.hits.load(Ordering::SeqCst), 3);
+}
