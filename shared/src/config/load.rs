@@ -601,10 +601,12 @@ fn classify(
         let suggestion = suggest(key, names.iter().copied());
         // The entry visitor reports an unknown key of a connector entry as an unknown variant
         // (the connector types are the variants). A value of a plain enum field lands here too:
-        // tell them apart by whether the names offered are connector types (PascalCase).
-        let is_connector = names
-            .iter()
-            .any(|n| n.chars().next().is_some_and(|c| c.is_ascii_uppercase()));
+        // tell them apart by whether the names offered are connector types (PascalCase, as
+        // `File`; an all-capitals value such as an HTTP method `GET` is not one).
+        let is_connector = names.iter().any(|n| {
+            n.chars().next().is_some_and(|c| c.is_ascii_uppercase())
+                && n.chars().any(|c| c.is_ascii_lowercase())
+        });
         if is_connector {
             return ConfigError::UnknownConnector {
                 file,
@@ -617,9 +619,16 @@ fn classify(
                 suggestion,
             };
         }
+        // Aliases that differ only in case (`GET`, `get`) are offered once.
+        let mut choices: Vec<&str> = Vec::with_capacity(names.len());
+        for n in &names {
+            if !choices.iter().any(|c| c.eq_ignore_ascii_case(n)) {
+                choices.push(n);
+            }
+        }
         let mut message = format!(
             "invalid value `{key}`, expected one of {}",
-            names
+            choices
                 .iter()
                 .map(|n| format!("`{n}`"))
                 .collect::<Vec<_>>()

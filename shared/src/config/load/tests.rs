@@ -955,3 +955,21 @@ fn an_s3_deadletter_sink_validates_its_bucket_and_prefix() {
         "{msg}"
     );
 }
+
+/// Regression: an unknown value of an enum whose values are all capitals (`method: DELETE`)
+/// was reported as an unknown connector type; it is an invalid value naming the choices.
+#[test]
+fn an_unknown_http_method_is_an_invalid_value_not_a_connector_type() {
+    let e = load_text(
+        "data_sources:\n  api:\n    HttpClient:\n      url: http://127.0.0.1:1/x\n      method: DELETE\n",
+        &[],
+    )
+    .unwrap_err();
+    let msg = e.to_string();
+    assert!(matches!(e, ConfigError::Invalid { .. }), "{msg}");
+    assert!(
+        msg.contains("invalid value `DELETE`, expected one of `GET`, `POST`, `PUT`"),
+        "{msg}"
+    );
+    assert!(msg.contains("method"), "{msg}");
+}
