@@ -312,3 +312,72 @@ fn hostile_names_and_values_land_exactly_once_inside_the_warehouse() {
         }
     }
 }
+
+/// Regression (found by an outside-in probe): a key `a.b` in one pass and a struct `a` with a
+/// field `b` in the next gave the Iceberg table two fields named `a.b`; the delivery failed
+/// ("multiple fields for name a.b") and so did every later pass. The key's column is now
+/// `a%2Eb`, each value in its own column, as DuckDB, PyIceberg and `skipprd query` read it.
+#[test]
+fn a_dotted_key_and_a_struct_of_its_path_land_in_two_columns_across_passes() {
+    let dir = tempfile::tempdir().unwrap();
+    let project = dir.path();
+    std::fs::create_dir_all(project.join("input")).unwrap();
+    std::fs::write(
+        project.join("skippr.yml"),
+        "pipelines:\n  events:\n    data_source: data_sources.files\n    data_sink: data_sinks.lake\n\
+         data_sources:\n  files:\n    File:\n      path: input\n\
+         data_sinks:\n  lake:\n    Duckdb:\n      warehouse: file://./lake\n      table_namespace: shop\n",
+    )
+    .unwrap();
+    std::fs::write(project.join("input/1.jsonl"), "{\"id\":1,\"a.b\":10}\n").unwrap();
+    sync(project);
+    std::fs::write(
+        project.join("input/2.jsonl"),
+        "{\"id\":2,\"a\":{\"b\":20}}\n{\"id\":3,\"a.b\":30,\"a\":{\"b\":31}}\n",
+    )
+    .unwrap();
+    let second = sync_complete(&sync(project));
+    assert_eq!(second["rows"], json!(2), "{second}");
+    // A pass with nothing new still succeeds.
+    sync(project);
+
+    let table = project.join("lake/shop/events").canonicalize().unwrap();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/readers/read_table.py");
+    let out = Command::new(reader_python())
+        .arg(&script)
+        .args(["--key", "id", "--values"])
+        .arg(&table)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let read: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let want = json!([
+        {"id": 1, "a%2Eb": 10, "a": null},
+        {"id": 2, "a%2Eb": null, "a": {"b": 20}},
+        {"id": 3, "a%2Eb": 30, "a": {"b": 31}},
+    ]);
+    for reader in ["duckdb", "pyiceberg"] {
+        let got = &read["tables"][table.to_string_lossy().as_ref()][reader]["values"];
+        assert_eq!(got, &want, "{reader}: {read}");
+    }
+
+    let out = skipprd_command(project)
+        .args([
+            "query",
+            "--plain",
+            "-s",
+            "select id, \"a%2Eb\" as flat, a['b'] as nested from events order by id",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        r#"{"header":["id","flat","nested"],"rows":[[1,10,null],[2,null,20],[3,30,31]]}"#,
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -11,8 +11,10 @@
 //! The landed side is DataFusion's own Parquet scan over the table's live data files (listed
 //! from the current snapshot's manifests), with the merged table schema: projection and
 //! filters go down into it (row groups pruned by their statistics), columns are matched by
-//! name (skipprd never renames a column), and columns or struct fields a file lacks read as
-//! null. iceberg-rust 0.10's own reader cannot yet read a file written before a struct gained
+//! name, and columns or struct fields a file lacks read as null. skipprd renames a column in
+//! one case only (a key `a.b` beside a struct `a`, undotted to `a%2Eb` by the sink): a table
+//! with such a column is read by the [`FileReader`], which finds its values under the key in
+//! files written before the rename. iceberg-rust 0.10's own reader cannot yet read a file written before a struct gained
 //! a field, which is why it is not used here. Filters are also applied above the union, since
 //! the WAL side reads every row.
 

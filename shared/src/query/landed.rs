@@ -45,7 +45,8 @@ use parquet::arrow::ProjectionMask;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
 use crate::config::connectors::OutputFormat;
-use crate::schema::adapt::{adapt_array_named, adapt_batch};
+use crate::schema::adapt::{adapt_array_named, adapt_batch, find};
+use crate::schema::naming::dotted_key;
 use crate::schema::naming::{glue_column_name, partition_segment_value};
 
 use super::error::LandedFileError;
@@ -167,7 +168,16 @@ impl FileReader {
         let mut roots: Vec<usize> = schema
             .fields()
             .iter()
-            .filter_map(|f| file_schema.index_of(&stored(f.name())).ok())
+            .filter_map(|f| {
+                let at = |name: &str| file_schema.index_of(&stored(name)).ok();
+                at(f.name()).or_else(|| {
+                    // A column the Iceberg sink undotted, in a file from before (see `adapt`).
+                    let key = dotted_key(f.name())?;
+                    (!schema.fields().iter().any(|g| *g.name() == key))
+                        .then(|| at(&key))
+                        .flatten()
+                })
+            })
             .collect();
         roots.sort_unstable();
         roots.dedup();
@@ -189,9 +199,13 @@ impl FileReader {
             let columns = schema
                 .fields()
                 .iter()
-                .map(|field| match batch.column_by_name(&stored(field.name())) {
-                    Some(column) => adapt_array_named(column, field.data_type(), &stored),
-                    None => Ok(new_null_array(field.data_type(), batch.num_rows())),
+                .map(|field| {
+                    match find(schema.fields(), field.name(), |name| {
+                        batch.column_by_name(&stored(name))
+                    }) {
+                        Some(column) => adapt_array_named(column, field.data_type(), &stored),
+                        None => Ok(new_null_array(field.data_type(), batch.num_rows())),
+                    }
                 })
                 .collect::<Result<Vec<_>, _>>()?;
             out.push(RecordBatch::try_new_with_options(

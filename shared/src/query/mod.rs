@@ -453,17 +453,84 @@ async fn load_lake(
                 files.push(task.data_file_path().to_owned());
             }
         }
+        // A table with a column undotted by the sink (`a%2Eb` for a key `a.b` beside a struct
+        // `a`) may hold files written before the rename, under the key: DataFusion's scan
+        // matches by name alone, so such a table is read with the fallback of `adapt`.
+        let reader = if has_undotted(schema.fields()) {
+            Some(Arc::new(iceberg_file_reader(pipeline, &table, &mut files)))
+        } else {
+            None
+        };
         parts.insert(
             ident.name().to_owned(),
             lake::LakePart {
                 landed,
                 schema: Arc::new(schema),
                 files,
-                reader: None,
+                reader,
             },
         );
     }
     Ok(parts)
+}
+
+/// Whether any field of `fields`, at any depth, is an undotted name of the Iceberg sink
+/// (see [`crate::sinks::iceberg::schema`]) with no field of its key beside it.
+fn has_undotted(fields: &arrow::datatypes::Fields) -> bool {
+    use arrow::datatypes::DataType;
+    fields.iter().any(|f| {
+        crate::schema::naming::dotted_key(f.name())
+            .is_some_and(|key| !fields.iter().any(|g| *g.name() == key))
+            || match f.data_type() {
+                DataType::Struct(children) => has_undotted(children),
+                DataType::List(item) | DataType::LargeList(item) => match item.data_type() {
+                    DataType::Struct(children) => has_undotted(children),
+                    _ => false,
+                },
+                _ => false,
+            }
+    })
+}
+
+/// A Parquet reader for the data `files` of an Iceberg `table` (turned into local paths when
+/// local): each file read whole, its columns found by name or by the key of an undotted name.
+fn iceberg_file_reader(
+    pipeline: &str,
+    table: &iceberg::table::Table,
+    files: &mut [String],
+) -> landed::FileReader {
+    let bucket = files.first().and_then(|f| {
+        f.strip_prefix("s3://")
+            .or_else(|| f.strip_prefix("s3a://"))
+            .and_then(|rest| rest.split('/').next())
+            .map(str::to_owned)
+    });
+    let objects = match bucket {
+        Some(bucket) => landed::Objects::S3 {
+            store: Arc::new(s3_objects::FileIoObjects::new(
+                bucket.clone(),
+                table.file_io().clone(),
+            )),
+            bucket,
+        },
+        None => {
+            for file in files.iter_mut() {
+                *file = crate::sinks::iceberg::storage::local_path(file)
+                    .to_string_lossy()
+                    .into_owned();
+            }
+            landed::Objects::Local
+        }
+    };
+    landed::FileReader {
+        pipeline: pipeline.to_owned(),
+        format: crate::config::connectors::OutputFormat::Parquet,
+        glue_names: false,
+        path_columns: Vec::new(),
+        key_count: 0,
+        partitions: std::collections::HashMap::new(),
+        objects,
+    }
 }
 
 /// `SELECT * FROM "<pipeline>"."<namespace>"`: one namespace's rows, as `skipprd df` and the

@@ -99,15 +99,21 @@ fn normalize_type(data_type: &DataType) -> DataType {
 }
 
 /// `batch` as a batch of `schema`: columns matched by name, missing ones null, types converted
-/// (struct children by name, integers widened).
+/// (struct children by name, integers widened). A field of `schema` that an Iceberg table
+/// named by [`undotted_name`](crate::schema::naming::undotted_name) (`a%2Eb`) takes the
+/// column of the key it was made from (`a.b`) when `schema` has no field of that name beside it.
 pub fn adapt_batch(batch: &RecordBatch, schema: &SchemaRef) -> Result<RecordBatch, ArrowError> {
     let rows = batch.num_rows();
     let columns = schema
         .fields()
         .iter()
-        .map(|field| match batch.column_by_name(field.name()) {
-            Some(column) => adapt_array(column, field.data_type()),
-            None => Ok(new_null_array(field.data_type(), rows)),
+        .map(|field| {
+            match find(schema.fields(), field.name(), |name| {
+                batch.column_by_name(name)
+            }) {
+                Some(column) => adapt_array(column, field.data_type()),
+                None => Ok(new_null_array(field.data_type(), rows)),
+            }
         })
         .collect::<Result<Vec<_>, _>>()?;
     RecordBatch::try_new_with_options(
@@ -115,6 +121,22 @@ pub fn adapt_batch(batch: &RecordBatch, schema: &SchemaRef) -> Result<RecordBatc
         columns,
         &RecordBatchOptions::new().with_row_count(Some(rows)),
     )
+}
+
+/// The column for the field `name` of `siblings`: `column(name)`, or for an undotted name the
+/// column of its key, unless a sibling has that key as its own name.
+pub(crate) fn find<'a>(
+    siblings: &Fields,
+    name: &str,
+    column: impl Fn(&str) -> Option<&'a ArrayRef>,
+) -> Option<&'a ArrayRef> {
+    column(name).or_else(|| {
+        let key = crate::schema::naming::dotted_key(name)?;
+        if siblings.iter().any(|f| *f.name() == key) {
+            return None;
+        }
+        column(&key)
+    })
 }
 
 fn adapt_array(array: &ArrayRef, to: &DataType) -> Result<ArrayRef, ArrowError> {
@@ -138,12 +160,14 @@ pub fn adapt_array_named(
             let structs = array.as_struct();
             let children = fields
                 .iter()
-                .map(
-                    |field| match structs.column_by_name(&stored_name(field.name())) {
+                .map(|field| {
+                    match find(fields, field.name(), |name| {
+                        structs.column_by_name(&stored_name(name))
+                    }) {
                         Some(child) => adapt_array_named(child, field.data_type(), stored_name),
                         None => Ok(new_null_array(field.data_type(), structs.len())),
-                    },
-                )
+                    }
+                })
                 .collect::<Result<Vec<_>, _>>()?;
             Ok(Arc::new(StructArray::try_new_with_length(
                 fields.clone(),

@@ -12,6 +12,7 @@
 //! | [`table_name`] | a namespace's table (and WAL part, Iceberg table directory, Glue table) | ASCII letters (lowercased), digits, `_` | runs of space `-` `.` `/` `:` by one `_` (same table); anything else by `_` plus a hash suffix | [`MAX_TABLE_NAME_BYTES`] |
 //! | [`column_name`] | a top-level column name that keeps its case (catalogs other than Glue) | everything printable | control characters and `%` percent-escaped (`%0A`, `%25`) | [`MAX_COLUMN_NAME_BYTES`] |
 //! | [`nested_field_name`] | a struct field inside a Hive type string that keeps its case | letters, digits, `_`, non-ASCII | additionally `:` `,` `<` `>` `` ` `` quotes, space and `\` percent-escaped | [`MAX_COLUMN_NAME_BYTES`] |
+//! | [`undotted_name`] | an Iceberg field for a key with `.` that Iceberg would read as a path (`a.b` beside a struct `a`) | everything but `.` and `%` | `.` and `%` percent-escaped (`%2E`, `%25`) | none |
 //! | [`glue_column_name`] | a column or struct field of a Glue table, as Athena names them | lowercase ASCII letters, digits, `_` | anything else by `_`, letters lowercased, plus a hash suffix whenever the key changed | [`MAX_TABLE_NAME_BYTES`] |
 //! | [`partition_segment`] | a `name=value` directory of a partitioned table | printable characters | Hive's set (`/` `\` `=` `%` `:` `#` `?` `*` quotes `[` `]` `{` `}` `^` DEL, NUL and control characters) percent-escaped, as Hive and Spark do; a null value is `null` | [`MAX_SEGMENT_BYTES`] |
 //!
@@ -21,7 +22,8 @@
 //! escaped too), so escaped names of distinct inputs are distinct until the bound cuts them.
 //!
 //! The Iceberg schema, the Parquet files and the query engine keep keys exactly as the data
-//! has them (Iceberg and Parquet take any string); only the Glue catalog, which Athena
+//! has them (Iceberg and Parquet take any string), but for a key with a `.` that would name
+//! the same path as a nested field (an [`undotted_name`]); only the Glue catalog, which Athena
 //! reads, sees [`glue_column_name`]s (and the Parquet files of the `Athena` destination,
 //! whose columns Athena finds by those names), the original key kept as the column comment.
 
@@ -107,6 +109,38 @@ pub fn glue_column_name(raw: &str) -> String {
 /// kept exactly.
 pub fn column_name(raw: &str) -> String {
     escaped_name(raw, MAX_COLUMN_NAME_BYTES, |c| c.is_control() || c == '%')
+}
+
+/// An Iceberg field name for a key that holds `.` where Iceberg would read it as a path: a
+/// key `a.b` beside a struct or list `a` (Iceberg indexes fields by dotted full names, and
+/// the field `b` of `a` is `a.b` too; see [`crate::sinks::iceberg::schema`]). `.` and `%` are
+/// percent-escaped (`a.b` -> `a%2Eb`, `50%.x` -> `50%25%2Ex`), so the name holds no `.` and
+/// [`dotted_key`] gives the key back.
+pub fn undotted_name(raw: &str) -> String {
+    let mut out = String::with_capacity(raw.len() + 4);
+    escape_into(&mut out, raw, |c| c == '.' || c == '%');
+    out
+}
+
+/// The key an [`undotted_name`] was made from, or `None` when `name` cannot be one (it holds
+/// no `%2E`, or a `%` that is neither `%2E` nor `%25`, or a `.`).
+pub fn dotted_key(name: &str) -> Option<String> {
+    if !name.contains("%2E") || name.contains('.') {
+        return None;
+    }
+    let mut out = String::with_capacity(name.len());
+    let mut rest = name;
+    while let Some(at) = rest.find('%') {
+        out.push_str(&rest[..at]);
+        match rest.get(at..at + 3) {
+            Some("%2E") => out.push('.'),
+            Some("%25") => out.push('%'),
+            _ => return None,
+        }
+        rest = &rest[at + 3..];
+    }
+    out.push_str(rest);
+    Some(out)
 }
 
 /// PostgreSQL's identifier limit (`NAMEDATALEN - 1`), in bytes.

@@ -218,3 +218,26 @@ fn a_partition_segment_gives_back_its_value_unless_it_was_cut() {
     assert_eq!(partition_segment_value("key=%zz"), Some(Some("%zz".into())));
     assert_eq!(partition_segment_value("no-separator"), None);
 }
+
+#[test]
+fn an_undotted_name_has_no_dot_and_gives_its_key_back() {
+    assert_eq!(undotted_name("a.b"), "a%2Eb");
+    assert_eq!(undotted_name("50%.x"), "50%25%2Ex");
+    assert_eq!(dotted_key("a%2Eb").as_deref(), Some("a.b"));
+    assert_eq!(dotted_key("50%25%2Ex").as_deref(), Some("50%.x"));
+    // Not undotted names: no `%2E`, a stray `%`, or a `.` left.
+    assert_eq!(dotted_key("a%25b"), None);
+    assert_eq!(dotted_key("a%2Eb%"), None);
+    assert_eq!(dotted_key("a%2Eb%41"), None);
+    assert_eq!(dotted_key("a.b%2Ec"), None);
+}
+
+proptest! {
+    #[test]
+    fn undotting_is_reversible_for_any_dotted_key(head in ".*", tail in ".*") {
+        let key = format!("{head}.{tail}");
+        let name = undotted_name(&key);
+        prop_assert!(!name.contains('.'));
+        prop_assert_eq!(dotted_key(&name), Some(key));
+    }
+}

@@ -10,6 +10,15 @@
 //! `float -> double`. A column whose type would have to change any other way is an error
 //! naming the table and the column: skipprd's own schema rules route such values to
 //! `<field>_<type>` sibling columns, so it means the table was changed by someone else.
+//!
+//! Names are the data's keys, but for one case. Iceberg indexes a schema's fields by their
+//! dotted full names (`a.b` for the field `b` of the struct `a`, `a.element.b` inside a list)
+//! and refuses a schema where two fields share one, which a key holding `.` can cause:
+//! `{"a.b": 1}` beside `{"a": {"b": 2}}`. A key that starts with the name of a struct or list
+//! beside it followed by `.` is therefore named by [`undotted_name`] in the table (`a%2Eb`),
+//! whether it came first or second; a column already in the table is renamed (Iceberg keeps
+//! data by field id, so its data stays). Batches find such a column under its key
+//! ([`crate::schema::adapt::adapt_batch`]).
 
 use std::sync::Arc;
 
@@ -17,6 +26,9 @@ use iceberg::spec::{
     ListType, NestedField, NestedFieldRef, PrimitiveType, Schema as IcebergSchema, StructType, Type,
 };
 
+use std::collections::{HashMap, HashSet};
+
+use crate::schema::naming::{dotted_key, undotted_name};
 use crate::schema::{Field, FieldType};
 
 /// Why a table's schema cannot take a namespace's schema.
@@ -56,7 +68,7 @@ fn primitive(field_type: &FieldType) -> Option<PrimitiveType> {
 /// A brand-new type, every id fresh.
 fn fresh_type(field_type: &FieldType, ids: &mut Ids) -> Type {
     match field_type {
-        FieldType::Struct(fields) => Type::Struct(StructType::new(
+        FieldType::Struct(fields) => Type::Struct(StructType::new(undot_clashes(
             fields
                 .iter()
                 .map(|f| {
@@ -68,7 +80,7 @@ fn fresh_type(field_type: &FieldType, ids: &mut Ids) -> Type {
                     ))
                 })
                 .collect(),
-        )),
+        ))),
         FieldType::List(element) => {
             let id = ids.next();
             Type::List(ListType::new(Arc::new(NestedField::list_element(
@@ -136,10 +148,21 @@ fn evolve_fields(
             format!("{path}.{name}")
         }
     };
+    let wanted: HashMap<&str, &Field> = want.iter().map(|w| (w.name.as_str(), w)).collect();
+    // A column of the table holds a key of the data under the key's name or, for a key the
+    // table had to undot, under its undotted name.
+    let held = |name: &str| {
+        wanted
+            .get(name)
+            .or_else(|| dotted_key(name).and_then(|key| wanted.get(key.as_str())))
+            .copied()
+    };
     let mut out = Vec::with_capacity(have.len().max(want.len()));
+    let mut kept: HashSet<&str> = HashSet::with_capacity(have.len());
     for field in have {
-        let evolved = match want.iter().find(|w| w.name == field.name) {
+        let evolved = match held(&field.name) {
             Some(w) => {
+                kept.insert(w.name.as_str());
                 let field_type =
                     evolve_type(&join(&field.name), &field.field_type, &w.field_type, ids)?;
                 let mut f = NestedField::new(field.id, &field.name, field_type, field.required);
@@ -151,7 +174,7 @@ fn evolve_fields(
         out.push(evolved);
     }
     for w in want {
-        if !have.iter().any(|f| f.name == w.name) {
+        if !kept.contains(w.name.as_str()) {
             let id = ids.next();
             out.push(Arc::new(NestedField::optional(
                 id,
@@ -160,7 +183,47 @@ fn evolve_fields(
             )));
         }
     }
-    Ok(out)
+    Ok(undot_clashes(out))
+}
+
+/// Whether the key `name` would share a dotted full name with a field below one of the
+/// `containers` (the structs and lists beside it): it starts with a container's name and `.`.
+fn clashes(name: &str, containers: &[&str]) -> bool {
+    name.contains('.')
+        && containers.iter().any(|c| {
+            name.len() > c.len()
+                && name.starts_with(c)
+                && name.as_bytes().get(c.len()) == Some(&b'.')
+        })
+}
+
+/// `fields` (the fields of one struct) with every key that [`clashes`] renamed to its
+/// [`undotted_name`], all else kept. An undotted name holds no `.`, so it never
+/// clashes itself; it can make a new container name another key clashes with, hence the loop.
+fn undot_clashes(mut fields: Vec<NestedFieldRef>) -> Vec<NestedFieldRef> {
+    loop {
+        let containers: Vec<&str> = fields
+            .iter()
+            .filter(|f| matches!(*f.field_type, Type::Struct(_) | Type::List(_)))
+            .map(|f| f.name.as_str())
+            .collect();
+        let clashing: Vec<usize> = fields
+            .iter()
+            .enumerate()
+            .filter(|(_, f)| clashes(&f.name, &containers))
+            .map(|(i, _)| i)
+            .collect();
+        if clashing.is_empty() {
+            return fields;
+        }
+        for i in clashing {
+            if let Some(field) = fields.get_mut(i) {
+                let mut f = NestedField::clone(field);
+                f.name = undotted_name(&f.name);
+                *field = Arc::new(f);
+            }
+        }
+    }
 }
 
 /// The schema a new table gets for `fields` (ids from 1; the table metadata builder may
@@ -178,7 +241,9 @@ pub fn initial_schema(fields: &[Field]) -> iceberg::Result<IcebergSchema> {
             ))
         })
         .collect::<Vec<_>>();
-    IcebergSchema::builder().with_fields(fields).build()
+    IcebergSchema::builder()
+        .with_fields(undot_clashes(fields))
+        .build()
 }
 
 /// `current` evolved to hold `fields`, or `None` when it already does.
@@ -192,5 +257,79 @@ pub fn evolved_schema(
         Ok(None)
     } else {
         Ok(Some(evolved))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(schema: &IcebergSchema) -> Vec<String> {
+        schema
+            .as_struct()
+            .fields()
+            .iter()
+            .map(|f| f.name.clone())
+            .collect()
+    }
+
+    #[test]
+    fn only_dotted_keys_that_would_share_a_path_are_undotted() -> iceberg::Result<()> {
+        let int = |name: &str| Field::new(name, FieldType::Int);
+        let schema = initial_schema(&[
+            int("a.b"),
+            Field::new("a", FieldType::Struct(vec![int("b"), int("c.d")])),
+            int("x.y"),
+            Field::new("x", FieldType::Int),
+            // `l.element.v` is the path of the field `v` of the elements of the list `l`.
+            int("l.element.v"),
+            Field::new(
+                "l",
+                FieldType::List(Box::new(FieldType::Struct(vec![int("v")]))),
+            ),
+            int("ab.c"),
+        ])?;
+        assert_eq!(
+            names(&schema),
+            ["a%2Eb", "a", "x.y", "x", "l%2Eelement%2Ev", "l", "ab.c"]
+        );
+        // Below a struct, keys keep their dots when nothing beside them clashes.
+        assert!(schema.field_by_name("a.c.d").is_some());
+        assert!(schema.field_by_name("l.element.v").is_some());
+        Ok(())
+    }
+
+    #[test]
+    fn an_undotted_struct_can_make_another_key_clash() -> iceberg::Result<()> {
+        let int = |name: &str| Field::new(name, FieldType::Int);
+        // `a.b` is undotted (it starts with the struct `a`) into `a%2Eb`, a struct whose field
+        // `c` has the path `a%2Eb.c`: the key of that name must be undotted too.
+        let schema = initial_schema(&[
+            Field::new("a", FieldType::Struct(vec![int("z")])),
+            Field::new("a.b", FieldType::Struct(vec![int("c")])),
+            int("a%2Eb.c"),
+        ])?;
+        assert_eq!(names(&schema), ["a", "a%2Eb", "a%252Eb%2Ec"]);
+        Ok(())
+    }
+
+    #[test]
+    fn a_column_undotted_earlier_keeps_its_name_and_id() -> iceberg::Result<()> {
+        let int = |name: &str| Field::new(name, FieldType::Int);
+        let fields = [
+            int("a.b"),
+            Field::new("a", FieldType::Struct(vec![int("b")])),
+        ];
+        let schema = initial_schema(&fields)?;
+        assert_eq!(evolved_schema(&schema, &fields), Ok(None));
+        let id = schema.field_by_name("a%2Eb").map(|f| f.id);
+        let more = [fields[0].clone(), fields[1].clone(), int("c")];
+        let evolved = evolved_schema(&schema, &more)
+            .map_err(|e| iceberg::Error::new(iceberg::ErrorKind::DataInvalid, e.column))?
+            .unwrap_or_default();
+        let evolved = IcebergSchema::builder().with_fields(evolved).build()?;
+        assert_eq!(evolved.field_by_name("a%2Eb").map(|f| f.id), id);
+        assert_eq!(names(&evolved), ["a%2Eb", "a", "c"]);
+        Ok(())
     }
 }

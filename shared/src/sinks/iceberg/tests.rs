@@ -1060,3 +1060,125 @@ fn two_writers_of_one_pipeline_racing_on_a_shared_store_table_land_the_batch_onc
     );
     Ok(())
 }
+
+/// Regression: a key `a.b` beside a struct `a` with a field `b` gave two fields the dotted
+/// name `a.b`, which Iceberg refuses ("multiple fields for name a.b"), and every later pass
+/// failed. The key is now the column `a%2Eb` (renamed in place, keeping its id and data, when
+/// it came first), and each value lands in its own column.
+#[test]
+fn a_dotted_key_beside_a_struct_of_that_path_lands_under_an_undotted_name() -> TestResult {
+    let mut f = fixture()?;
+    let int = |name: &str| ArrowField::new(name, DataType::Int32, true);
+    let b_fields = Fields::from(vec![int("b")]);
+    let struct_a = |values: Vec<Option<i32>>| -> Result<StructArray, arrow::error::ArrowError> {
+        StructArray::try_new(
+            b_fields.clone(),
+            vec![Arc::new(Int32Array::from(values))],
+            None,
+        )
+    };
+    let dotted = Field::new("a.b", FieldType::Int);
+    let nested = Field::new(
+        "a",
+        FieldType::Struct(vec![Field::new("b", FieldType::Int)]),
+    );
+
+    // Pass 1: only the dotted key; the table takes it as it is.
+    let b1 = RecordBatch::try_new(
+        Arc::new(Schema::new(vec![int("id"), int("a.b")])),
+        vec![
+            Arc::new(Int32Array::from(vec![1])),
+            Arc::new(Int32Array::from(vec![10])),
+        ],
+    )?;
+    f.wal.append(b"p1", &[part("t", b1)])?;
+    let s1 = vec![Field::new("id", FieldType::Int), dotted.clone()];
+    f.deliver_all(&pipeline_schema(&[("t", s1)]))?;
+    let before = f.table("t")?;
+    let dotted_id = before
+        .metadata()
+        .current_schema()
+        .field_by_name("a.b")
+        .map(|f| f.id)
+        .ok_or("no a.b column after pass 1")?;
+
+    // Pass 2: the struct arrives; pass 3: one record with both.
+    let b2 = RecordBatch::try_new(
+        Arc::new(Schema::new(vec![
+            int("id"),
+            ArrowField::new("a", DataType::Struct(b_fields.clone()), true),
+        ])),
+        vec![
+            Arc::new(Int32Array::from(vec![2])),
+            Arc::new(struct_a(vec![Some(20)])?),
+        ],
+    )?;
+    let b3 = RecordBatch::try_new(
+        Arc::new(Schema::new(vec![
+            int("id"),
+            int("a.b"),
+            ArrowField::new("a", DataType::Struct(b_fields.clone()), true),
+        ])),
+        vec![
+            Arc::new(Int32Array::from(vec![3])),
+            Arc::new(Int32Array::from(vec![30])),
+            Arc::new(struct_a(vec![Some(31)])?),
+        ],
+    )?;
+    f.wal.append(b"p2", &[part("t", b2)])?;
+    f.wal.append(b"p3", &[part("t", b3)])?;
+    let s2 = vec![Field::new("id", FieldType::Int), dotted, nested];
+    f.deliver_all(&pipeline_schema(&[("t", s2.clone())]))
+        .map_err(|e| format!("deliver 2: {e}"))?;
+    // A later pass with the same schema changes nothing and fails nothing.
+    f.deliver_all(&pipeline_schema(&[("t", s2)]))
+        .map_err(|e| format!("deliver 3: {e}"))?;
+
+    let after = f.table("t")?;
+    let schema = after.metadata().current_schema();
+    let undotted = schema.field_by_name("a%2Eb").ok_or("no a%2Eb column")?;
+    assert_eq!(
+        undotted.id, dotted_id,
+        "the dotted column was renamed, not replaced"
+    );
+    let nested_b = schema.field_by_name("a.b").ok_or("no a.b path")?;
+    assert_ne!(nested_b.id, dotted_id, "a.b now names the struct's field");
+
+    let mut seen: Vec<(i32, Option<i32>, Option<i32>)> = Vec::new();
+    for batch in f.rows("t")? {
+        let ids = batch
+            .column_by_name("id")
+            .ok_or("id")?
+            .as_primitive::<arrow::datatypes::Int32Type>()
+            .clone();
+        let flat = batch
+            .column_by_name("a%2Eb")
+            .ok_or("a%2Eb")?
+            .as_primitive::<arrow::datatypes::Int32Type>()
+            .clone();
+        let a = batch.column_by_name("a").ok_or("a")?.as_struct().clone();
+        let b = a
+            .column_by_name("b")
+            .ok_or("a.b")?
+            .as_primitive::<arrow::datatypes::Int32Type>()
+            .clone();
+        for i in 0..batch.num_rows() {
+            let nested = (a.is_valid(i) && b.is_valid(i)).then(|| b.value(i));
+            seen.push((
+                ids.value(i),
+                flat.is_valid(i).then(|| flat.value(i)),
+                nested,
+            ));
+        }
+    }
+    seen.sort_unstable();
+    assert_eq!(
+        seen,
+        vec![
+            (1, Some(10), None),
+            (2, None, Some(20)),
+            (3, Some(30), Some(31))
+        ]
+    );
+    Ok(())
+}
