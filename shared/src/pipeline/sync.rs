@@ -435,6 +435,13 @@ pub fn sync_pass(
         if let Some(d) = delivery.as_mut() {
             d.start_worker(scope, wal_reader.clone());
         }
+        // A source that takes long to fill a batch ends it early on a stop request or at the
+        // deadline, so the batch in hand is committed soon and no more is read.
+        let mut source = source;
+        source.stop_on(crate::sources::StopRequest::new(
+            Arc::clone(&options.stop),
+            options.deadline,
+        ));
         let read = read_ahead_with(source, 2, prepare, |steps| -> Result<(), PipelineError> {
             for step in steps {
                 let (prepared, progress, checkpoint) = match step {
@@ -632,6 +639,14 @@ pub fn sync_pass(
                     report.stopped_for_deadline = true;
                     return Ok(());
                 }
+            }
+            // The source may have ended reading because of the request, not at its end: then
+            // this read did not end (nothing marks it whole).
+            if options.stop.load(Ordering::SeqCst) {
+                report.stopped = true;
+            } else if reached(options.deadline) {
+                report.stopped = true;
+                report.stopped_for_deadline = true;
             }
             Ok(())
         });

@@ -165,6 +165,35 @@ pub struct Progress {
     pub retries: u64,
 }
 
+/// A request to stop reading, which the pipeline shares with its source: the flag a signal
+/// handler sets, and the deadline of the pass. A source that may take long to fill a batch (an
+/// API paging for `batch_size_seconds`, standard input waiting for lines) checks it while it
+/// fills one: it then ends the batch with what it has, or ends reading (`Ok(None)`) when it
+/// has nothing, so a stop request is answered in about a page's time, not a batch's.
+#[derive(Debug, Clone, Default)]
+pub struct StopRequest {
+    flag: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    deadline: Option<std::time::Instant>,
+}
+
+impl StopRequest {
+    /// Stop once `flag` is set or `deadline` has passed.
+    pub fn new(
+        flag: std::sync::Arc<std::sync::atomic::AtomicBool>,
+        deadline: Option<std::time::Instant>,
+    ) -> StopRequest {
+        StopRequest { flag, deadline }
+    }
+
+    /// Whether reading should stop now.
+    pub fn is_requested(&self) -> bool {
+        self.flag.load(std::sync::atomic::Ordering::SeqCst)
+            || self
+                .deadline
+                .is_some_and(|d| std::time::Instant::now() >= d)
+    }
+}
+
 /// A connector that reads records.
 pub trait Source: Send {
     /// Read the next batch; `Ok(None)` once the source has nothing more right now.
@@ -188,4 +217,11 @@ pub trait Source: Send {
     /// - the bytes are versioned; a source refuses bytes it cannot read with
     ///   [`SourceError::BadCheckpoint`], never by silently starting over.
     fn checkpoint(&self) -> Result<Vec<u8>, SourceError>;
+
+    /// Watch `stop` while filling a batch (see [`StopRequest`]). The default ignores it: a
+    /// source whose batches fill in bounded time (files, objects, a table) is asked between
+    /// batches only.
+    fn stop_on(&mut self, stop: StopRequest) {
+        let _ = stop;
+    }
 }

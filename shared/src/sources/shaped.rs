@@ -184,6 +184,10 @@ impl Source for Shaped {
     fn checkpoint(&self) -> Result<Vec<u8>, SourceError> {
         self.inner.checkpoint()
     }
+
+    fn stop_on(&mut self, stop: crate::sources::StopRequest) {
+        self.inner.stop_on(stop);
+    }
 }
 
 #[cfg(test)]

@@ -6,6 +6,10 @@
 //! reads whatever the next process is given, not where this one stopped. The docs and
 //! `doctor` say so. For data that must not be lost, write it to a file and use the File source.
 //!
+//! On a stop request (SIGINT, SIGTERM, the pass's deadline) the batch being filled takes the
+//! lines already queued and ends, so they are committed with it; lines the pipe still holds
+//! are left to the writer's next reader.
+//!
 //! A thread reads the pipe line by line into a bounded queue, so a batch also closes by time
 //! (`batch_size_seconds`, else the pipeline's `buffer_threshold_seconds`) while the writer is
 //! slow, and memory stays at the queue and one batch. Formats: JSON lines (`jsonl`, `json`:
@@ -13,7 +17,7 @@
 //! source types CSV cells; a quoted value cannot span lines here).
 
 use std::io::BufRead;
-use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TryRecvError};
 use std::time::{Duration, Instant};
 
 use serde_json::{Map, Value};
@@ -27,6 +31,9 @@ const STDIN_CHECKPOINT_VERSION: u32 = 1;
 
 /// Lines queued between the reading thread and the batches.
 const QUEUE_LINES: usize = 4096;
+
+/// How often a wait for standard input looks for a stop request.
+const STOP_CHECK: Duration = Duration::from_millis(100);
 
 /// How a Stdin source reads.
 #[derive(Debug, Clone)]
@@ -58,6 +65,8 @@ pub struct StdinSource {
     bytes: u64,
     header: Option<Vec<String>>,
     ended: bool,
+    /// Checked while waiting for lines: a stop request ends the batch being filled.
+    stop: crate::sources::StopRequest,
 }
 
 impl StdinSource {
@@ -87,6 +96,7 @@ impl StdinSource {
             bytes: 0,
             header: None,
             ended: false,
+            stop: super::StopRequest::default(),
         }
     }
 
@@ -206,14 +216,26 @@ impl Source for StdinSource {
             if count > 0 && batch.bytes_read >= self.options.batch_bytes {
                 break;
             }
-            let wait = self.options.batch_time.saturating_sub(started.elapsed());
-            let line = if count == 0 {
-                // Nothing yet: wait for the writer as long as it takes.
-                self.lines
-                    .recv()
-                    .map_err(|_| RecvTimeoutError::Disconnected)
+            let line = if self.stop.is_requested() {
+                // Stopping: the lines already taken from the pipe (which cannot be read again)
+                // go into this batch, which the pipeline commits; then reading ends.
+                match self.lines.try_recv() {
+                    Ok(line) => Ok(line),
+                    Err(TryRecvError::Disconnected) => Err(RecvTimeoutError::Disconnected),
+                    Err(TryRecvError::Empty) if count == 0 => {
+                        tracing::info!("Standard input: reading stops on request.");
+                        return Ok(None);
+                    }
+                    Err(TryRecvError::Empty) => break,
+                }
             } else {
-                self.lines.recv_timeout(wait)
+                // Wait for the next line until the batch's time is up (with nothing yet, as
+                // long as it takes), looking for a stop request every `STOP_CHECK`.
+                let wait = self.options.batch_time.saturating_sub(started.elapsed());
+                match self.lines.recv_timeout(STOP_CHECK.min(wait)) {
+                    Err(RecvTimeoutError::Timeout) if count == 0 || wait > STOP_CHECK => continue,
+                    line => line,
+                }
             };
             let text = match line {
                 Ok(Ok(text)) => text,
@@ -267,6 +289,10 @@ impl Source for StdinSource {
             "lines": self.line,
         }))
         .unwrap_or_default())
+    }
+
+    fn stop_on(&mut self, stop: super::StopRequest) {
+        self.stop = stop;
     }
 }
 
@@ -368,5 +394,42 @@ mod tests {
         let second = source.next_batch().unwrap().unwrap();
         assert_eq!(second.records.len(), 1);
         assert!(source.next_batch().unwrap().is_none());
+    }
+
+    /// Regression: a stop request (SIGTERM) while the writer keeps standard input open but
+    /// quiet waited for the writer for ever (with nothing read) or for the batch's time. The
+    /// lines already queued go into the batch.
+    #[test]
+    fn a_stop_request_ends_the_batch_and_the_wait_for_a_quiet_writer() {
+        let mut opts = options(false, 1000);
+        opts.batch_time = Duration::from_secs(600);
+        let (_keep_open, wait) = std::sync::mpsc::channel::<()>();
+        let (sent, lines_sent) = std::sync::mpsc::channel::<()>();
+        let mut source = StdinSource::from_reader(opts, move |tx| {
+            let _ = tx.send(Ok(b"{\"id\":1}".to_vec()));
+            let _ = sent.send(());
+            // Open and quiet until the test ends.
+            let _ = wait.recv();
+        });
+        let flag = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        source.stop_on(super::super::StopRequest::new(
+            std::sync::Arc::clone(&flag),
+            None,
+        ));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let reader = std::thread::spawn(move || {
+            let first = source.next_batch().unwrap();
+            let second = source.next_batch().unwrap();
+            let _ = tx.send(());
+            (first, second)
+        });
+        lines_sent.recv().unwrap();
+        flag.store(true, std::sync::atomic::Ordering::SeqCst);
+        // A hang guard, not a timing: without the request seen, the wait lasts for ever.
+        rx.recv_timeout(Duration::from_secs(60))
+            .expect("the wait did not end on the stop request");
+        let (first, second) = reader.join().unwrap();
+        assert_eq!(first.map(|b| b.records.len()), Some(1));
+        assert!(second.is_none(), "reading ends after the request");
     }
 }

@@ -254,6 +254,8 @@ pub struct HttpSource {
     reported: bool,
     /// Records and deadletters handed out by this source (bounded by `sample_records`).
     handed_out: u64,
+    /// Checked between pages: a stop request ends the batch being filled.
+    stop: crate::sources::StopRequest,
 }
 
 impl std::fmt::Debug for HttpSource {
@@ -329,6 +331,7 @@ impl HttpSource {
             bytes_done: 0,
             reported: false,
             handed_out: 0,
+            stop: crate::sources::StopRequest::default(),
             options: Arc::new(options),
         };
         match old.and_then(|c| c.page) {
@@ -556,6 +559,7 @@ impl Source for HttpSource {
         let start_bytes = self.bytes_done;
         let started = std::time::Instant::now();
         let mut count = 0usize;
+        let mut stopped = false;
         loop {
             if count >= self.options.batch_rows
                 || self
@@ -576,6 +580,12 @@ impl Source for HttpSource {
                     self.pages += 1;
                     self.offset += done.taken;
                     self.pending = done.next;
+                }
+                // Between pages: a stop request ends the batch here (the next pass reads on
+                // from the checkpoint after it).
+                if self.stop.is_requested() {
+                    stopped = true;
+                    break;
                 }
                 if !self.load()? {
                     break;
@@ -641,6 +651,10 @@ impl Source for HttpSource {
             self.pending = done.next;
         }
         batch.bytes_read = self.bytes_done - start_bytes;
+        if count == 0 && stopped {
+            tracing::info!(url = %self.options.url, pages = self.pages, "The HttpClient source stops reading on request.");
+            return Ok(None);
+        }
         if count == 0 {
             if !self.reported {
                 self.reported = true;
@@ -694,5 +708,9 @@ impl Source for HttpSource {
             path: self.options.url.redacted(),
             message: e.to_string(),
         })
+    }
+
+    fn stop_on(&mut self, stop: crate::sources::StopRequest) {
+        self.stop = stop;
     }
 }

@@ -616,3 +616,70 @@ fn next_links_that_loop_back_end_the_pass_after_each_page_once() {
     assert_eq!(read_all(&mut source).0, vec![0, 1, 2]);
     assert_eq!(server.hits.load(Ordering::SeqCst), 3);
 }
+
+/// Regression (found by an outside-in probe): on SIGTERM during an endless paginated API with
+/// the default `batch_size_seconds` (60), the batch being filled ran to its time and the read
+/// ahead one after it (110 s to exit, thousands of pages read and thrown away). A stop
+/// request now ends the batch at the next page boundary; reading then ends, and a pass from
+/// the batch's checkpoint reads on from the record after it.
+#[test]
+fn a_stop_request_ends_the_batch_being_filled_at_the_next_page() {
+    let server = Server::start(|target, _| {
+        let page: u64 = param(target, "p").map_or(0, |p| p.parse().unwrap());
+        let body = json!({"data": records(page, 5), "next": format!("/x?p={}", page + 1)});
+        (200, vec![], serde_json::to_vec(&body).unwrap())
+    });
+    let opts = || HttpSourceOptions {
+        paginator: Some(HttpPaginator::NextUrl {
+            path: "next".into(),
+        }),
+        batch_rows: usize::MAX,
+        batch_bytes: u64::MAX,
+        ..options(&server.url("/x"))
+    };
+    let flag = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut source = HttpSource::open_at(opts(), None).unwrap();
+    source.stop_on(crate::sources::StopRequest::new(Arc::clone(&flag), None));
+    let (tx, rx) = std::sync::mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        let first = source.next_batch().unwrap();
+        let checkpoint = source.checkpoint().unwrap();
+        let after = source.next_batch().unwrap();
+        tx.send(()).unwrap();
+        (first, checkpoint, after)
+    });
+    // Let some pages be read, then ask to stop.
+    while server.hits.load(Ordering::SeqCst) < 3 {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    flag.store(true, Ordering::SeqCst);
+    // A hang guard, not a timing: without the fix the batch fills for 600 s.
+    rx.recv_timeout(Duration::from_secs(60))
+        .expect("the batch did not end on the stop request");
+    let (first, checkpoint, after) = reader.join().unwrap();
+    let first = first.expect("a batch with the pages read before the request");
+    let ids: Vec<u64> = first
+        .records
+        .iter()
+        .map(|r| r.value["id"].as_u64().unwrap())
+        .collect();
+    assert!(!ids.is_empty());
+    assert_eq!(ids, (0..ids.len() as u64).collect::<Vec<_>>());
+    assert_eq!(ids.len() % 5, 0, "the batch ends at a page boundary");
+    assert!(after.is_none(), "reading ends after the request");
+
+    // The next pass reads on from the record after the batch.
+    let mut next = HttpSource::open_at(
+        HttpSourceOptions {
+            batch_rows: 3,
+            ..opts()
+        },
+        Some(&checkpoint),
+    )
+    .unwrap();
+    let batch = next.next_batch().unwrap().unwrap();
+    assert_eq!(
+        batch.records[0].value["id"].as_u64(),
+        Some(ids.len() as u64)
+    );
+}
