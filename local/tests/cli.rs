@@ -224,7 +224,7 @@ fn config_errors_exit_2_with_one_message_naming_file_and_key() {
     let expectations = [
         "pipelines.p.data_snk (line 4, column 5); did you mean `data_sink`?",
         "pipelines.p.data_source references 'data_sources.nope', but 'nope' is not defined.",
-        "skippr.yml references ${NOT_SET_ANYWHERE} at data_sources.s.File.path, but that environment variable is not set",
+        "skippr.yml references ${NOT_SET_ANYWHERE} at data_sources.s.File.path (line 4), but that environment variable is not set",
         "data_sources.s.HttpClient.bearer_token (line 5, column 7) is a secret",
         "pipelines name 'wal' is reserved",
     ];

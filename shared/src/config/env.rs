@@ -177,6 +177,7 @@ fn walk(
                             file_name: file_name.to_owned(),
                             name,
                             path: path.clone(),
+                            line: None,
                         });
                     }
                     Some(v) if v.is_empty() => {
@@ -184,6 +185,7 @@ fn walk(
                             file_name: file_name.to_owned(),
                             name,
                             path: path.clone(),
+                            line: None,
                         });
                     }
                     Some(v) => {

@@ -145,7 +145,8 @@ pub enum ConfigError {
     },
     /// `${NAME}` refers to an unset variable.
     #[error(
-        "{file_name} references ${{{name}}} at {path}, but that environment variable is not set"
+        "{file_name} references ${{{name}}} at {path}{}, but that environment variable is not set",
+        on_line(*.line)
     )]
     EnvUnset {
         /// The config file's name, as users know it (`skippr.yml`).
@@ -154,9 +155,14 @@ pub enum ConfigError {
         name: String,
         /// The key path.
         path: String,
+        /// The line of the file where the reference first appears, when found.
+        line: Option<usize>,
     },
     /// `${NAME}` refers to an empty variable.
-    #[error("{file_name} references ${{{name}}} at {path}, but that environment variable is empty")]
+    #[error(
+        "{file_name} references ${{{name}}} at {path}{}, but that environment variable is empty",
+        on_line(*.line)
+    )]
     EnvEmpty {
         /// The config file's name.
         file_name: String,
@@ -164,6 +170,8 @@ pub enum ConfigError {
         name: String,
         /// The key path.
         path: String,
+        /// The line of the file where the reference first appears, when found.
+        line: Option<usize>,
     },
     /// A `.env` file line that is not `NAME=value`.
     #[error("cannot parse '{path}' line {line}: {message}")]
@@ -335,4 +343,9 @@ pub(crate) fn suggest<'a>(
         .filter(|(d, c)| *d <= 2.max(c.len() / 4) && *d < c.len())
         .min_by_key(|(d, _)| *d)
         .map(|(_, c)| c.to_owned())
+}
+
+/// ` (line N)`, or nothing.
+fn on_line(line: Option<usize>) -> String {
+    line.map(|n| format!(" (line {n})")).unwrap_or_default()
 }

@@ -294,7 +294,19 @@ pub fn parse_str(
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_else(|| "skippr.yml".to_owned());
-    let env_refs = super::env::substitute(&mut tree, env, &file_name)?;
+    let env_refs = super::env::substitute(&mut tree, env, &file_name).map_err(|mut e| {
+        // The tree has no lines: the reference's first appearance in the text gives one.
+        if let ConfigError::EnvUnset { name, line, .. } | ConfigError::EnvEmpty { name, line, .. } =
+            &mut e
+        {
+            let reference = format!("${{{name}}}");
+            *line = text
+                .lines()
+                .position(|l| l.contains(&reference))
+                .map(|at| at + 1);
+        }
+        e
+    })?;
     // The generic tree holds YAML's plain scalars as numbers and booleans (`workspace: 2024`),
     // which the typed pass over the text accepted as text. Turn such a value back into text
     // where a text field expects it, then type again; each round fixes one value.

@@ -159,10 +159,29 @@ fn plural(count: u64) -> &'static str {
     if count == 1 { "" } else { "s" }
 }
 
+/// A field name as the tree shows it: as it is, or JSON-quoted (`"new\nline"`) when it would
+/// not read as one name on its line (empty, control characters, a `:`, a `"`, or spaces at
+/// either end).
+fn shown_name(name: &str) -> std::borrow::Cow<'_, str> {
+    let plain = !name.is_empty()
+        && name.trim() == name
+        && !name.chars().any(|c| c.is_control() || c == ':' || c == '"');
+    if plain {
+        std::borrow::Cow::Borrowed(name)
+    } else {
+        std::borrow::Cow::Owned(Value::from(name).to_string())
+    }
+}
+
 fn render_fields(out: &mut String, fields: &[Field], depth: usize) {
     for field in fields {
         let indent = "  ".repeat(depth);
-        let _ = writeln!(out, "{indent}{}: {}", field.name, field.field_type);
+        let _ = writeln!(
+            out,
+            "{indent}{}: {}",
+            shown_name(&field.name),
+            field.field_type
+        );
         let mut inner = &field.field_type;
         while let FieldType::List(element) = inner {
             inner = element;
@@ -559,6 +578,38 @@ mod tests {
         let error = PipelineSchema::load(&path).unwrap_err();
         assert!(matches!(error, SchemaError::NotFound { .. }));
         assert!(error.to_string().contains("run `skipprd discover` first"));
+    }
+
+    /// Regression (found by an outside-in probe): a key holding a newline was printed raw,
+    /// breaking the tree into a line that looked like another field.
+    #[test]
+    fn render_tree_quotes_names_that_would_not_read_as_one() {
+        let mut schema = PipelineSchema::empty("p", "w");
+        schema.namespaces.insert(
+            "t".into(),
+            NamespaceSchema {
+                fields: vec![
+                    Field::new("", FieldType::Long),
+                    Field::new(" pad", FieldType::Long),
+                    Field::new("a: b", FieldType::Long),
+                    Field::new("new\nline", FieldType::Long),
+                    Field::new("plain name.x", FieldType::Long),
+                ],
+                records: 1,
+            },
+        );
+        let tree = schema.render_tree();
+        let fields: Vec<&str> = tree.lines().skip(3).collect();
+        assert_eq!(
+            fields,
+            [
+                "  \"\": long",
+                "  \" pad\": long",
+                "  \"a: b\": long",
+                "  \"new\\nline\": long",
+                "  plain name.x: long",
+            ]
+        );
     }
 
     #[test]

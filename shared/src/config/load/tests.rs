@@ -312,13 +312,13 @@ fn unset_or_empty_variables_fail_naming_the_variable_and_key_path() {
     let text = "data_sources:\n  s:\n    File:\n      path: ${MISSING_GLOB}\n";
     assert_eq!(
         load_text(text, &[]).unwrap_err().to_string(),
-        "skippr.yml references ${MISSING_GLOB} at data_sources.s.File.path, but that environment variable is not set"
+        "skippr.yml references ${MISSING_GLOB} at data_sources.s.File.path (line 4), but that environment variable is not set"
     );
     assert_eq!(
         load_text(text, &[("MISSING_GLOB", "")])
             .unwrap_err()
             .to_string(),
-        "skippr.yml references ${MISSING_GLOB} at data_sources.s.File.path, but that environment variable is empty"
+        "skippr.yml references ${MISSING_GLOB} at data_sources.s.File.path (line 4), but that environment variable is empty"
     );
 }
 

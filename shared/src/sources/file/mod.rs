@@ -269,7 +269,7 @@ mod parquet;
 mod paths;
 mod reader;
 #[cfg(test)]
-mod resume_tests;
+pub(crate) mod resume_tests;
 mod watermark;
 #[cfg(test)]
 mod watermark_tests;

@@ -278,7 +278,7 @@ fn a_file_added_later_is_read_by_the_next_pass() {
 }
 
 /// Warnings logged while `f` runs, by message.
-pub(super) fn warnings<T>(f: impl FnOnce() -> T) -> (T, Vec<String>) {
+pub(crate) fn warnings<T>(f: impl FnOnce() -> T) -> (T, Vec<String>) {
     #[derive(Clone, Default)]
     struct Warnings(Arc<Mutex<Vec<String>>>);
     impl tracing::Subscriber for Warnings {

@@ -55,6 +55,9 @@ impl Counts {
     }
 }
 
+/// The UTF-8 byte order mark.
+const UTF8_BOM: &[u8] = b"\xEF\xBB\xBF";
+
 impl Drop for Client {
     fn drop(&mut self) {
         if let Some(runtime) = self.runtime.take() {
@@ -193,12 +196,19 @@ impl Client {
             let headers = response.headers().clone();
             let mut body = Spool::new(spool_bytes).expecting(response.content_length());
             let mut over = false;
+            let mut first = true;
             while let Some(chunk) = response.chunk().await.map_err(Received::Http)? {
+                // A UTF-8 byte order mark some servers put first is no part of the page.
+                let chunk = match chunk.strip_prefix(UTF8_BOM) {
+                    Some(rest) if first => rest,
+                    _ => &chunk[..],
+                };
+                first = false;
                 if body.len() + chunk.len() as u64 > limit {
                     over = true;
                     break;
                 }
-                body.write(&chunk).map_err(Received::Spool)?;
+                body.write(chunk).map_err(Received::Spool)?;
             }
             let body = body.finish().map_err(Received::Spool)?;
             Ok::<_, Received>((status, headers, body, over))

@@ -256,6 +256,8 @@ pub struct HttpSource {
     handed_out: u64,
     /// Checked between pages: a stop request ends the batch being filled.
     stop: crate::sources::StopRequest,
+    /// Whether the first page read was checked for `records_path`.
+    checked_path: bool,
 }
 
 impl std::fmt::Debug for HttpSource {
@@ -332,6 +334,7 @@ impl HttpSource {
             reported: false,
             handed_out: 0,
             stop: crate::sources::StopRequest::default(),
+            checked_path: false,
             options: Arc::new(options),
         };
         match old.and_then(|c| c.page) {
@@ -417,6 +420,10 @@ impl HttpSource {
         let walked = self.walk(url)?;
         self.bytes_done += walked.wire_bytes;
         let count = walked.page.count;
+        if count == 0 && !self.checked_path {
+            self.warn_if_no_records_path(&walked);
+        }
+        self.checked_path = true;
         let mut items = walked.page.items.peekable();
         let skip = std::mem::take(&mut self.skip).min(count);
         for _ in 0..skip {
@@ -430,6 +437,36 @@ impl HttpSource {
             next: walked.next,
         });
         Ok(true)
+    }
+
+    /// Warn when the first page read has nothing at `records_path`: a path naming no key of
+    /// the page reads no record from any page, which looks like an empty API otherwise.
+    fn warn_if_no_records_path(&self, walked: &Walked) {
+        let Some(path) = &self.options.records_path else {
+            return;
+        };
+        let mut at = &walked.page.document;
+        for segment in page::segments(path) {
+            match at.get(segment.as_str()) {
+                Some(next) => at = next,
+                None => {
+                    let keys: Vec<String> = match at {
+                        Value::Object(map) => {
+                            map.keys().take(10).map(|k| format!("{k:?}")).collect()
+                        }
+                        _ => Vec::new(),
+                    };
+                    tracing::warn!(
+                        url = %walked.shown,
+                        records_path = %path,
+                        missing = %segment,
+                        keys = %keys.join(", "),
+                        "The first page has nothing at records_path, so no record is read from it: check records_path against the page's keys."
+                    );
+                    return;
+                }
+            }
+        }
     }
 
     /// The page at `url`, from the pager's thread (started at the pass's first page), or

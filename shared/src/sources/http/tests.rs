@@ -683,3 +683,73 @@ fn a_stop_request_ends_the_batch_being_filled_at_the_next_page() {
         Some(ids.len() as u64)
     );
 }
+
+/// Regression (found by an outside-in probe): a page starting with a UTF-8 byte order mark
+/// failed as "not JSON"; the mark is dropped, in every format.
+#[test]
+fn a_page_with_a_utf8_byte_order_mark_is_read() {
+    for (format, body) in [
+        (HttpFormat::Json, "{\"data\":[{\"id\":0},{\"id\":1}]}"),
+        (HttpFormat::Jsonl, "{\"id\":0}\n{\"id\":1}\n"),
+        (HttpFormat::Csv, "id\n0\n1\n"),
+    ] {
+        let server = Server::start(move |_, _| {
+            let mut bytes = b"\xEF\xBB\xBF".to_vec();
+            bytes.extend_from_slice(body.as_bytes());
+            (200, vec![], bytes)
+        });
+        let opts = HttpSourceOptions {
+            format,
+            records_path: (format == HttpFormat::Json).then(|| "data".into()),
+            ..options(&server.url("/x"))
+        };
+        let mut source = HttpSource::open_at(opts, None).unwrap();
+        let batch = source.next_batch().unwrap().unwrap();
+        assert!(
+            batch.deadletters.is_empty(),
+            "{format:?}: {:?}",
+            batch.deadletters
+        );
+        let ids: Vec<String> = batch
+            .records
+            .iter()
+            .map(|r| r.value["id"].to_string())
+            .collect();
+        assert_eq!(ids.len(), 2, "{format:?}");
+        assert!(
+            ids[0].contains('0') && ids[1].contains('1'),
+            "{format:?}: {ids:?}"
+        );
+    }
+}
+
+/// Regression (found by an outside-in probe): a `records_path` naming no key of the pages read
+/// nothing and said nothing, like an empty API. The first page now warns, naming the path.
+#[test]
+fn a_records_path_missing_from_the_first_page_is_warned_about_once() {
+    let server = Server::start(|target, _| {
+        let page: u64 = param(target, "p").map_or(0, |p| p.parse().unwrap());
+        let body = json!({"results": records(page, 2), "next": (page < 2).then(|| format!("/x?p={}", page + 1))});
+        (200, vec![], serde_json::to_vec(&body).unwrap())
+    });
+    let read = |records_path: &str| {
+        let opts = HttpSourceOptions {
+            records_path: Some(records_path.into()),
+            paginator: Some(HttpPaginator::NextUrl {
+                path: "next".into(),
+            }),
+            ..options(&server.url("/x"))
+        };
+        crate::sources::file::resume_tests::warnings(|| {
+            let mut source = HttpSource::open_at(opts, None).unwrap();
+            read_all(&mut source).0.len()
+        })
+    };
+    let (rows, warnings) = read("data");
+    assert_eq!(rows, 0);
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert!(warnings[0].contains("records_path"), "{warnings:?}");
+    let (rows, warnings) = read("results");
+    assert_eq!(rows, 6);
+    assert!(warnings.is_empty(), "{warnings:?}");
+}
