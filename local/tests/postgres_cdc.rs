@@ -580,6 +580,84 @@ fn kill_9_while_changes_stream_keeps_every_change_once_and_the_slot_behind_the_w
     drop_slot(&pg, &db, &kill_slot);
 }
 
+/// Regression: SIGTERM while the change stream is quiet waited for it to stay quiet for
+/// `cdc_idle_timeout_seconds` (here 600) before the pass ended. The stream now ends its pass
+/// after the round in hand; what was read lands once, and the next pass reads on from there.
+#[test]
+fn sigterm_while_the_change_stream_is_quiet_ends_the_pass_and_loses_nothing() {
+    let pg = pg();
+    let db = pg.database("cdcterm");
+    let term_slot = slot("term");
+    pg.sql(&db, "CREATE TABLE ev (id int8 PRIMARY KEY)");
+    let dir = tempfile::tempdir().unwrap();
+    let config = |idle: u64| {
+        format!(
+            "host: {}\nport: {}\nuser: {}\npassword: ${{PG_PASSWORD}}\ndatabase: {db}\ncdc_idle_timeout_seconds: {idle}\ncdc_mode: cdc_only\nreplication_slot_name: {term_slot}\ntables: [ev]\n",
+            pg.host, pg.port, pg.user
+        )
+    };
+    write_config(dir.path(), &config(1), false);
+    assert_eq!(sync_ok(dir.path(), &pg.password, "first pass"), 0);
+    write_config(dir.path(), &config(600), false);
+    let mut child = sync_command(dir.path(), &pg.password).spawn().unwrap();
+    // Changes while the pass runs, then quiet.
+    for batch in 0..5 {
+        pg.sql(
+            &db,
+            &format!(
+                "INSERT INTO ev SELECT g FROM generate_series({}, {}) g",
+                batch * 100 + 1,
+                batch * 100 + 100
+            ),
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    let inserted = 500u64;
+    std::thread::sleep(Duration::from_millis(1500));
+    let term = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(term.success());
+    // A hang guard, not a timing: without the fix the pass waits out its 600 s.
+    let mut status = None;
+    for _ in 0..600 {
+        status = child.try_wait().unwrap();
+        if status.is_some() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let Some(status) = status else {
+        child.kill().unwrap();
+        child.wait().unwrap();
+        panic!("the pass did not end within 60 s of SIGTERM");
+    };
+    let mut stdout = String::new();
+    std::io::Read::read_to_string(child.stdout.as_mut().unwrap(), &mut stdout).unwrap();
+    assert!(status.success(), "{status}: {stdout}");
+    let stopped_with = stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|e| e["event"] == "sync_complete")
+        .and_then(|e| e["rows"].as_u64())
+        .unwrap_or_else(|| panic!("no sync_complete event: {stdout}"));
+    write_config(dir.path(), &config(1), false);
+    let rest = sync_ok(dir.path(), &pg.password, "the pass after");
+    assert!(
+        stopped_with > 0,
+        "the stopped pass committed what it had read"
+    );
+    assert_eq!(stopped_with + rest, inserted, "every change once");
+    let rows = query(
+        dir.path(),
+        &pg.password,
+        "SELECT count(*) AS n, count(DISTINCT id) AS d FROM pg.postgres_ev",
+    );
+    assert_eq!(rows, vec![json!({"n": inserted, "d": inserted})]);
+    drop_slot(&pg, &db, &term_slot);
+}
+
 #[test]
 fn what_cdc_lacks_fails_naming_the_table_or_slot_and_the_fix() {
     let pg = pg();

@@ -45,7 +45,8 @@
 //! pass ends once a round brings nothing new and no change has come for
 //! `cdc_idle_timeout_seconds`, or after ten times that, or after a round once it has handed
 //! out 200,000 changes (each round decodes again from the slot's confirmed position, which
-//! only the next pass moves).
+//! only the next pass moves), or after the round in hand on a stop request (SIGTERM, a
+//! Lambda pass's deadline).
 
 use std::collections::{BTreeSet, HashMap};
 use std::time::{Duration, Instant};
@@ -170,6 +171,8 @@ pub(crate) struct StreamOptions {
     pub publication: String,
     /// A pass ends after this long without a change.
     pub idle: Duration,
+    /// ... or after the round in hand on a stop request.
+    pub stop: crate::sources::StopRequest,
 }
 
 fn failed(options: &PostgresSourceOptions, message: String, retryable: bool) -> SourceError {
@@ -549,6 +552,7 @@ async fn read(
         if last_change.elapsed() >= stream.idle
             || started.elapsed() >= longest
             || handed_out >= ROUNDS_RECORDS_MAX
+            || stream.stop.is_requested()
         {
             if reader.at != reader.sent_at {
                 reader.send(tx).await;

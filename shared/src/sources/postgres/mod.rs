@@ -308,6 +308,8 @@ pub struct PostgresSource {
     finished: bool,
     rows_done: u64,
     tables_done: u64,
+    /// A change stream's round loop ends its pass on a stop request.
+    stop: crate::sources::StopRequest,
 }
 
 impl std::fmt::Debug for PostgresSource {
@@ -394,6 +396,7 @@ impl PostgresSource {
             finished: false,
             rows_done: 0,
             tables_done: 0,
+            stop: crate::sources::StopRequest::default(),
         })
     }
 
@@ -524,6 +527,7 @@ impl PostgresSource {
         let stream = StreamOptions {
             publication: settings.publication.clone(),
             idle: settings.idle_timeout,
+            stop: self.stop.clone(),
         };
         let fresh = self.state.cdc.is_none();
         let options = self.options.clone();
@@ -560,6 +564,7 @@ impl PostgresSource {
                 let stream = StreamOptions {
                     publication: settings.publication.clone(),
                     idle: settings.idle_timeout,
+                    stop: self.stop.clone(),
                 };
                 let mut options = self.options.clone();
                 options.tables.clone_from(&self.configured_tables);
@@ -792,5 +797,9 @@ impl Source for PostgresSource {
             path: self.state.source.clone(),
             message: format!("cannot encode the checkpoint: {e}"),
         })
+    }
+
+    fn stop_on(&mut self, stop: crate::sources::StopRequest) {
+        self.stop = stop;
     }
 }
