@@ -250,7 +250,9 @@ impl Column {
             Data::Int(_) => value.as_i64().is_some_and(|int| i32::try_from(int).is_ok()),
             Data::Long(_) | Data::TimestampMs(_) => value.as_i64().is_some(),
             Data::Double(_) => match value {
-                Value::Number(_) => true,
+                // Not an integer beyond `i64` that the parser read exactly: a double would
+                // round it (it goes to a string column, whose text keeps it).
+                Value::Number(number) => !number.is_u64() || number.as_i64().is_some(),
                 Value::String(text) => parse_numeric(text).is_some(),
                 _ => false,
             },

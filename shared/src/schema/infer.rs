@@ -170,6 +170,8 @@ impl Acc {
             Value::Bool(_) => self.bools += 1,
             Value::Number(number) => match number.as_i64() {
                 Some(int) => self.add_int(int),
+                // Beyond `i64` but read exactly: a double would round it, its text keeps it.
+                None if number.is_u64() => self.strings += 1,
                 None => self.floats += 1,
             },
             Value::String(text) => {

@@ -19,7 +19,8 @@
 //! |---|---|
 //! | `true` / `false` | boolean |
 //! | a number written without fraction or exponent that fits a signed 64-bit integer | integer |
-//! | any other number (`1.5`, `1e3`, `1.0`, or an integer beyond 64 bits) | float |
+//! | an integer from 2^63 to 2^64 - 1 (read exactly, but a double would round it) | string (neither a date nor numeric), so its digits are kept as text |
+//! | any other number (`1.5`, `1e3`, `1.0`, or an integer beyond 2^64, which the parser reads as a float) | float |
 //! | a string | string (also noted: is it a date? is it a number?) |
 //! | an object | struct (each key summarized recursively), but string for a map-like or too deeply nested object (see [Limits](#limits-maps-and-deep-nesting)) |
 //! | an array | list (all elements of all arrays summarized together as one element), but string when too deeply nested |
@@ -159,7 +160,8 @@
 //! schema. A value goes into its field's column when it fits:
 //!
 //! - `boolean`: booleans. `int`: integers in 32 bits. `long`: integers in 64 bits.
-//! - `double`: any number, and numeric strings.
+//! - `double`: any number but an integer from 2^63 to 2^64 - 1 (a double would round its
+//!   digits: it goes to a `string` column, as its exact text), and numeric strings.
 //! - `date`: `YYYY-MM-DD` strings naming a real day.
 //! - `timestamp`: integers, read as Unix seconds (stored as microseconds).
 //!   `timestamp_ms`: integers, read as Unix milliseconds.

@@ -185,7 +185,12 @@ impl Column {
             (Data::Timestamp(_), Token::Integer { .. }) => json_tape::integer(text(token)?)?
                 .checked_mul(1_000_000)
                 .is_some(),
-            (Data::Double(_), Token::Integer { .. } | Token::Float { .. }) => true,
+            // An integer beyond `i64` (or `-0`): `append` decides (see `Column::fits`).
+            (Data::Double(_), Token::Integer { .. }) => {
+                json_tape::integer(text(token)?)?;
+                true
+            }
+            (Data::Double(_), Token::Float { .. }) => true,
             (Data::Double(_), Token::String { .. }) => {
                 let text = json_tape::string_text(token, line, scratch)?;
                 parse_numeric(std::str::from_utf8(text).ok()?).is_some()
@@ -228,7 +233,12 @@ impl Column {
             (Data::Timestamp(values), Token::Integer { .. }) => {
                 values.push(json_tape::integer(text(token)?)?.checked_mul(1_000_000)?);
             }
-            (Data::Double(values), Token::Integer { .. } | Token::Float { .. }) => {
+            (Data::Double(values), Token::Integer { .. }) => {
+                // Not an integer beyond `i64` (or `-0`): see `fits_token`.
+                json_tape::integer(text(token)?)?;
+                values.push(json_tape::number(token, line)?);
+            }
+            (Data::Double(values), Token::Float { .. }) => {
                 values.push(json_tape::number(token, line)?);
             }
             (Data::Double(values), Token::String { .. }) => {

@@ -154,6 +154,50 @@ fn values_that_do_not_fit_go_to_their_sibling_column_and_numeric_strings_stay_in
     assert_eq!(text.value(2), "n/a");
 }
 
+/// Regression (found by an outside-in probe): 18446744073709551615 landed in a double column
+/// as 1.8446744073709552e19. An integer past `i64` that a double would round goes to the
+/// string sibling as its exact digits, by the `serde_json` path and the tape path alike.
+#[test]
+fn an_integer_past_i64_goes_to_the_string_sibling_not_into_a_double() {
+    let ns = schema_of(vec![
+        Field::new("x", FieldType::Double),
+        Field::new("x_string", FieldType::String),
+    ]);
+    let lines = [
+        r#"{"x":18446744073709551615}"#,
+        r#"{"x":9223372036854775808}"#,
+        r#"{"x":9223372036854775807}"#,
+        r#"{"x":-0}"#,
+        r#"{"x":2.5}"#,
+    ];
+    let slow = build(
+        &ns,
+        &lines
+            .iter()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect::<Vec<Value>>(),
+    );
+    let mut builder = RecordBatchBuilder::new(&ns);
+    let (mut tape, mut scratch) = (crate::schema::json_tape::Tape::default(), Vec::new());
+    for line in lines {
+        assert!(tape.parse(line.as_bytes()));
+        if !builder.append_tape(&tape, line.as_bytes(), &mut scratch) {
+            let value: Value = serde_json::from_str(line).unwrap();
+            builder.append(&object(value), here).unwrap();
+        }
+    }
+    let fast = builder.finish().unwrap();
+    assert_eq!(slow, fast);
+    let x = slow.column(0).as_primitive::<Float64Type>();
+    let text = slow.column(1).as_string::<i32>();
+    assert!(x.is_null(0) && x.is_null(1));
+    assert_eq!(text.value(0), "18446744073709551615");
+    assert_eq!(text.value(1), "9223372036854775808");
+    assert_eq!(x.value(2), 9_223_372_036_854_775_807_f64);
+    assert_eq!((x.value(3), x.value(4)), (-0.0, 2.5));
+    assert_eq!(text.null_count(), 3);
+}
+
 #[test]
 fn siblings_are_tried_in_type_order_and_through_merged_siblings() {
     // `a_string` is a real int field that also took strings from `a` at discovery,

@@ -77,9 +77,13 @@ fn decimals_infer_double_and_absorb_integers() {
     assert_eq!(type_of_x(&[json!(1.0)]), FieldType::Double);
 }
 
+/// An integer from 2^63 to 2^64 - 1 is read exactly, but a double would round it: it counts
+/// as text, so its digits are kept (it was a double, silently rounded).
 #[test]
-fn integers_beyond_64_bits_count_as_decimals() {
-    assert_eq!(type_of_x(&[json!(u64::MAX)]), FieldType::Double);
+fn integers_past_i64_that_a_double_would_round_count_as_text() {
+    assert_eq!(type_of_x(&[json!(u64::MAX)]), FieldType::String);
+    assert_eq!(type_of_x(&[json!(i64::MAX as u64 + 1)]), FieldType::String);
+    assert_eq!(type_of_x(&[json!(i64::MAX)]), FieldType::Long);
 }
 
 #[test]
