@@ -53,6 +53,10 @@ impl<R: Read> Read for CountingReader<R> {
     }
 }
 
+/// Opens a second stream of an input from its beginning (a CSV reader wants one to read its
+/// header again on resume, and to step over a record too long to hold).
+pub(crate) type Reopen = Box<dyn Fn() -> Result<InputStream, SourceError> + Send>;
+
 /// A file's decompressed byte stream, buffered.
 pub(crate) struct InputStream {
     /// The decompressed bytes.

@@ -2,13 +2,13 @@
 //! typed by [`type_cell`].
 
 use std::collections::HashSet;
-use std::io::{self, BufReader, Read};
+use std::io::{self, BufRead, BufReader, Read};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde_json::{Map, Number, Value};
 
-use super::compression::{Compression, InputStream, stream_error};
+use super::compression::{Compression, InputStream, Reopen, stream_error};
 use super::reader::{FileContext, Item, RecordReader, Resume, raw_text};
 use crate::deadletter::FailureCode;
 use crate::sources::SourceError;
@@ -170,12 +170,15 @@ pub(crate) struct CsvReader {
     base_offset: u64,
     base_line: u64,
     done: bool,
+    /// A second stream of the input from its start, to step over a record too long to hold;
+    /// without one, such a record ends the file.
+    reopen: Option<Reopen>,
 }
 
 impl CsvReader {
-    /// Read `stream` as CSV with a header row.
-    pub(crate) fn new(ctx: FileContext, stream: InputStream) -> Self {
-        Self::build(ctx, stream, true)
+    /// Read `stream` as CSV with a header row; `reopen` opens the input again from its start.
+    pub(crate) fn new(ctx: FileContext, stream: InputStream, reopen: Option<Reopen>) -> Self {
+        Self::build(ctx, stream, true, reopen)
     }
 
     /// Go on reading a CSV file whose header names are `headers` from `stream`, positioned at
@@ -185,8 +188,9 @@ impl CsvReader {
         stream: InputStream,
         start: Resume,
         headers: Vec<String>,
+        reopen: Reopen,
     ) -> Self {
-        let mut reader = Self::build(ctx, stream, false);
+        let mut reader = Self::build(ctx, stream, false, Some(reopen));
         reader.headers = Some(headers);
         reader.base_offset = start.offset;
         reader.base_line = start.records;
@@ -207,19 +211,14 @@ impl CsvReader {
         Ok(self.headers.unwrap_or_default())
     }
 
-    fn build(ctx: FileContext, stream: InputStream, has_headers: bool) -> Self {
+    fn build(
+        ctx: FileContext,
+        stream: InputStream,
+        has_headers: bool,
+        reopen: Option<Reopen>,
+    ) -> Self {
         let record_start = Arc::new(AtomicU64::new(0));
-        let input = LimitedInput {
-            inner: stream.reader,
-            given: 0,
-            record_start: Arc::clone(&record_start),
-            limit: ctx.max_record_bytes as u64 + CSV_BUFFER_BYTES as u64,
-        };
-        let reader = csv::ReaderBuilder::new()
-            .has_headers(has_headers)
-            .flexible(true)
-            .buffer_capacity(CSV_BUFFER_BYTES)
-            .from_reader(input);
+        let reader = parser(&ctx, stream.reader, &record_start, has_headers);
         CsvReader {
             ctx,
             reader,
@@ -232,6 +231,7 @@ impl CsvReader {
             base_offset: 0,
             base_line: 0,
             done: false,
+            reopen,
         }
     }
 
@@ -246,23 +246,7 @@ impl CsvReader {
                     .get_ref()
                     .is_some_and(|inner| inner.is::<RecordTooLarge>())
                 {
-                    tracing::warn!(
-                        file = %self.ctx.uri,
-                        line,
-                        "a CSV record is longer than the maximum record size; the rest of the file is skipped"
-                    );
-                    let start = self.base_offset + self.record_start.load(Ordering::Relaxed);
-                    let item = self.ctx.dead(
-                        line,
-                        start,
-                        String::new(),
-                        format!(
-                            "record is more than the maximum of {} bytes (an unclosed quote?); the rest of the file was skipped",
-                            self.ctx.max_record_bytes
-                        ),
-                        FailureCode::TooLarge,
-                    );
-                    return Ok(Some(item));
+                    return self.too_large(line).map(Some);
                 }
                 Err(stream_error(&self.ctx.uri, self.compression, io_error))
             }
@@ -272,6 +256,65 @@ impl CsvReader {
                 message,
             }),
         }
+    }
+
+    /// The record starting on `line` is longer than the maximum: step over it in a second
+    /// stream of the input, with the CSV state machine and without keeping it, and go on
+    /// reading after it. A record that runs to the end of the input (an unclosed quote) ends
+    /// it. Without a second stream, or in the header row, the rest of the input is skipped.
+    fn too_large(&mut self, line: u64) -> Result<Item, SourceError> {
+        let start = self.base_offset + self.record_start.load(Ordering::Relaxed);
+        let max = self.ctx.max_record_bytes;
+        let reopen = self.reopen.as_ref().filter(|_| self.headers.is_some());
+        let Some(reopen) = reopen else {
+            tracing::warn!(
+                file = %self.ctx.uri,
+                line,
+                "a CSV record is longer than the maximum record size; the rest of the file is skipped"
+            );
+            return Ok(self.ctx.dead(
+                line,
+                start,
+                String::new(),
+                format!(
+                    "record is more than the maximum of {max} bytes (an unclosed quote?); the rest of the file was skipped"
+                ),
+                FailureCode::TooLarge,
+            ));
+        };
+        let skipped = skip_record(reopen()?, start, line, &self.ctx.uri)?;
+        let error = if skipped.at_end {
+            tracing::warn!(
+                file = %self.ctx.uri,
+                line,
+                "a CSV record is longer than the maximum record size and runs to the end of the file (an unclosed quote?); skipped it"
+            );
+            format!(
+                "record is more than the maximum of {max} bytes and runs to the end of the file (an unclosed quote?); it was skipped"
+            )
+        } else {
+            tracing::warn!(
+                file = %self.ctx.uri,
+                line,
+                "a CSV record is longer than the maximum record size; skipped it, reading on at line {}",
+                skipped.next_line
+            );
+            format!(
+                "record is more than the maximum of {max} bytes; it was skipped, reading went on at line {}",
+                skipped.next_line
+            )
+        };
+        // Read on from just after the record, numbered as a resumed reader numbers.
+        self.record_start.store(0, Ordering::Relaxed);
+        self.reader = parser(&self.ctx, skipped.rest.reader, &self.record_start, false);
+        self.disk_bytes = skipped.rest.disk_bytes;
+        self.base_offset = skipped.end;
+        self.base_line = skipped.next_line - 1;
+        self.next_line = skipped.next_line;
+        self.done = skipped.at_end;
+        Ok(self
+            .ctx
+            .dead(line, start, String::new(), error, FailureCode::TooLarge))
     }
 
     /// Read the header row, once.
@@ -370,6 +413,93 @@ impl RecordReader for CsvReader {
         Resume {
             offset: self.base_offset + self.reader.position().byte(),
             records: self.next_line - 1,
+        }
+    }
+}
+
+/// A CSV parser over `input` that refuses a record longer than the maximum (with slack for its
+/// own buffer), the record's start kept in `record_start`.
+fn parser(
+    ctx: &FileContext,
+    input: BufReader<Box<dyn Read + Send>>,
+    record_start: &Arc<AtomicU64>,
+    has_headers: bool,
+) -> csv::Reader<LimitedInput> {
+    let input = LimitedInput {
+        inner: input,
+        given: 0,
+        record_start: Arc::clone(record_start),
+        limit: ctx.max_record_bytes as u64 + CSV_BUFFER_BYTES as u64,
+    };
+    csv::ReaderBuilder::new()
+        .has_headers(has_headers)
+        .flexible(true)
+        .buffer_capacity(CSV_BUFFER_BYTES)
+        .from_reader(input)
+}
+
+/// Where reading goes on after a record stepped over.
+struct Skipped {
+    /// The input's stream, just after the record.
+    rest: InputStream,
+    /// The byte just after the record.
+    end: u64,
+    /// The line reading goes on at.
+    next_line: u64,
+    /// The record ran to the end of the input.
+    at_end: bool,
+}
+
+/// Step over the record at byte `start` (on `line`) of `stream`, a stream of the input from
+/// its beginning: the CSV state machine reads it, writing its fields nowhere, so a record of
+/// any length takes a few kilobytes.
+fn skip_record(
+    stream: InputStream,
+    start: u64,
+    line: u64,
+    uri: &str,
+) -> Result<Skipped, SourceError> {
+    let InputStream {
+        mut reader,
+        disk_bytes,
+        compression,
+    } = stream;
+    let io_error = |source: io::Error| stream_error(uri, compression, source);
+    let dropped = io::copy(&mut (&mut reader).take(start), &mut io::sink()).map_err(io_error)?;
+    if dropped < start {
+        return Err(SourceError::Csv {
+            path: uri.to_owned(),
+            line,
+            message: "the file is shorter than when its long record was read: it changed while it was read".to_owned(),
+        });
+    }
+    let mut machine = csv_core::Reader::new();
+    machine.set_line(line);
+    let mut fields = [0u8; 4096];
+    let mut ends = [0usize; 64];
+    let mut end = start;
+    loop {
+        let input = reader.fill_buf().map_err(io_error)?;
+        let at_end = input.is_empty();
+        let (result, read, _, _) = machine.read_record(input, &mut fields, &mut ends);
+        reader.consume(read);
+        end += read as u64;
+        match result {
+            csv_core::ReadRecordResult::InputEmpty
+            | csv_core::ReadRecordResult::OutputFull
+            | csv_core::ReadRecordResult::OutputEndsFull => {}
+            csv_core::ReadRecordResult::Record | csv_core::ReadRecordResult::End => {
+                return Ok(Skipped {
+                    rest: InputStream {
+                        reader,
+                        disk_bytes,
+                        compression,
+                    },
+                    end,
+                    next_line: machine.line(),
+                    at_end,
+                });
+            }
         }
     }
 }
@@ -539,6 +669,56 @@ mod tests {
         assert_eq!(dead[0].code, FailureCode::TooLarge);
         assert_eq!(dead[0].offset, 8);
         assert_eq!(dead[0].line, 3);
+    }
+
+    #[test]
+    fn a_closed_record_longer_than_the_maximum_is_stepped_over_and_the_rows_after_it_are_read() {
+        // Found by an outside-in probe: the rows after such a record were skipped with it.
+        let long = format!("3,\"{}\"\n", "long line\n".repeat(20_000));
+        let text = format!("a,b\n1,x\n2,y\n{long}4,z\n5,\"w\nv\"\n6,u");
+        for (name, bytes) in [
+            ("x.csv", text.as_bytes().to_vec()),
+            ("x.csv.gz", gzip(text.as_bytes())),
+        ] {
+            let dir = tempfile::tempdir().unwrap();
+            write(dir.path(), name, &bytes);
+            let (records, dead) = read_all(FileSourceOptions {
+                max_record_bytes: 10_000,
+                ..options(dir.path(), name)
+            })
+            .unwrap();
+            assert_eq!(records.len(), 5, "{name}");
+            assert_eq!(
+                values(&records),
+                vec![
+                    r#"{"a":1,"b":"x"}"#,
+                    r#"{"a":2,"b":"y"}"#,
+                    r#"{"a":4,"b":"z"}"#,
+                    r#"{"a":5,"b":"w\nv"}"#,
+                    r#"{"a":6,"b":"u"}"#,
+                ],
+                "{name}"
+            );
+            assert_eq!(dead.len(), 1, "{name}");
+            assert_eq!(dead[0].code, FailureCode::TooLarge, "{name}");
+            assert_eq!((dead[0].line, dead[0].offset), (4, 12), "{name}");
+            assert!(dead[0].error.contains("line 20005"), "{}", dead[0].error);
+            // Lines and offsets go on as if the record had been read.
+            let after = 12 + long.len() as u64;
+            let positions: Vec<_> = records[2..]
+                .iter()
+                .map(|r| (r.position.record, r.position.offset))
+                .collect();
+            assert_eq!(
+                positions,
+                vec![
+                    (20005, after + 4),
+                    (20006, after + 12),
+                    (20008, text.len() as u64)
+                ],
+                "{name}"
+            );
+        }
     }
 
     #[test]

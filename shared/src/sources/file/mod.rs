@@ -116,8 +116,11 @@
 //! - [`FailureCode::TooLarge`]: a record longer than [`FileSourceOptions::max_record_bytes`]
 //!   (only a prefix is ever held), or a JSON record whose values would take more than
 //!   [`FileSourceOptions::max_record_memory`] once parsed, estimated from its text before
-//!   parsing (its number of values, each taken at 128 bytes, plus its length). In CSV an over-long record (usually an unclosed quote) also
-//!   ends reading of that file.
+//!   parsing (its number of values, each taken at 128 bytes, plus its length). An over-long
+//!   CSV record is stepped over in a second stream of the file by the CSV state machine alone
+//!   (a few kilobytes whatever its length) and reading goes on after it; one that runs to the
+//!   end of the file (an unclosed quote) ends it, and rows appended later are read from there.
+//!   An over-long header row ends reading of that file.
 //!
 //! # Errors
 //!
@@ -724,7 +727,7 @@ pub(crate) struct TextReaderSetup {
 pub(crate) fn text_reader(
     setup: TextReaderSetup,
     stream: InputStream,
-    from_start: impl FnOnce() -> Result<InputStream, SourceError>,
+    from_start: compression::Reopen,
 ) -> Result<Box<dyn RecordReader>, SourceError> {
     let TextReaderSetup {
         ctx,
@@ -748,10 +751,14 @@ pub(crate) fn text_reader(
         FileFormat::JsonDocuments | FileFormat::Json | FileFormat::Parquet => {
             Box::new(json_documents::JsonDocumentsReader::new(ctx, stream, start))
         }
-        FileFormat::Csv if start.offset == 0 => Box::new(csv::CsvReader::new(ctx, stream)),
+        FileFormat::Csv if start.offset == 0 => {
+            Box::new(csv::CsvReader::new(ctx, stream, Some(from_start)))
+        }
         FileFormat::Csv => {
-            let headers = csv::CsvReader::new(ctx.clone(), from_start()?).header_names()?;
-            Box::new(csv::CsvReader::resume(ctx, stream, start, headers))
+            let headers = csv::CsvReader::new(ctx.clone(), from_start()?, None).header_names()?;
+            Box::new(csv::CsvReader::resume(
+                ctx, stream, start, headers, from_start,
+            ))
         }
     };
     Ok(reader)
@@ -880,8 +887,9 @@ impl Inputs for FileInputs {
 }
 
 /// Opening `file` again from its start.
-fn stream_from_start(file: &ListedFile) -> impl FnOnce() -> Result<InputStream, SourceError> + '_ {
-    move || compression::open_stream(&file.path, &file.display, file.compression)
+fn stream_from_start(file: &ListedFile) -> compression::Reopen {
+    let (path, display, format) = (file.path.clone(), file.display.clone(), file.compression);
+    Box::new(move || compression::open_stream(&path, &display, format))
 }
 
 impl Source for FileSource {

@@ -247,6 +247,44 @@ fn lines_appended_to_json_lines_and_csv_files_are_read_by_the_next_pass_and_only
 }
 
 #[test]
+fn rows_appended_after_a_csv_record_too_long_to_hold_are_read_by_the_next_pass_and_only_they() {
+    // Found by an outside-in probe: the next pass resumed inside the long record and landed
+    // its lines as rows.
+    let closed = format!("1,\"{}\"\n2,real\n", "lorem\n9,FAKE\n".repeat(30_000));
+    let unclosed = format!("1,\"{}", "lorem\n9,FAKE\n".repeat(30_000));
+    for (case, body, first_rows) in [
+        ("closed", &closed, vec![r#"{"id":2,"note":"real"}"#]),
+        ("unclosed", &unclosed, vec![]),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        write(dir.path(), "b.csv", format!("id,note\n{body}").as_bytes());
+        let options = FileSourceOptions {
+            max_record_bytes: 1_000,
+            batch_rows: 1,
+            ..options(dir.path(), "b.csv")
+        };
+        let first = rest(&options, None);
+        assert_eq!(first.records.len(), first_rows.len(), "{case}");
+        assert_eq!(values(&first.records), first_rows, "{case}");
+        assert_eq!(first.dead.len(), 1, "{case}");
+        append(dir.path(), "b.csv", b"3,appended\n");
+        let second = rest(&options, Some(&first.checkpoint));
+        assert_eq!(second.records.len(), 1, "{case}");
+        assert_eq!(
+            values(&second.records),
+            vec![r#"{"id":3,"note":"appended"}"#],
+            "{case}"
+        );
+        assert!(second.dead.is_empty(), "{case}");
+        assert_eq!(
+            rest(&options, Some(&second.checkpoint)).batches,
+            0,
+            "{case}"
+        );
+    }
+}
+
+#[test]
 fn a_pass_with_nothing_new_returns_no_batch_and_counts_nothing_to_read() {
     let dir = tempfile::tempdir().unwrap();
     write(dir.path(), "d/a.jsonl", JSONL);

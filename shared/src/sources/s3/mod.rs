@@ -683,7 +683,17 @@ impl Inputs for Objects {
             unparsed_json_lines: self.options.unparsed_json_lines,
             complete: true,
         };
-        text_reader(setup, stream, || whole(&at))
+        let from_start = at.clone();
+        text_reader(
+            setup,
+            stream,
+            Box::new(move || {
+                Ok(InputStream::new(
+                    Box::new(from_start.get(0, None)?.reader),
+                    compression,
+                ))
+            }),
+        )
     }
 
     fn note(&mut self, index: usize, at: Resume, done: bool) {
