@@ -48,18 +48,65 @@ pub(crate) fn parse_date(text: &str) -> Option<chrono::NaiveDate> {
     chrono::NaiveDate::from_ymd_opt(year, digits(5..7)?, digits(8..10)?)
 }
 
-/// The number a numeric string holds: decimal number text (sign, digits, fraction, exponent)
-/// with a finite value.
+/// The number a numeric string holds, when storing it as a `double` keeps what was written:
+/// the text is a canonical number ([`number_shape`]: `12`, `-0.25`, `1.5e3`, never `007`,
+/// `+1`, `.5`, `0x10` or `-0`) with a finite value, and an integer is one a double holds
+/// exactly (at most 2^53 in magnitude), so a long identifier in a string is never rounded.
+/// CSV cells are typed by the same rule.
 pub(crate) fn parse_numeric(text: &str) -> Option<f64> {
-    let bytes = text.as_bytes();
-    if !bytes.iter().any(u8::is_ascii_digit)
-        || !bytes
-            .iter()
-            .all(|b| b.is_ascii_digit() || matches!(b, b'+' | b'-' | b'.' | b'e' | b'E'))
-    {
+    /// The largest integer from which every smaller one is exact in a double.
+    const EXACT: i64 = 1 << 53;
+    match number_shape(text)? {
+        NumberShape::Integer => text
+            .parse::<i64>()
+            .ok()
+            .filter(|n| (-EXACT..=EXACT).contains(n))
+            .map(|n| n as f64),
+        NumberShape::Decimal => text.parse::<f64>().ok().filter(|n| n.is_finite()),
+    }
+}
+
+/// What kind of canonical number a text spells, if any: an optional `-`, digits without
+/// leading zeros (a lone `0` is fine) and, for a decimal, a `.` followed by digits and/or an
+/// exponent. `-0` is none (a number would lose its sign).
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum NumberShape {
+    /// Digits alone.
+    Integer,
+    /// Digits with a fraction and/or an exponent.
+    Decimal,
+}
+
+pub(crate) fn number_shape(cell: &str) -> Option<NumberShape> {
+    let bytes = cell.as_bytes();
+    let unsigned = bytes.strip_prefix(b"-").unwrap_or(bytes);
+    let int_len = unsigned.iter().take_while(|b| b.is_ascii_digit()).count();
+    if int_len == 0 || (int_len > 1 && unsigned[0] == b'0') {
         return None;
     }
-    text.parse::<f64>().ok().filter(|n| n.is_finite())
+    let mut rest = &unsigned[int_len..];
+    if rest.is_empty() {
+        // `-0` would lose its sign as a number.
+        return (unsigned != b"0" || bytes.len() == 1).then_some(NumberShape::Integer);
+    }
+    if let Some(after_dot) = rest.strip_prefix(b".") {
+        let frac_len = after_dot.iter().take_while(|b| b.is_ascii_digit()).count();
+        if frac_len == 0 {
+            return None;
+        }
+        rest = &after_dot[frac_len..];
+    }
+    if let Some(after_e) = rest.strip_prefix(b"e").or_else(|| rest.strip_prefix(b"E")) {
+        let digits = after_e
+            .strip_prefix(b"+")
+            .or_else(|| after_e.strip_prefix(b"-"))
+            .unwrap_or(after_e);
+        if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
+            return None;
+        }
+        rest = &[];
+    }
+    rest.is_empty().then_some(NumberShape::Decimal)
 }
 
 /// The kinds a field's values can have, in the precedence order for the main column.

@@ -64,7 +64,11 @@
 //!
 //! Values that still fit the field are not conflicts: integers next to floats make a `double`,
 //! and numbers next to strings that are *all* numeric make a `double` too (the numeric strings
-//! are stored as numbers). One non-numeric string among them sends *all* of the strings to
+//! are stored as numbers). A numeric string is one a `double` keeps exactly: a canonical number
+//! (an optional `-`, digits without leading zeros, an optional fraction and exponent: `12`,
+//! `-0.25`, `2.50`, `1e3`) with a finite value, an integer one at most 2^53 in magnitude. So
+//! `"007"`, `"+15"`, `".5"`, `"0x10"`, `"1e400"` and a 20-digit identifier stay strings (CSV
+//! cells are typed by the same rule). One non-numeric string among them sends *all* of the strings to
 //! the `_string` sibling at inference; when typing records, a numeric string still lands in
 //! the `double` column because it fits there.
 //!
@@ -248,6 +252,7 @@ pub use self::arrow::{RecordBatchBuilder, to_arrow_schema};
 pub use self::error::SchemaError;
 pub use self::evolve::{ChangeKind, SchemaChange, evolve};
 pub use self::infer::SchemaInferrer;
+pub(crate) use self::infer::{NumberShape, number_shape};
 pub(crate) use self::line_typer::JsonLineTyper;
 pub use self::namespace::{
     TransformOptions, namespace_for, namespace_for_record, sanitize_namespace,

@@ -179,8 +179,49 @@ fn special_float_words_are_not_numeric_strings() {
     for word in ["NaN", "inf", "-infinity", "", "1e", "e5", "--1"] {
         assert_eq!(parse_numeric(word), None, "{word}");
     }
-    assert_eq!(parse_numeric(".5"), Some(0.5));
-    assert_eq!(parse_numeric("+1E3"), Some(1000.0));
+    assert_eq!(parse_numeric("0.5"), Some(0.5));
+    assert_eq!(parse_numeric("1E3"), Some(1000.0));
+    assert_eq!(parse_numeric("-12"), Some(-12.0));
+    assert_eq!(
+        parse_numeric("9007199254740992"),
+        Some(9_007_199_254_740_992.0)
+    );
+}
+
+#[test]
+fn only_strings_a_double_keeps_exactly_fold_into_numbers() {
+    // Found by an outside-in probe: `"007"` landed as 7.0 and a 20-digit id was rounded.
+    for text in [
+        "007",
+        "+15",
+        ".5",
+        "1.",
+        "0x10",
+        "-0",
+        "1e400",
+        "9007199254740993",
+        "99999999999999999999",
+        "12345678901234567890123",
+        " 42",
+    ] {
+        assert_eq!(parse_numeric(text), None, "{text}");
+    }
+    let fields = infer(&[
+        json!({"zip": 100, "v": 2}),
+        json!({"zip": "007", "v": "1.5"}),
+        json!({"zip": "+15", "v": "99999999999999999999"}),
+    ]);
+    assert_eq!(
+        fields,
+        [
+            field("v", FieldType::Int),
+            field("v_string", FieldType::String),
+            field("zip", FieldType::Int),
+            field("zip_string", FieldType::String),
+        ]
+    );
+    let fields = infer(&[json!({"p": 1}), json!({"p": "2.50"}), json!({"p": "-3"})]);
+    assert_eq!(fields, [field("p", FieldType::Double)]);
 }
 
 #[test]

@@ -11,6 +11,7 @@ use serde_json::{Map, Number, Value};
 use super::compression::{Compression, InputStream, Reopen, stream_error};
 use super::reader::{FileContext, Item, RecordReader, Resume, raw_text};
 use crate::deadletter::FailureCode;
+use crate::schema::{NumberShape, number_shape};
 use crate::sources::SourceError;
 use crate::sources::error::lower_first;
 
@@ -44,45 +45,6 @@ pub fn type_cell(cell: &str) -> Value {
         },
         None => Value::String(cell.to_owned()),
     }
-}
-
-/// What kind of canonical number a cell spells, if any.
-#[derive(Debug, PartialEq, Eq)]
-enum NumberShape {
-    Integer,
-    Decimal,
-}
-
-fn number_shape(cell: &str) -> Option<NumberShape> {
-    let bytes = cell.as_bytes();
-    let unsigned = bytes.strip_prefix(b"-").unwrap_or(bytes);
-    let int_len = unsigned.iter().take_while(|b| b.is_ascii_digit()).count();
-    if int_len == 0 || (int_len > 1 && unsigned[0] == b'0') {
-        return None;
-    }
-    let mut rest = &unsigned[int_len..];
-    if rest.is_empty() {
-        // `-0` would lose its sign as a number.
-        return (unsigned != b"0" || bytes.len() == 1).then_some(NumberShape::Integer);
-    }
-    if let Some(after_dot) = rest.strip_prefix(b".") {
-        let frac_len = after_dot.iter().take_while(|b| b.is_ascii_digit()).count();
-        if frac_len == 0 {
-            return None;
-        }
-        rest = &after_dot[frac_len..];
-    }
-    if let Some(after_e) = rest.strip_prefix(b"e").or_else(|| rest.strip_prefix(b"E")) {
-        let digits = after_e
-            .strip_prefix(b"+")
-            .or_else(|| after_e.strip_prefix(b"-"))
-            .unwrap_or(after_e);
-        if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
-            return None;
-        }
-        rest = &[];
-    }
-    rest.is_empty().then_some(NumberShape::Decimal)
 }
 
 /// Make header names usable as keys: empty names become `column_<n>` (1-based), repeats get
