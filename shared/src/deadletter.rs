@@ -19,6 +19,10 @@ pub enum FailureCode {
     TooLarge,
     /// A value could not be typed into its column or any sibling column.
     Untypeable,
+    /// A record of a table merged by key (`write_policy: merge_by_key`) has no value of its
+    /// own in a `primary_key` column: it is null or missing, an object or an array, or of a
+    /// type the key column cannot hold.
+    BadKey,
 }
 
 impl FailureCode {
@@ -29,6 +33,7 @@ impl FailureCode {
             FailureCode::NotAnObject => "not_an_object",
             FailureCode::TooLarge => "too_large",
             FailureCode::Untypeable => "untypeable",
+            FailureCode::BadKey => "bad_key",
         }
     }
 }

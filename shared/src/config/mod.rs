@@ -215,14 +215,23 @@ pub struct PipelineConfig {
     /// (Iceberg tables by copy-on-write), `Postgres` `append`, `merge_by_key` and
     /// `replace_table`, every other destination `append`.
     /// Under `merge_by_key` a record whose `_op` is `d` deletes its key and one whose `_op`
-    /// is `t` empties the table (as the Postgres source's change stream writes them). Unset,
-    /// with a Postgres source streaming changes (CDC) into a destination that merges: each
-    /// table with a primary key merges by it, deletes applied (declare `append` to keep the
-    /// change log instead).
+    /// is `t` empties the table (as the Postgres source's change stream writes them). Under a
+    /// declared `merge_by_key`, a record with no value of its own in a `primary_key` column
+    /// (null or missing, an object or an array, or a value its key column cannot hold, which
+    /// typing would put in a sibling column such as `id_string` and leave the key NULL) is
+    /// never merged: it is a `bad_key` deadletter naming the column, counted with the pass's
+    /// rejected records (merged, all such records would share one NULL key and replace each
+    /// other); a truncate (`_op` `t`) names no key and is taken. A key is compared as stored
+    /// in its column (a `string` key column holds `2` as `"2"`, a `double` one the numeric
+    /// string `"2"` as 2), and inference keeps a key column scalar (objects and arrays go to
+    /// its siblings). Unset, with a Postgres source streaming changes (CDC) into a
+    /// destination that merges: each table with a primary key merges by it, deletes applied
+    /// (declare `append` to keep the change log instead).
     #[serde(default)]
     pub write_policy: Option<WritePolicyConfig>,
     /// The key columns `merge_by_key` merges on (a name, or a list). Required by a declared
-    /// `merge_by_key`.
+    /// `merge_by_key`. Every record of a merged table needs a value of its own in each (see
+    /// `write_policy`): one without is a `bad_key` deadletter.
     #[serde(default, deserialize_with = "postgres::one_or_many")]
     pub primary_key: Option<Vec<String>>,
 }

@@ -127,6 +127,7 @@ pub fn transform_options(pipeline: &ValidatedPipeline) -> TransformOptions {
         default_namespace: default_namespace(pipeline),
         namespace_fields: pipeline.transform.namespace_fields.clone(),
         flatten_events: pipeline.transform.flatten_events,
+        merge_keys: pipeline.write.declared_merge_keys(),
         ..TransformOptions::default()
     }
 }

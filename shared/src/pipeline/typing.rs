@@ -213,7 +213,8 @@ fn builder_of<'b>(
             ns.to_owned(),
             RecordBatchBuilder::new(ns_schema)
                 .with_flatten_events(transform.flatten_events)
-                .with_namespace(ns),
+                .with_namespace(ns)
+                .with_merge_key(transform.merge_keys.of(ns)),
         );
     }
     builders.get_mut(ns)
@@ -662,12 +663,36 @@ mod tests {
                 Just(vec!["a.t".to_owned()]),
             ],
             prop::bool::weighted(0.1),
+            merge_keys(),
         )
-            .prop_map(|(namespace_fields, flatten_events)| TransformOptions {
-                namespace_fields,
-                flatten_events,
-                ..TransformOptions::default()
-            })
+            .prop_map(
+                |(namespace_fields, flatten_events, merge_keys)| TransformOptions {
+                    namespace_fields,
+                    flatten_events,
+                    merge_keys,
+                    ..TransformOptions::default()
+                },
+            )
+    }
+
+    /// Merge keys over the keys the lines use (`a` with its siblings `a_string` and
+    /// `a_double`): none, in every namespace, or in all but the default one.
+    pub(super) fn merge_keys() -> impl Strategy<Value = crate::schema::MergeKeys> {
+        prop_oneof![
+            2 => Just(crate::schema::MergeKeys::default()),
+            1 => prop_oneof![Just(vec!["a"]), Just(vec!["a", "b"])].prop_map(|columns| {
+                crate::schema::MergeKeys {
+                    columns: columns.into_iter().map(str::to_owned).collect(),
+                    default: true,
+                    namespaces: std::collections::BTreeMap::new(),
+                }
+            }),
+            1 => Just(crate::schema::MergeKeys {
+                columns: vec!["a".to_owned()],
+                default: true,
+                namespaces: std::collections::BTreeMap::from([("default".to_owned(), false)]),
+            }),
+        ]
     }
 
     /// The schema inferred from the objects among the first `sample` lines.
@@ -830,6 +855,93 @@ mod tests {
         assert!(batch.records.iter().all(|r| r.unparsed.is_some()));
         assert_eq!(builders["ride"].len(), 2);
         assert_eq!(builders["dock"].len(), 1);
+    }
+
+    /// Under `merge_by_key`, a record whose key column would be NULL is a `bad_key`
+    /// deadletter, whether its batch needs inference or fits the schema as it is (its line
+    /// then refused by the typer, and the batch inferred again).
+    #[test]
+    fn records_without_a_merge_key_of_their_own_are_rejected_on_both_paths() {
+        let transform = TransformOptions {
+            default_namespace: "p".into(),
+            merge_keys: crate::schema::MergeKeys {
+                columns: vec!["id".into()],
+                default: true,
+                namespaces: std::collections::BTreeMap::new(),
+            },
+            ..TransformOptions::default()
+        };
+        let lines: Vec<String> = [
+            r#"{"id":1,"v":"a","s":1}"#,
+            r#"{"id":1,"v":"b","s":2}"#,
+            r#"{"id":null,"v":"n1","s":3}"#,
+            r#"{"v":"missing","s":5}"#,
+            r#"{"id":2,"v":"x","s":6}"#,
+            r#"{"id":"2","v":"strkey","s":7}"#,
+            r#"{"id":{"o":1},"v":"k-obj","s":11}"#,
+            // Not numeric, so no string folds into the numbers (`id` stays `int`).
+            r#"{"id":"abc","v":"k-abc","s":12}"#,
+        ]
+        .map(str::to_owned)
+        .to_vec();
+        let mut schema = PipelineSchema::empty("p", "w");
+        let mut batch = unparsed_batch(&lines, 0);
+        let mut rejects = Vec::new();
+        let inferred = infer_and_type(
+            &mut batch,
+            &mut schema,
+            &transform,
+            &mut JsonLineTyper::default(),
+            ("p", "w"),
+            &mut |dl| rejects.push(dl),
+        )
+        .unwrap();
+        let rejected = |rejects: &[Deadletter]| -> Vec<(u64, FailureCode)> {
+            rejects.iter().map(|d| (d.line, d.code)).collect()
+        };
+        assert_eq!(
+            rejected(&rejects),
+            [3, 4, 6, 7, 8].map(|line| (line, FailureCode::BadKey))
+        );
+        assert!(
+            rejects
+                .iter()
+                .all(|d| d.error.contains("`primary_key` column `id`"))
+        );
+        assert_eq!(inferred.builders["p"].len(), 3);
+        let names: Vec<&str> = schema.namespaces["p"]
+            .fields
+            .iter()
+            .map(|f| f.name.as_str())
+            .collect();
+        assert_eq!(names, ["id", "id_string", "id_struct", "s", "v"]);
+
+        // The next batch fits the schema: its good lines are typed from their text, and one
+        // routed to `id_string` sends the batch to inference, which rejects it alone.
+        let good: Vec<String> = [r#"{"id":3,"v":"c","s":8}"#, r#"{"id":4,"v":"d","s":9}"#]
+            .map(str::to_owned)
+            .to_vec();
+        let mut batch = unparsed_batch(&good, 0);
+        let mut typer = JsonLineTyper::default();
+        let builders = type_fitting(&mut batch, &schema, &transform, &mut typer).unwrap();
+        assert_eq!(builders["p"].len(), 2);
+        let mut lines = good.clone();
+        lines.insert(1, r#"{"id":"xyz","v":"k-xyz","s":10}"#.to_owned());
+        let mut batch = unparsed_batch(&lines, 0);
+        assert!(type_fitting(&mut batch, &schema, &transform, &mut typer).is_none());
+        let mut rejects = Vec::new();
+        let inferred = infer_and_type(
+            &mut batch,
+            &mut schema,
+            &transform,
+            &mut typer,
+            ("p", "w"),
+            &mut |dl| rejects.push(dl),
+        )
+        .unwrap();
+        assert!(inferred.changes.is_empty());
+        assert_eq!(rejected(&rejects), [(2, FailureCode::BadKey)]);
+        assert_eq!(inferred.builders["p"].len(), 2);
     }
 
     #[test]

@@ -677,6 +677,9 @@ pub struct RecordBatchBuilder {
     unknown_keys: bool,
     /// Typing from cells: where the columns of the last page's rows go.
     cell_slots: from_cells::CellSlots,
+    /// `merge_by_key`'s key columns, each with its slot (`None`: the schema has no such
+    /// column): every row needs a value of its own in each ([`Self::with_merge_key`]).
+    keys: Vec<(String, Option<usize>)>,
 }
 
 impl RecordBatchBuilder {
@@ -690,7 +693,91 @@ impl RecordBatchBuilder {
             namespace: None,
             unknown_keys: false,
             cell_slots: from_cells::CellSlots::default(),
+            keys: Vec::new(),
         }
+    }
+
+    /// Rows are merged by these key columns (`write_policy: merge_by_key`; empty: they are
+    /// not): a record with no value of its own in one of them is refused as a
+    /// [`FailureCode::BadKey`] deadletter, whether the value is null or missing, is an
+    /// object or an array, or does not fit the key column (it would land in a sibling column
+    /// and leave the key NULL). Merged, such a record would share the NULL key with every
+    /// other one and replace them. A truncate (`_op` is `t`) names no key and is taken.
+    pub fn with_merge_key(mut self, columns: &[String]) -> Self {
+        self.keys = columns
+            .iter()
+            .map(|name| {
+                (
+                    name.clone(),
+                    self.root.by_name.get(name.as_bytes()).copied(),
+                )
+            })
+            .collect();
+        self
+    }
+
+    /// Whether the row being added (row `self.rows`, pushed to every column) holds a value of
+    /// its own in each key column of a scalar type: the fast paths' test, which refuse the
+    /// record otherwise, for [`Self::append`] to decide (a truncate is taken there).
+    fn keys_hold(&self) -> bool {
+        self.keys.iter().all(|(_, slot)| {
+            slot.and_then(|slot| self.root.slots.get(slot))
+                .is_some_and(|slot| {
+                    !matches!(slot.column.data, Data::Struct(_) | Data::List { .. })
+                        && slot.column.len() == self.rows + 1
+                        && slot.column.validity.get_bit(self.rows)
+                })
+        })
+    }
+
+    /// Why the row being added (from `object`, pushed to every column) cannot be merged by
+    /// key; `None` when it can, or when it is a truncate (`_op` is `t`).
+    fn key_fault<L: Lookup>(&self, object: &L) -> Option<String> {
+        if self.keys.is_empty()
+            || object
+                .lookup(crate::sinks::iceberg::merge::OP_COLUMN)
+                .and_then(Value::as_str)
+                == Some("t")
+        {
+            return None;
+        }
+        for (name, slot) in &self.keys {
+            let Some(value) = own(object, name) else {
+                let what = if object.lookup(name).is_some() {
+                    "null"
+                } else {
+                    "missing"
+                };
+                return Some(format!(
+                    "cannot merge by key: the `primary_key` column `{name}` is {what} in this record"
+                ));
+            };
+            if value.is_object() || value.is_array() {
+                return Some(format!(
+                    "cannot merge by key: the `primary_key` column `{name}` holds a JSON {} in this record, not a single value",
+                    json_type(value)
+                ));
+            }
+            let column = slot.and_then(|slot| self.root.slots.get(slot));
+            match column {
+                Some(slot)
+                    if slot.column.len() == self.rows + 1
+                        && slot.column.validity.get_bit(self.rows) => {}
+                Some(slot) => {
+                    return Some(format!(
+                        "cannot merge by key: the `primary_key` column `{name}` ({}) cannot hold this record's value, a JSON {} (it would land in a sibling column and leave the key NULL)",
+                        slot.column.label,
+                        json_type(value)
+                    ));
+                }
+                None => {
+                    return Some(format!(
+                        "cannot merge by key: the schema has no `primary_key` column `{name}`"
+                    ));
+                }
+            }
+        }
+        None
     }
 
     /// Flatten nested objects into dotted keys before typing, as inference did when
@@ -715,39 +802,45 @@ impl RecordBatchBuilder {
     /// record's source URI, line number and byte offset for the deadletter.
     ///
     /// A record with a value that fits neither its column nor any sibling column is rejected
-    /// whole, as a [`FailureCode::Untypeable`] deadletter, and no row is added.
+    /// whole, as a [`FailureCode::Untypeable`] deadletter, and no row is added; so is one
+    /// that cannot be merged by key, as a [`FailureCode::BadKey`] deadletter
+    /// ([`Self::with_merge_key`]).
     pub fn append(
         &mut self,
         record: &Map<String, Value>,
         locate: impl FnOnce() -> (String, u64, u64),
     ) -> Result<(), Deadletter> {
         UNKNOWN_KEYS.with(|unknown| unknown.set(false));
-        let pushed = if self.flatten_events {
-            self.root.push_fields(&flatten(record))
-        } else {
-            self.root.push_fields(record)
+        let flat = self.flatten_events.then(|| flatten(record));
+        let pushed = match &flat {
+            Some(flat) => self.root.push_fields(flat),
+            None => self.root.push_fields(record),
         };
         self.unknown_keys |= UNKNOWN_KEYS.with(|unknown| unknown.replace(false));
-        match pushed {
-            Ok(()) => {
-                self.rows += 1;
-                Ok(())
+        let refused = match pushed {
+            Ok(()) => match &flat {
+                Some(flat) => self.key_fault(flat),
+                None => self.key_fault(record),
             }
-            Err(error) => {
-                self.root.truncate(self.rows);
-                let (source_uri, line, offset) = locate();
-                let raw = serde_json::to_string(record).unwrap_or_default();
-                Err(Deadletter {
-                    source_uri,
-                    line,
-                    offset,
-                    raw: Deadletter::clip_raw(&raw),
-                    error: error.describe(),
-                    code: FailureCode::Untypeable,
-                    namespace: self.namespace.clone(),
-                })
-            }
-        }
+            .map(|error| (error, FailureCode::BadKey)),
+            Err(error) => Some((error.describe(), FailureCode::Untypeable)),
+        };
+        let Some((error, code)) = refused else {
+            self.rows += 1;
+            return Ok(());
+        };
+        self.root.truncate(self.rows);
+        let (source_uri, line, offset) = locate();
+        let raw = serde_json::to_string(record).unwrap_or_default();
+        Err(Deadletter {
+            source_uri,
+            line,
+            offset,
+            raw: Deadletter::clip_raw(&raw),
+            error,
+            code,
+            namespace: self.namespace.clone(),
+        })
     }
 
     /// Whether any record appended so far had a key (at any depth) that the schema has no

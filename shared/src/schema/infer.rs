@@ -382,7 +382,7 @@ impl Acc {
     /// The type of this summary's values of one kind.
     fn type_of(&self, kind: Kind, max_fields: usize) -> FieldType {
         match kind {
-            Kind::Struct => FieldType::Struct(finalize_fields(&self.children, max_fields)),
+            Kind::Struct => FieldType::Struct(finalize_fields(&self.children, max_fields, &[])),
             Kind::List => FieldType::List(Box::new(match &self.elements {
                 Some(elements) => elements.element_type(max_fields),
                 None => FieldType::String,
@@ -484,12 +484,23 @@ fn union_exceeds<V>(
 /// `<name>`, so every contribution to a name has arrived before that name is decided, and the
 /// output comes out sorted. Merging a sibling into a real field follows the width limit like
 /// any merge (the collapse is not logged: deciding types has no side effects).
-pub(crate) fn finalize_fields(children: &BTreeMap<String, Acc>, max_fields: usize) -> Vec<Field> {
+///
+/// A field named in `keys` (a namespace's merge key, at the top level) keeps a scalar kind
+/// when it has one: objects and arrays, which cannot be a key, go to its siblings.
+pub(crate) fn finalize_fields(
+    children: &BTreeMap<String, Acc>,
+    max_fields: usize,
+    keys: &[String],
+) -> Vec<Field> {
     let mut pending: BTreeMap<String, Acc> = children.clone();
     let mut fields = Vec::with_capacity(pending.len());
     let mut walk = Walk::new(max_fields);
     while let Some((name, acc)) = pending.pop_first() {
-        let kinds = acc.kinds();
+        let mut kinds = acc.kinds();
+        if keys.contains(&name) {
+            // Stable: the scalar kinds first, in their order, then struct and list.
+            kinds.sort_by_key(|kind| matches!(kind, Kind::Struct | Kind::List));
+        }
         let Some((&main, others)) = kinds.split_first() else {
             fields.push(Field::new(name, FieldType::String));
             continue;
@@ -721,7 +732,11 @@ impl SchemaInferrer {
                 .iter()
                 .map(|(name, acc)| {
                     let schema = NamespaceSchema {
-                        fields: finalize_fields(&acc.fields, self.options.max_fields_per_struct),
+                        fields: finalize_fields(
+                            &acc.fields,
+                            self.options.max_fields_per_struct,
+                            self.options.merge_keys.of(name),
+                        ),
                         records: acc.records,
                     };
                     (name.clone(), schema)

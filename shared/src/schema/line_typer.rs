@@ -67,7 +67,8 @@ impl JsonLineTyper {
                 builders.entry(namespace.to_owned()).or_insert(
                     RecordBatchBuilder::new(ns_schema)
                         .with_flatten_events(transform.flatten_events)
-                        .with_namespace(namespace),
+                        .with_namespace(namespace)
+                        .with_merge_key(transform.merge_keys.of(namespace)),
                 )
             }
         };

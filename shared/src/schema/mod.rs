@@ -56,6 +56,11 @@
 //!
 //! > struct > list > number (its type from the rules above) > boolean > string/date
 //!
+//! but a top-level field that is a merge key of its namespace (`write_policy: merge_by_key`,
+//! `primary_key`; [`MergeKeys`]) keeps a scalar kind when it has one, as number > boolean >
+//! string/date > struct > list: an object or an array cannot be a key, and one stray object
+//! must not make the key column a struct that no scalar key fits.
+//!
 //! and every other kind present becomes a **sibling field** `<field>_<type>` in the same
 //! object, typed from just those values, where `<type>` is the sibling's type name
 //! (`boolean`, `int`, `long`, `double`, `date`, `timestamp`, `timestamp_ms`, `string`,
@@ -184,6 +189,12 @@
 //! the value's JSON type and the column type; the batch is left as if the record had never
 //! been appended.
 //!
+//! A namespace merged by key ([`RecordBatchBuilder::with_merge_key`]) needs a value of the
+//! record's own in each key column: a record whose key value is null or missing, an object
+//! or an array, or does not fit the key column (it would land in a sibling, leaving the key
+//! NULL) is rejected the same way, with code `bad_key`, naming the column. A truncate
+//! (`_op` is `t`) names no key and is taken.
+//!
 //! ## The saved schema file (format version 1)
 //!
 //! One JSON document per pipeline, written by [`PipelineSchema::save`] with 2-space
@@ -255,7 +266,7 @@ pub use self::infer::SchemaInferrer;
 pub(crate) use self::infer::{NumberShape, number_shape};
 pub(crate) use self::line_typer::JsonLineTyper;
 pub use self::namespace::{
-    TransformOptions, namespace_for, namespace_for_record, sanitize_namespace,
+    MergeKeys, TransformOptions, namespace_for, namespace_for_record, sanitize_namespace,
 };
 pub use self::saved::PipelineSchema;
 pub use self::store::{

@@ -23,6 +23,38 @@ pub struct TransformOptions {
     /// kept as JSON text in a `string` field; a namespace with more distinct top-level
     /// fields is an error.
     pub max_fields_per_struct: usize,
+    /// The columns records are merged by (`write_policy: merge_by_key`), by namespace.
+    pub merge_keys: MergeKeys,
+}
+
+/// The key columns a namespace's rows are merged by (`write_policy: merge_by_key` with
+/// `primary_key`). Typing refuses a record of such a namespace with no value of its own in a
+/// key column (see [`super::RecordBatchBuilder::with_merge_key`]), and inference prefers a
+/// scalar type for a key column (see [the module docs](super)).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MergeKeys {
+    /// The key columns (top-level field names).
+    pub columns: Vec<String>,
+    /// Whether a namespace not in `namespaces` is merged.
+    pub default: bool,
+    /// Namespaces merged (`true`) or not (`false`) whatever `default` says.
+    pub namespaces: BTreeMap<String, bool>,
+}
+
+impl MergeKeys {
+    /// The key columns of `namespace` (empty: its rows are not merged by key).
+    pub fn of(&self, namespace: &str) -> &[String] {
+        if self
+            .namespaces
+            .get(namespace)
+            .copied()
+            .unwrap_or(self.default)
+        {
+            &self.columns
+        } else {
+            &[]
+        }
+    }
 }
 
 impl TransformOptions {
@@ -42,6 +74,7 @@ impl Default for TransformOptions {
             flatten_events: false,
             max_namespaces: Self::DEFAULT_MAX_NAMESPACES,
             max_fields_per_struct: Self::DEFAULT_MAX_FIELDS_PER_STRUCT,
+            merge_keys: MergeKeys::default(),
         }
     }
 }

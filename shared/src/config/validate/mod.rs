@@ -285,6 +285,21 @@ impl WritePolicies {
         }
     }
 
+    /// The declared `merge_by_key` namespaces and their key, for typing (the keys of a
+    /// change stream's source tables, [`Self::source_keys`], are not known before its
+    /// delivery: its records carry their table's primary key).
+    pub fn declared_merge_keys(&self) -> crate::schema::MergeKeys {
+        crate::schema::MergeKeys {
+            columns: self.primary_key.clone(),
+            default: self.default == Some(WritePolicy::MergeByKey),
+            namespaces: self
+                .namespaces
+                .iter()
+                .map(|(ns, policy)| (ns.clone(), *policy == WritePolicy::MergeByKey))
+                .collect(),
+        }
+    }
+
     /// Whether some namespace's table is replaced by whole reads (`replace_table`,
     /// `replace_partition`): the pass then marks the end of each read in the WAL, and the
     /// delivery takes a read's batches together, never part of one.

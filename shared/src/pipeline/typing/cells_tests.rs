@@ -189,10 +189,12 @@ proptest! {
         sample in 0..12usize,
         namespaced in prop::bool::weighted(0.1),
         flatten_events in prop::bool::weighted(0.1),
+        merge_keys in super::tests::merge_keys(),
     ) {
         let transform = TransformOptions {
             namespace_fields: if namespaced { vec!["t".to_owned()] } else { vec![] },
             flatten_events,
+            merge_keys,
             ..TransformOptions::default()
         };
         let all = batch(&pages, false);

@@ -74,6 +74,18 @@ impl RecordBatchBuilder {
                     slot.column.push_null();
                 }
             }
+            // A JSON value in a key column may be an object or an array kept as text.
+            pushed = self.keys.is_empty()
+                || self.keys_hold()
+                    && !row.cells().zip(&self.cell_slots.slots).any(|(cell, slot)| {
+                        matches!(cell, Cell::Json(_))
+                            && self
+                                .keys
+                                .iter()
+                                .any(|(_, key)| key.is_some() && key == slot)
+                    });
+        }
+        if pushed {
             self.rows += 1;
         } else {
             self.root.truncate(self.rows);

@@ -35,6 +35,7 @@ impl RecordBatchBuilder {
             .root
             .push_tape(tape.tokens(), 0, line, scratch)
             .is_some()
+            && self.keys_hold()
         {
             self.rows += 1;
             true

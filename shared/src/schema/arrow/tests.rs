@@ -601,3 +601,169 @@ fn keys_the_schema_has_no_column_for_are_noticed_at_any_depth() {
         .unwrap();
     assert!(builder.saw_unknown_keys(), "a nested key counts too");
 }
+
+/// `merge_by_key`: a record whose key column would be NULL (its value null or missing, an
+/// object, or a value that lands in a sibling column) is a `bad_key` deadletter naming the
+/// column, from the record's parsed value and from its text alike; without a merge key the
+/// same records are rows (and every one without a key would merge as the one NULL key).
+#[test]
+fn a_record_without_its_own_value_in_a_merge_key_column_is_a_bad_key_deadletter() {
+    let ns = schema_of(vec![
+        Field::new("_op", FieldType::String),
+        Field::new("id", FieldType::Int),
+        Field::new("id_string", FieldType::String),
+        Field::new(
+            "id_struct",
+            FieldType::Struct(vec![Field::new("o", FieldType::Int)]),
+        ),
+        Field::new("v", FieldType::String),
+    ]);
+    let key = ["id".to_owned()];
+    let cases: [(&str, Option<&str>); 9] = [
+        (r#"{"id":1,"v":"a"}"#, None),
+        (
+            r#"{"id":null,"v":"n1"}"#,
+            Some("cannot merge by key: the `primary_key` column `id` is null in this record"),
+        ),
+        (
+            r#"{"v":"missing"}"#,
+            Some("cannot merge by key: the `primary_key` column `id` is missing in this record"),
+        ),
+        (
+            r#"{"id":"2","v":"strkey"}"#,
+            Some(
+                "cannot merge by key: the `primary_key` column `id` (int) cannot hold this record's value, a JSON string (it would land in a sibling column and leave the key NULL)",
+            ),
+        ),
+        (
+            r#"{"id":{"o":1},"v":"obj"}"#,
+            Some(
+                "cannot merge by key: the `primary_key` column `id` holds a JSON object in this record, not a single value",
+            ),
+        ),
+        (
+            r#"{"id":2147483648,"v":"too big for int: its text goes to id_string"}"#,
+            Some(
+                "cannot merge by key: the `primary_key` column `id` (int) cannot hold this record's value, a JSON integer (it would land in a sibling column and leave the key NULL)",
+            ),
+        ),
+        // A delete names its key like any change.
+        (
+            r#"{"id":null,"_op":"d"}"#,
+            Some("cannot merge by key: the `primary_key` column `id` is null in this record"),
+        ),
+        // A truncate names none: it empties the table.
+        (r#"{"_op":"t"}"#, None),
+        (r#"{"id":2,"v":"b","_op":"u"}"#, None),
+    ];
+    let mut slow = RecordBatchBuilder::new(&ns)
+        .with_namespace("p")
+        .with_merge_key(&key);
+    let mut fast = RecordBatchBuilder::new(&ns)
+        .with_namespace("p")
+        .with_merge_key(&key);
+    let mut unkeyed = RecordBatchBuilder::new(&ns);
+    let (mut tape, mut scratch) = (crate::schema::json_tape::Tape::default(), Vec::new());
+    for (line, refused) in cases {
+        let record = object(serde_json::from_str(line).unwrap());
+        let got = slow.append(&record, here);
+        match refused {
+            None => assert!(got.is_ok(), "{line}: {got:?}"),
+            Some(error) => {
+                let dl = got.unwrap_err();
+                assert_eq!(dl.error, error, "{line}");
+                assert_eq!(dl.code, FailureCode::BadKey, "{line}");
+                assert_eq!(dl.namespace.as_deref(), Some("p"));
+                assert_eq!(
+                    serde_json::from_str::<Value>(&dl.raw).unwrap(),
+                    json!(record)
+                );
+            }
+        }
+        // The tape takes what `append` takes, or refuses it for `append` to decide.
+        assert!(tape.parse(line.as_bytes()));
+        if !fast.append_tape(&tape, line.as_bytes(), &mut scratch) {
+            assert_eq!(
+                fast.append(&record, here).is_ok(),
+                refused.is_none(),
+                "{line}"
+            );
+        }
+        // Without a key, each of them is a row.
+        unkeyed.append(&record, here).unwrap();
+    }
+    assert_eq!(unkeyed.len(), 9);
+    let batch = slow.finish().unwrap();
+    assert_eq!(batch, fast.finish().unwrap());
+    assert_eq!(batch.num_rows(), 3);
+    let id = batch.column(1).as_primitive::<Int32Type>();
+    assert_eq!(
+        (0..3)
+            .map(|i| id.is_valid(i).then(|| id.value(i)))
+            .collect::<Vec<_>>(),
+        [Some(1), None, Some(2)],
+        "the truncate is the one row without a key"
+    );
+}
+
+/// A composite key needs every column; a key column missing from the schema refuses every
+/// record but a truncate; a key column of a struct type holds no key.
+#[test]
+fn every_merge_key_column_needs_a_single_value_of_its_own() {
+    let ns = schema_of(vec![
+        Field::new("k1", FieldType::Long),
+        Field::new("k2", FieldType::String),
+        Field::new(
+            "s",
+            FieldType::Struct(vec![Field::new("o", FieldType::Int)]),
+        ),
+    ]);
+    let composite = ["k1".to_owned(), "k2".to_owned()];
+    let mut builder = RecordBatchBuilder::new(&ns).with_merge_key(&composite);
+    builder
+        .append(&object(json!({"k1": 1, "k2": "x"})), here)
+        .unwrap();
+    // A string key column holds numbers as their text: a key like any other.
+    builder
+        .append(&object(json!({"k1": 1, "k2": 5})), here)
+        .unwrap();
+    let dl = builder.append(&object(json!({"k1": 1})), here).unwrap_err();
+    assert_eq!(
+        dl.error,
+        "cannot merge by key: the `primary_key` column `k2` is missing in this record"
+    );
+    let dl = builder
+        .append(&object(json!({"k1": 1, "k2": ["x"]})), here)
+        .unwrap_err();
+    assert_eq!(
+        dl.error,
+        "cannot merge by key: the `primary_key` column `k2` holds a JSON array in this record, not a single value"
+    );
+    assert_eq!(builder.len(), 2);
+
+    let absent = ["nope".to_owned()];
+    let mut builder = RecordBatchBuilder::new(&ns).with_merge_key(&absent);
+    let dl = builder
+        .append(&object(json!({"k1": 1, "nope": 1})), here)
+        .unwrap_err();
+    assert_eq!(
+        dl.error,
+        "cannot merge by key: the schema has no `primary_key` column `nope`"
+    );
+    assert_eq!(dl.code, FailureCode::BadKey);
+
+    let structured = ["s".to_owned()];
+    let mut builder = RecordBatchBuilder::new(&ns).with_merge_key(&structured);
+    let line = r#"{"s":{"o":1}}"#;
+    let (mut tape, mut scratch) = (crate::schema::json_tape::Tape::default(), Vec::new());
+    assert!(tape.parse(line.as_bytes()));
+    assert!(!builder.append_tape(&tape, line.as_bytes(), &mut scratch));
+    assert_eq!(builder.len(), 0);
+    let dl = builder
+        .append(&object(serde_json::from_str(line).unwrap()), here)
+        .unwrap_err();
+    assert_eq!(
+        dl.error,
+        "cannot merge by key: the `primary_key` column `s` holds a JSON object in this record, not a single value"
+    );
+}

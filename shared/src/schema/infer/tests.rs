@@ -253,6 +253,65 @@ fn conflicting_kinds_pick_the_main_column_by_precedence_and_name_siblings_by_typ
     );
 }
 
+/// A merge key column keeps a scalar kind: one stray object must not make `id` a struct
+/// column, which would leave every scalar key in a sibling and every record refused.
+#[test]
+fn a_merge_key_column_prefers_a_scalar_kind_to_struct_and_list() {
+    let records = [
+        json!({"id": 1, "v": {"a": 1}}),
+        json!({"id": "abc", "v": 2}),
+        json!({"id": {"o": 1}}),
+        json!({"id": [1]}),
+        json!({"id": null}),
+    ];
+    let unkeyed = infer(&records);
+    assert_eq!(
+        unkeyed[0],
+        field("id", FieldType::Struct(vec![field("o", FieldType::Int)]))
+    );
+    let merge_keys = crate::schema::MergeKeys {
+        columns: vec!["id".into(), "v".into()],
+        default: true,
+        namespaces: BTreeMap::new(),
+    };
+    let keyed = infer_with(
+        TransformOptions {
+            merge_keys: merge_keys.clone(),
+            ..TransformOptions::default()
+        },
+        &records,
+    );
+    assert_eq!(
+        keyed,
+        [
+            field("id", FieldType::Int),
+            field("id_list", list(FieldType::Int)),
+            field("id_string", FieldType::String),
+            field(
+                "id_struct",
+                FieldType::Struct(vec![field("o", FieldType::Int)])
+            ),
+            field("v", FieldType::Int),
+            field(
+                "v_struct",
+                FieldType::Struct(vec![field("a", FieldType::Int)])
+            ),
+        ]
+    );
+    // Only at the top level of a merged namespace.
+    let other = infer_with(
+        TransformOptions {
+            merge_keys: crate::schema::MergeKeys {
+                namespaces: BTreeMap::from([("default".to_owned(), false)]),
+                ..merge_keys
+            },
+            ..TransformOptions::default()
+        },
+        &records,
+    );
+    assert_eq!(other, unkeyed);
+}
+
 #[test]
 fn a_sibling_that_collides_with_a_real_field_is_merged_into_it() {
     let fields = infer(&[

@@ -17,7 +17,10 @@
 //!
 //! The cost is the files touched: a delivery re-reads every file of the table whose keys it
 //! carries (every file, when no file can be told apart; pruning by column bounds is future
-//! work). A NULL in a key column is a key value like any other.
+//! work). Under a declared `merge_by_key`, typing refuses a record without a key value of its
+//! own (a `bad_key` deadletter, [`crate::schema::RecordBatchBuilder::with_merge_key`]), so
+//! no two records share a NULL key here; a NULL that still arrives (a change stream's table
+//! keys, not known at typing) is compared as a value.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
