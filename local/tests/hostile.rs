@@ -372,3 +372,72 @@ fn a_dotted_key_and_a_struct_of_its_path_land_in_two_columns_across_passes() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+#[test]
+fn nan_and_the_infinities_from_parquet_land_in_double_columns_not_as_null() {
+    let dir = tempfile::tempdir().unwrap();
+    let project = dir.path();
+    std::fs::create_dir_all(project.join("input")).unwrap();
+    std::fs::write(
+        project.join("skippr.yml"),
+        "pipelines:\n  events:\n    data_source: data_sources.files\n    data_sink: data_sinks.lake\n\
+         data_sources:\n  files:\n    File:\n      path: input\n\
+         data_sinks:\n  lake:\n    Duckdb:\n      warehouse: file://./lake\n      table_namespace: shop\n",
+    )
+    .unwrap();
+    // Written by pyarrow, not by skipprd's own code: a float64 and a float32 column.
+    let script = "\
+import sys, pyarrow as pa, pyarrow.parquet as pq
+nan, inf = float('nan'), float('inf')
+values = [nan, inf, -inf, 1.5, None, -0.0]
+pq.write_table(pa.table({
+    'id': pa.array(range(1, 7), pa.int64()),
+    'd': pa.array(values, pa.float64()),
+    'f': pa.array(values, pa.float32()),
+}), sys.argv[1])
+";
+    let out = Command::new(reader_python())
+        .args(["-c", script])
+        .arg(project.join("input/x.parquet"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let complete = sync_complete(&sync(project));
+    assert_eq!(complete["rows"], json!(6), "{complete}");
+
+    let table = project.join("lake/shop/events").canonicalize().unwrap();
+    let read = read_tables(std::slice::from_ref(&table), true);
+    // read_table.py spells NaN and the infinities as these strings (JSON has no such numbers).
+    let want = json!([
+        {"id": 1, "d": "NaN", "f": "NaN"},
+        {"id": 2, "d": "Infinity", "f": "Infinity"},
+        {"id": 3, "d": "-Infinity", "f": "-Infinity"},
+        {"id": 4, "d": 1.5, "f": 1.5},
+        {"id": 5, "d": null, "f": null},
+        {"id": 6, "d": -0.0, "f": -0.0},
+    ]);
+    for reader in ["duckdb", "pyiceberg"] {
+        let got = &read[&table][reader];
+        assert_eq!(got["values"], want, "{reader}: {got}");
+        let columns: Vec<(String, String)> = got["columns"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| {
+                (
+                    c[0].as_str().unwrap().to_owned(),
+                    c[1].as_str().unwrap().to_lowercase(),
+                )
+            })
+            .collect();
+        // Both floats are doubles, with no `_string` sibling holding the words instead.
+        let names: Vec<&str> = columns.iter().map(|(name, _)| name.as_str()).collect();
+        assert_eq!(names, ["d", "f", "id"], "{reader}: {columns:?}");
+        assert_eq!(columns[0].1, "double", "{reader}: {columns:?}");
+        assert_eq!(columns[1].1, "double", "{reader}: {columns:?}");
+    }
+}

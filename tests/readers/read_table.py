@@ -12,7 +12,8 @@ reader giving
   with --key:      duplicate_keys (how many key values appear more than once), null_keys,
                    keys (the distinct key values, ascending);
   with --values:   values (every row, ordered by the key column when given, as JSON:
-                   timestamps as integer microseconds since the epoch, dates as YYYY-MM-DD);
+                   timestamps as integer microseconds since the epoch, dates as YYYY-MM-DD,
+                   NaN and the infinities as the strings "NaN", "Infinity", "-Infinity");
   with --snapshots: snapshots, oldest first, each with its id (PyIceberg: and its summary);
   with --snapshot-rows: also the row count of a scan as of each snapshot (a scan per snapshot).
 DuckDB reads through the table directory (metadata/version-hint.text), PyIceberg likewise
@@ -23,6 +24,7 @@ import argparse
 import datetime
 import decimal
 import json
+import math
 import os
 import sys
 
@@ -40,6 +42,9 @@ def plain(value):
         return value.isoformat()
     if isinstance(value, decimal.Decimal):
         return float(value)
+    if isinstance(value, float) and not math.isfinite(value):
+        # JSON has no such numbers (json.dump would write NaN, which is not JSON).
+        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
     if isinstance(value, bytes):
         return value.hex()
     if isinstance(value, dict):

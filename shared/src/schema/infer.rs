@@ -52,10 +52,18 @@ pub(crate) fn parse_date(text: &str) -> Option<chrono::NaiveDate> {
 /// the text is a canonical number ([`number_shape`]: `12`, `-0.25`, `1.5e3`, never `007`,
 /// `+1`, `.5`, `0x10` or `-0`) with a finite value, and an integer is one a double holds
 /// exactly (at most 2^53 in magnitude), so a long identifier in a string is never rounded.
-/// CSV cells are typed by the same rule.
+/// CSV cells are typed by the same rule. Exactly `NaN`, `Infinity` and `-Infinity`, the words
+/// the Parquet and Postgres sources write for the floats JSON has no number for, are numeric
+/// too.
 pub(crate) fn parse_numeric(text: &str) -> Option<f64> {
     /// The largest integer from which every smaller one is exact in a double.
     const EXACT: i64 = 1 << 53;
+    match text {
+        "NaN" => return Some(f64::NAN),
+        "Infinity" => return Some(f64::INFINITY),
+        "-Infinity" => return Some(f64::NEG_INFINITY),
+        _ => {}
+    }
     match number_shape(text)? {
         NumberShape::Integer => text
             .parse::<i64>()

@@ -29,8 +29,11 @@
 //! A string is a **date** when it is exactly `YYYY-MM-DD` and names a real calendar day
 //! (`2023-02-28` is a date, `2023-02-30` and `2023-2-28` are not). A string is **numeric**
 //! when it is decimal number text: an optional sign, digits with an optional fraction, and an
-//! optional exponent (`42`, `-0.5`, `1e9`, `.5`), and the value is finite (`NaN` and `inf`
-//! are not numeric).
+//! optional exponent (`42`, `-0.5`, `1e9`, `.5`), and the value is finite (`1e999`, `nan` and
+//! `inf` are not numeric); or it is exactly `NaN`, `Infinity` or `-Infinity`, the strings the
+//! Parquet and Postgres sources write for the floats JSON has no number for, which a `double`
+//! column stores as NaN and the infinities. (A field whose values are only such strings and
+//! nulls is a `string`, like any field of numeric strings alone.)
 //!
 //! ### Types
 //!

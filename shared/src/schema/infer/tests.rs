@@ -175,10 +175,34 @@ fn a_non_numeric_string_among_numbers_goes_to_a_string_sibling_not_an_error() {
 }
 
 #[test]
-fn special_float_words_are_not_numeric_strings() {
-    for word in ["NaN", "inf", "-infinity", "", "1e", "e5", "--1"] {
+fn only_the_three_spellings_of_non_finite_floats_are_numeric_strings() {
+    for word in [
+        "nan",
+        "NAN",
+        "inf",
+        "-inf",
+        "+Infinity",
+        "infinity",
+        "-infinity",
+        "1e999",
+        "",
+        "1e",
+        "e5",
+        "--1",
+    ] {
         assert_eq!(parse_numeric(word), None, "{word}");
     }
+    assert!(parse_numeric("NaN").is_some_and(f64::is_nan));
+    assert_eq!(parse_numeric("Infinity"), Some(f64::INFINITY));
+    assert_eq!(parse_numeric("-Infinity"), Some(f64::NEG_INFINITY));
+    assert_eq!(
+        type_of_x(&[json!(1.5), json!("NaN"), json!("-Infinity"), json!(null)]),
+        FieldType::Double
+    );
+    assert_eq!(
+        type_of_x(&[json!("NaN"), json!("Infinity")]),
+        FieldType::String
+    );
     assert_eq!(parse_numeric("0.5"), Some(0.5));
     assert_eq!(parse_numeric("1E3"), Some(1000.0));
     assert_eq!(parse_numeric("-12"), Some(-12.0));

@@ -4,9 +4,14 @@
 //! (which apply at any depth): nested structs become objects, lists arrays, maps objects,
 //! timestamps (any unit, any time zone) integer Unix epoch milliseconds (rounded down),
 //! dates (`Date32` and `Date64`) `"YYYY-MM-DD"` strings, decimals JSON numbers (the nearest
-//! `f64`; `null` beyond its range) and binary lower-case hex strings.
+//! `f64`; `null` beyond its range), binary lower-case hex strings, and floats JSON numbers,
+//! but for NaN and the infinities, which JSON has no numbers for: they become the strings
+//! `"NaN"`, `"Infinity"` and `"-Infinity"` (as the Postgres source spells them), which a
+//! `double` column takes as those very values (see the schema's numeric strings). arrow's own
+//! encoder would write them as `null`, losing them without a word.
 
 use std::collections::VecDeque;
+use std::io::Write as _;
 use std::path::Path;
 
 use std::sync::Arc;
@@ -14,9 +19,10 @@ use std::sync::Arc;
 use arrow::array::{Array, AsArray, PrimitiveArray};
 use arrow::buffer::ScalarBuffer;
 use arrow::datatypes::{
-    DataType, Date64Type, Decimal32Type, Decimal64Type, Decimal128Type, Decimal256Type,
-    DecimalType, FieldRef, TimeUnit, TimestampMicrosecondType, TimestampMillisecondType,
-    TimestampNanosecondType, TimestampSecondType,
+    ArrowNativeType, DataType, Date64Type, Decimal32Type, Decimal64Type, Decimal128Type,
+    Decimal256Type, DecimalType, FieldRef, Float16Type, Float32Type, Float64Type, TimeUnit,
+    TimestampMicrosecondType, TimestampMillisecondType, TimestampNanosecondType,
+    TimestampSecondType,
 };
 use arrow::error::ArrowError;
 use arrow::json::WriterBuilder;
@@ -154,7 +160,7 @@ fn parquet_error(ctx: &FileContext, error: &dyn std::fmt::Display) -> SourceErro
 }
 
 /// Arrow-to-JSON encoders for the types whose default encoding loses information skipprd
-/// wants: timestamps, `Date64` and decimals.
+/// wants: timestamps, `Date64`, decimals and floats (NaN and the infinities).
 #[derive(Debug)]
 struct TypedEncoders;
 
@@ -219,6 +225,15 @@ impl EncoderFactory for TypedEncoders {
             DataType::Decimal256(_, _) => Box::new(DecimalNumber::<Decimal256Type>(
                 array.as_primitive().clone(),
             )),
+            DataType::Float16 => Box::new(FloatNumber(
+                array.as_primitive::<Float16Type>().values().clone(),
+            )),
+            DataType::Float32 => Box::new(FloatNumber(
+                array.as_primitive::<Float32Type>().values().clone(),
+            )),
+            DataType::Float64 => Box::new(FloatNumber(
+                array.as_primitive::<Float64Type>().values().clone(),
+            )),
             _ => return Ok(None),
         };
         Ok(Some(NullableEncoder::new(encoder, array.logical_nulls())))
@@ -274,6 +289,30 @@ impl<T: DecimalType> Encoder for DecimalNumber<T> {
         match number {
             Some(number) => out.extend_from_slice(number.to_string().as_bytes()),
             None => out.extend_from_slice(b"null"),
+        }
+    }
+}
+
+/// Floats as JSON numbers (the shortest text that reads back as the same float, always with
+/// a fraction or an exponent, so it stays a float), and NaN and the infinities as the strings
+/// `"NaN"`, `"Infinity"` and `"-Infinity"`.
+struct FloatNumber<T: ArrowNativeType>(ScalarBuffer<T>);
+
+impl<T: ArrowNativeType + Into<f64>> Encoder for FloatNumber<T> {
+    fn encode(&mut self, idx: usize, out: &mut Vec<u8>) {
+        let value = self.0[idx];
+        let wide: f64 = value.into();
+        if wide.is_finite() {
+            // `Debug` is the shortest text that reads back as the same `T` (so `0.1f32` is
+            // `0.1`), in decimal or exponent form, and keeps `.0` on whole numbers. Writing to
+            // a vector cannot fail.
+            let _ = write!(out, "{value:?}");
+        } else if wide.is_nan() {
+            out.extend_from_slice(br#""NaN""#);
+        } else if wide > 0.0 {
+            out.extend_from_slice(br#""Infinity""#);
+        } else {
+            out.extend_from_slice(br#""-Infinity""#);
         }
     }
 }
@@ -537,6 +576,62 @@ mod tests {
             vec![
                 r#"{"day":"2024-01-02","at":0}"#,
                 r#"{"day":"1969-12-31","at":-1}"#
+            ]
+        );
+    }
+
+    #[test]
+    fn nan_and_the_infinities_become_their_words_not_null_and_finite_floats_stay_floats() {
+        use arrow::array::{Float16Array, Float32Array};
+        type F16 = <Float16Type as arrow::datatypes::ArrowPrimitiveType>::Native;
+        let f64s: ArrayRef = Arc::new(Float64Array::from(vec![
+            Some(f64::NAN),
+            Some(f64::INFINITY),
+            Some(f64::NEG_INFINITY),
+            Some(1.5),
+            None,
+            Some(-0.0),
+            Some(3.0),
+            Some(1e300),
+        ]));
+        let f32s: ArrayRef = Arc::new(Float32Array::from(vec![
+            Some(f32::NAN),
+            Some(f32::INFINITY),
+            Some(f32::NEG_INFINITY),
+            Some(0.1),
+            None,
+            Some(-0.0),
+            Some(3.0),
+            Some(1e38),
+        ]));
+        let f16s: ArrayRef = Arc::new(Float16Array::from(vec![
+            Some(F16::NAN),
+            Some(F16::INFINITY),
+            Some(F16::NEG_INFINITY),
+            Some(F16::from_f32(0.5)),
+            None,
+            Some(F16::NEG_ZERO),
+            Some(F16::from_f32(3.0)),
+            Some(F16::from_f32(2048.0)),
+        ]));
+        let batch =
+            RecordBatch::try_from_iter(vec![("d", f64s), ("f", f32s), ("h", f16s)]).unwrap();
+        let rows: Vec<String> = batch_to_json(&batch)
+            .unwrap()
+            .into_iter()
+            .map(|row| Value::Object(row).to_string())
+            .collect();
+        assert_eq!(
+            rows,
+            vec![
+                r#"{"d":"NaN","f":"NaN","h":"NaN"}"#,
+                r#"{"d":"Infinity","f":"Infinity","h":"Infinity"}"#,
+                r#"{"d":"-Infinity","f":"-Infinity","h":"-Infinity"}"#,
+                r#"{"d":1.5,"f":0.1,"h":0.5}"#,
+                r#"{"d":null,"f":null,"h":null}"#,
+                r#"{"d":-0.0,"f":-0.0,"h":-0.0}"#,
+                r#"{"d":3.0,"f":3.0,"h":3.0}"#,
+                r#"{"d":1e+300,"f":1e+38,"h":2048.0}"#,
             ]
         );
     }

@@ -31,7 +31,7 @@
 //! | --- | --- |
 //! | `bool` | boolean |
 //! | `int2`, `int4`, `int8`, `oid` | integer |
-//! | `float4`, `float8` | number (`NaN`, `Infinity`, `-Infinity` as strings) |
+//! | `float4`, `float8` | number (`NaN`, `Infinity`, `-Infinity` as strings, which a `double` column stores as those floats) |
 //! | `numeric` | its exact decimal text, as a string (never rounded through a float) |
 //! | `text`, `varchar`, `char(n)`, `name`, `"char"`, enums | string |
 //! | `date` | `YYYY-MM-DD` (typed `date`); `infinity`, `-infinity` as they are |
