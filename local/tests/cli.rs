@@ -523,6 +523,93 @@ fn a_corrupted_wal_stops_sync_and_query_naming_the_file_and_offset() {
     }
 }
 
+/// Garble `len` bytes of `path` from `at` (damage no crash makes: a bad disk, a stray write).
+fn garble(path: &Path, at: usize, len: usize) {
+    let mut bytes = std::fs::read(path).unwrap();
+    assert!(bytes.len() >= at + len, "{} is too short", path.display());
+    for (i, byte) in bytes[at..at + len].iter_mut().enumerate() {
+        *byte = (i * 131 + 17) as u8;
+    }
+    std::fs::write(path, bytes).unwrap();
+}
+
+#[test]
+fn a_damaged_state_store_exits_1_naming_the_file_and_doctor_fails_on_it_and_on_a_damaged_wal() {
+    let dir = project(CONFIG, &[("input/a.jsonl", &(RECORDS.join("\n") + "\n"))]);
+    assert_eq!(skipprd(dir.path(), &["sync", "--once"], &[]).code, 0);
+    let doctor = skipprd(dir.path(), &["doctor"], &[]);
+    assert_eq!(doctor.code, 0, "{}{}", doctor.stdout, doctor.stderr);
+    assert!(
+        doctor.stdout.contains("events: state store"),
+        "{}",
+        doctor.stdout
+    );
+    assert!(doctor.stdout.contains("events: WAL"), "{}", doctor.stdout);
+
+    let store = dir.path().join("data/default_events/state.redb");
+    // The first region's pages: redb's own debug assertions panicked on these (exit 101).
+    garble(&store, 4096, 4096);
+    std::fs::write(dir.path().join("input/b.jsonl"), RECORDS.join("\n") + "\n").unwrap();
+    let run = skipprd(dir.path(), &["sync", "--once"], &[]);
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    assert!(!run.stderr.contains("panicked"), "{}", run.stderr);
+    assert!(
+        run.stderr
+            .contains(&format!("state store {} is damaged", store.display())),
+        "{}",
+        run.stderr
+    );
+    assert!(run.stderr.contains("Move it aside"), "{}", run.stderr);
+    let doctor = skipprd(dir.path(), &["doctor"], &[]);
+    assert_eq!(doctor.code, 1, "{}{}", doctor.stdout, doctor.stderr);
+    assert!(
+        doctor.stdout.contains("[FAIL] events: state store"),
+        "{}",
+        doctor.stdout
+    );
+    assert!(!doctor.stderr.contains("panicked"), "{}", doctor.stderr);
+
+    // The way out the message gives: the position comes back from the WAL, nothing twice.
+    std::fs::rename(&store, store.with_extension("redb.damaged")).unwrap();
+    let run = skipprd(dir.path(), &["sync", "--once"], &[]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let count = skipprd(
+        dir.path(),
+        &[
+            "query",
+            "--plain",
+            "-s",
+            "select count(*) from events.order",
+        ],
+        &[],
+    );
+    assert!(
+        count.stdout.contains("[[6]]"),
+        "{}{}",
+        count.stdout,
+        count.stderr
+    );
+
+    let segment = dir
+        .path()
+        .join("data/default_events/wal/wal-00000000000000000001.seg");
+    garble(&segment, 200, 1);
+    let doctor = skipprd(dir.path(), &["doctor"], &[]);
+    assert_eq!(doctor.code, 1, "{}{}", doctor.stdout, doctor.stderr);
+    assert!(
+        doctor
+            .stdout
+            .contains("[FAIL] events: WAL: corrupt WAL segment"),
+        "{}",
+        doctor.stdout
+    );
+    assert!(
+        doctor.stdout.contains("skipprd reset -p events --yes"),
+        "{}",
+        doctor.stdout
+    );
+}
+
 #[test]
 fn an_unreadable_file_does_not_block_the_others_and_is_tried_again() {
     let dir = project(

@@ -3,7 +3,8 @@
 //! source's bucket answers a one-key listing; a Postgres source connects, its tables are
 //! readable, and `wal_level`, the replication slot and the publication are reported, see
 //! [`crate::sources::postgres::doctor`]), the local state directory is writable and its
-//! disk has room (the thresholds of the sync's disk guard), the S3 WAL bucket, the DynamoDB
+//! disk has room (the thresholds of the sync's disk guard), the embedded state store and the
+//! disk WAL read back (read-only: both are safe beside a running sync), the S3 WAL bucket, the DynamoDB
 //! state table, the destination (warehouse directory or bucket, Glue database), the skippr
 //! bucket for schemas and the S3 deadletter bucket answer. Each check is `ok`, `warn` or
 //! `fail`, with a suggested fix for the last two.
@@ -194,6 +195,12 @@ impl Pipeline<'_> {
             self.writable("state directory", &state_dir);
             self.disk(&state_dir);
         }
+        if settings.store == StoreKind::Embedded {
+            self.state_file(&state_dir.join("state.redb"));
+        }
+        if let WalLocation::Disk { dir } = &self.pipeline.wal {
+            self.disk_wal(dir);
+        }
         if let WalLocation::S3 { bucket, prefix } = &self.pipeline.wal {
             self.bucket("WAL in S3", bucket, prefix);
         }
@@ -287,6 +294,64 @@ impl Pipeline<'_> {
                     ),
                 }
             }
+        };
+        self.push(check);
+    }
+
+    /// The embedded state store reads back: opened read-only, every item decoded.
+    fn state_file(&mut self, path: &Path) {
+        use crate::state::{EmbeddedCheck, EmbeddedStore};
+        let name = self.name("state store");
+        let check = match EmbeddedStore::verify(path) {
+            Ok(EmbeddedCheck::Missing) => Check::ok(
+                name,
+                format!(
+                    "{} does not exist yet (the first sync creates it)",
+                    path.display()
+                ),
+            ),
+            Ok(EmbeddedCheck::InUse) => Check::ok(
+                name,
+                format!("{} is open in a running sync (not read)", path.display()),
+            ),
+            Ok(EmbeddedCheck::Items(items)) => Check::ok(
+                name,
+                format!("{} reads back ({items} items)", path.display()),
+            ),
+            Err(e) => Check::fail(
+                name,
+                e.to_string(),
+                format!(
+                    "mv {0} {0}.damaged, then `skipprd sync` (as the message says)",
+                    path.display()
+                ),
+            ),
+        };
+        self.push(check);
+    }
+
+    /// The disk WAL reads back: every segment and committed record checked, read-only (safe
+    /// beside a running sync).
+    fn disk_wal(&mut self, dir: &Path) {
+        let name = self.name("WAL");
+        let check = match crate::wal::DiskWal::open_read_only(dir) {
+            Ok(wal) => Check::ok(
+                name,
+                format!(
+                    "{} reads back ({} committed batch(es) not yet reclaimed)",
+                    dir.display(),
+                    wal.batches().len()
+                ),
+            ),
+            Err(e) => Check::fail(
+                name,
+                e.to_string(),
+                format!(
+                    "`skipprd sync` and `skipprd reset` refuse a damaged WAL: move {0} aside (to {0}.damaged; it holds the batches not yet delivered), then `skipprd reset -p {1} --yes` starts a new WAL above every landed batch id; the next sync reads the source again from its start, so rows it still holds land again (docs/wal.md, \"A WAL that restarts\")",
+                    dir.display(),
+                    self.pipeline.name
+                ),
+            ),
         };
         self.push(check);
     }

@@ -38,20 +38,89 @@ impl EmbeddedStore {
     /// A new store is created under a temporary name (with its table), then linked into
     /// place (unless another process created it first) and the directory fsynced, so a crash during creation never leaves a partial
     /// database file that every later open would refuse.
+    ///
+    /// A damaged file is [`StateError::Damaged`], naming it and the way out, also where redb
+    /// panics on it (its debug builds assert on pages no redb wrote) instead of returning an
+    /// error: the panic is caught, and not printed.
     pub fn open(path: &Path) -> Result<Self, StateError> {
         if !path.exists() {
             Self::create_atomically(path)?;
         }
-        let db = Database::create(path).map_err(|e| storage(path, e, false))?;
-        let store = EmbeddedStore {
+        let opened = quietly(|| -> Result<Database, StateError> {
+            let db = Database::create(path).map_err(|e| opening(path, e, false))?;
+            // Create the table up front, so that reads never meet a missing table.
+            let txn = db.begin_write().map_err(|e| opening(path, e, true))?;
+            txn.open_table(TABLE).map_err(|e| opening(path, e, false))?;
+            txn.commit().map_err(|e| opening(path, e, true))?;
+            Ok(db)
+        });
+        let db = opened.unwrap_or_else(|panic| Err(damaged(path, panic_message(&*panic))))?;
+        Ok(EmbeddedStore {
             db,
             path: path.to_path_buf(),
+        })
+    }
+
+    /// Check the store at `path` without writing it: a copy of the file (in a temporary
+    /// directory) is opened the way [`EmbeddedStore::open`] opens it, which reads what a
+    /// read-only open does not (redb's allocator state, and the repair after a crash), and
+    /// every item of it is decoded. `Ok` with what was found ([`EmbeddedCheck`]);
+    /// [`StateError::Damaged`] naming `path` when redb cannot read it (a panic on it included,
+    /// caught and not printed). A file a process has open for writing (a running sync) is not
+    /// copied: [`EmbeddedCheck::InUse`].
+    pub fn verify(path: &Path) -> Result<EmbeddedCheck, StateError> {
+        if !path.exists() {
+            return Ok(EmbeddedCheck::Missing);
+        }
+        let read_only = quietly(|| match redb::ReadOnlyDatabase::open(path) {
+            Ok(_) => Ok(None),
+            Err(redb::DatabaseError::DatabaseAlreadyOpen) => Ok(Some(EmbeddedCheck::InUse)),
+            // Not closed cleanly (a crash): opening it for writing repairs it.
+            Err(redb::DatabaseError::RepairAborted) => Ok(None),
+            Err(e) => Err(opening(path, e, false)),
+        });
+        if let Some(found) =
+            read_only.unwrap_or_else(|panic| Err(damaged(path, panic_message(&*panic))))?
+        {
+            return Ok(found);
+        }
+        let stamp = |path: &Path| {
+            std::fs::metadata(path)
+                .map(|m| (m.len(), m.modified().ok()))
+                .map_err(|e| storage(path, e, true))
         };
-        // Create the table up front, so that reads never meet a missing table.
-        let txn = store.db.begin_write().map_err(|e| storage(path, e, true))?;
-        txn.open_table(TABLE).map_err(|e| storage(path, e, false))?;
-        txn.commit().map_err(|e| storage(path, e, true))?;
-        Ok(store)
+        let before = stamp(path)?;
+        let dir = tempfile::tempdir().map_err(|e| {
+            storage(
+                path,
+                format!("cannot make a temporary directory to check a copy in: {e}"),
+                true,
+            )
+        })?;
+        let copy = dir.path().join("state.redb");
+        std::fs::copy(path, &copy)
+            .map_err(|e| storage(path, format!("cannot copy it to check it: {e}"), true))?;
+        if stamp(path)? != before {
+            // Written while it was copied: a sync opened it meanwhile.
+            return Ok(EmbeddedCheck::InUse);
+        }
+        let checked = quietly(|| -> Result<u64, StateError> {
+            let db = Database::create(&copy).map_err(|e| opening(path, e, false))?;
+            let txn = db.begin_write().map_err(|e| opening(path, e, false))?;
+            txn.open_table(TABLE).map_err(|e| opening(path, e, false))?;
+            txn.commit().map_err(|e| opening(path, e, false))?;
+            let txn = db.begin_read().map_err(|e| opening(path, e, false))?;
+            let table = txn.open_table(TABLE).map_err(|e| opening(path, e, false))?;
+            let mut items = 0u64;
+            for entry in table.iter().map_err(|e| opening(path, e, false))? {
+                let (key, value) = entry.map_err(|e| opening(path, e, false))?;
+                Self::decode(key.value(), value.value())?;
+                items += 1;
+            }
+            Ok(items)
+        });
+        let items = checked.unwrap_or_else(|panic| Err(damaged(path, panic_message(&*panic))))?;
+        Ok(EmbeddedCheck::Items(items))
     }
 
     fn create_atomically(path: &Path) -> Result<(), StateError> {
@@ -146,6 +215,70 @@ impl EmbeddedStore {
 
 fn encode_key(key: &StateKey) -> String {
     format!("{}{SEPARATOR}{}", key.partition, key.sort)
+}
+
+/// What [`EmbeddedStore::verify`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EmbeddedCheck {
+    /// No file yet: the first sync creates it.
+    Missing,
+    /// A process has it open for writing (a running sync), so it was not read.
+    InUse,
+    /// Every item decodes; this many.
+    Items(u64),
+}
+
+/// An error of redb while opening or checking the file at `path`: [`StateError::Damaged`] when
+/// redb says the file is corrupt or not a redb database, else [`StateError::Storage`].
+fn opening(path: &Path, e: impl Into<redb::Error>, retryable: bool) -> StateError {
+    match e.into() {
+        redb::Error::Corrupted(message) => damaged(path, message),
+        redb::Error::Io(io) if io.kind() == std::io::ErrorKind::InvalidData => {
+            damaged(path, io.to_string())
+        }
+        other => storage(path, other, retryable),
+    }
+}
+
+fn damaged(path: &Path, message: impl Into<String>) -> StateError {
+    StateError::Damaged {
+        path: path.to_path_buf(),
+        message: message.into(),
+    }
+}
+
+/// The message of a caught panic.
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    if let Some(text) = panic.downcast_ref::<&str>() {
+        (*text).to_owned()
+    } else if let Some(text) = panic.downcast_ref::<String>() {
+        text.clone()
+    } else {
+        "redb panicked reading it".to_owned()
+    }
+}
+
+std::thread_local! {
+    /// Whether a panic on this thread is expected and caught ([`quietly`]): not printed.
+    static QUIET: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Run `f`, catching a panic, which is not printed (the hook installed on first use prints
+/// every other panic as the hook before it did).
+fn quietly<T>(f: impl FnOnce() -> T) -> std::thread::Result<T> {
+    static HOOK: std::sync::Once = std::sync::Once::new();
+    HOOK.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if !QUIET.with(std::cell::Cell::get) {
+                previous(info);
+            }
+        }));
+    });
+    let was = QUIET.with(|quiet| quiet.replace(true));
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+    QUIET.with(|quiet| quiet.set(was));
+    result
 }
 
 fn storage(path: &Path, e: impl std::fmt::Display, retryable: bool) -> StateError {
@@ -262,6 +395,63 @@ mod tests {
         let path = dir.path().join("missing-dir").join("state.redb");
         let err = EmbeddedStore::open(&path).unwrap_err();
         assert!(err.to_string().contains("missing-dir"), "{err}");
+    }
+
+    /// Regression: redb's debug builds panic on a page no redb wrote (`Invalid page type
+    /// byte`), which took the process down (exit 101). Damage is now an error naming the file,
+    /// on opening and on checking it, and a sound file checks out.
+    #[test]
+    fn a_damaged_file_is_an_error_naming_it_never_a_panic() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.redb");
+        {
+            let store = EmbeddedStore::open(&path).unwrap();
+            for i in 0..3 {
+                let key = StateKey::new("p", format!("k{i}"));
+                store.put(&key, b"v", Condition::Absent, None).unwrap();
+            }
+        }
+        assert_eq!(
+            EmbeddedStore::verify(&path).unwrap(),
+            EmbeddedCheck::Items(3)
+        );
+        {
+            let _open = EmbeddedStore::open(&path).unwrap();
+            assert_eq!(EmbeddedStore::verify(&path).unwrap(), EmbeddedCheck::InUse);
+        }
+        assert_eq!(
+            EmbeddedStore::verify(&dir.path().join("none.redb")).unwrap(),
+            EmbeddedCheck::Missing
+        );
+        let sound = std::fs::read(&path).unwrap();
+        // Pages of the first region (a panic in debug builds), the header past its magic, and
+        // no redb file at all.
+        for (at, len) in [(4096, 4096), (64, 64), (0, 4096)] {
+            let mut bytes = sound.clone();
+            for (i, byte) in bytes[at..at + len].iter_mut().enumerate() {
+                *byte = (i * 131 + 17) as u8;
+            }
+            std::fs::write(&path, &bytes).unwrap();
+            for error in [
+                EmbeddedStore::verify(&path).unwrap_err(),
+                EmbeddedStore::open(&path).unwrap_err(),
+            ] {
+                assert!(
+                    matches!(&error, StateError::Damaged { path: p, .. } if *p == path),
+                    "{at}: {error:?}"
+                );
+                assert!(!error.is_retryable());
+                let text = error.to_string();
+                assert!(
+                    text.starts_with(&format!(
+                        "state store {} is damaged and cannot be read (",
+                        path.display()
+                    )),
+                    "{text}"
+                );
+                assert!(text.contains("Move it aside"), "{text}");
+            }
+        }
     }
 
     /// Regression: a crash while redb created the file left a partial database ("Not a redb

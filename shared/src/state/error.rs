@@ -107,6 +107,17 @@ pub enum StateError {
         /// Whether the same operation may succeed later.
         retryable: bool,
     },
+    /// The store's file is damaged: redb cannot read it (it is not a redb database, or its
+    /// pages are corrupt). Never repaired in place.
+    #[error(
+        "state store {path} is damaged and cannot be read ({message}). Move it aside (for example `mv {path} {path}.damaged`) and run again: for a pipeline's `state.redb` that is safe, as the next sync takes the source position from the pipeline's WAL (each batch records the position it reached) and skips the batches a destination table has already landed (docs/wal.md)"
+    )]
+    Damaged {
+        /// The store's file.
+        path: PathBuf,
+        /// What redb reported.
+        message: String,
+    },
     /// A stored item could not be decoded.
     #[error("state item {key} is corrupt: {message}")]
     Corrupt {
@@ -130,6 +141,7 @@ impl StateError {
             StateError::Aws { failure, .. } => failure.retryable,
             StateError::Fenced { .. }
             | StateError::Corrupt { .. }
+            | StateError::Damaged { .. }
             | StateError::TableMissing { .. }
             | StateError::AwsSetup(_) => false,
         }

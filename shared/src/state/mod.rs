@@ -31,7 +31,7 @@ pub mod memory;
 
 pub use dynamo_lease::{DEFAULT_LEASE_TTL, DynamoLease, LeaseRecord, LeaseTable};
 pub use dynamodb::DynamoStore;
-pub use embedded::EmbeddedStore;
+pub use embedded::{EmbeddedCheck, EmbeddedStore};
 pub use error::StateError;
 pub use lease::{DEFAULT_LEASE_WAIT, LEASE_SORT_KEY, LeaseWait, LocalLease, LocalLock};
 pub use memory::MemoryStore;
