@@ -757,7 +757,8 @@ pub struct StdoutSinkConfig {
     /// Connector version pin. Accepted for compatibility.
     #[serde(default)]
     pub version: Option<String>,
-    /// Output format. Default `jsonl`.
+    /// Output format: only `jsonl` (JSON lines, one object per row); for CSV or Parquet
+    /// files use the `File` sink. Default `jsonl`.
     #[serde(default)]
     pub format: Option<OutputFormat>,
 }

@@ -161,7 +161,10 @@ impl Validator<'_> {
             }
             SinkConnector::Stdout(c) => {
                 if c.format.is_some_and(|f| f != OutputFormat::Jsonl) {
-                    return Err(self.bad_value(&at("format"), "must be `jsonl`"));
+                    return Err(self.bad_value(
+                        &at("format"),
+                        "must be `jsonl` (the default): `Stdout` prints JSON lines only; for CSV or Parquet files use the `File` sink (`File: {output_dir: ..., format: csv}`)",
+                    ));
                 }
                 (FileDestinationKind::Stdout, Some(OutputFormat::Jsonl))
             }

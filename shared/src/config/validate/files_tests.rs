@@ -217,10 +217,28 @@ fn file_s3_and_stdout_destinations_take_their_keys() {
         v.pipelines["p"].files.clone().unwrap().kind,
         FileDestinationKind::Stdout
     );
-    assert!(
-        err(&format!("{FILES}  out: {{Stdout: {{format: parquet}}}}\n"))
-            .contains("data_sinks.out.Stdout.format")
+    // What the validator refuses, the reference says is not there (docs/config.md).
+    for format in ["parquet", "csv"] {
+        let message = err(&format!("{FILES}  out: {{Stdout: {{format: {format}}}}}\n"));
+        assert!(
+            message.contains("data_sinks.out.Stdout.format")
+                && message.contains("`Stdout` prints JSON lines only")
+                && message.contains("use the `File` sink"),
+            "{message}"
+        );
+    }
+    let v = check(&format!("{FILES}  out: {{Stdout: {{format: jsonl}}}}\n")).unwrap();
+    assert_eq!(
+        v.pipelines["p"].files.clone().unwrap().format,
+        OutputFormat::Jsonl
     );
+    let reference = crate::config::reference::markdown();
+    let stdout = reference
+        .split("## `data_sinks.<name>.Stdout`")
+        .nth(1)
+        .and_then(|rest| rest.split("\n## ").next())
+        .unwrap();
+    assert!(stdout.contains("Output format: only `jsonl`"), "{stdout}");
     assert!(
         err(&format!("{FILES}  out: {{File: {{output_dir: ''}}}}\n"))
             .contains("data_sinks.out.File.output_dir")
