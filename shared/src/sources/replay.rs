@@ -82,9 +82,15 @@ impl Source for ReplaySource {
                 code: FailureCode::Malformed,
                 namespace: None,
             };
-            let text = match serde_json::from_str::<serde_json::Value>(&line) {
+            let (text, origin) = match serde_json::from_str::<serde_json::Value>(&line) {
                 Ok(serde_json::Value::Object(mut o)) => match o.remove("record") {
-                    Some(serde_json::Value::String(text)) => text,
+                    Some(serde_json::Value::String(text)) => {
+                        let origin = match o.remove("source_uri") {
+                            Some(serde_json::Value::String(uri)) => Some(uri),
+                            _ => None,
+                        };
+                        (text, origin)
+                    }
                     _ => {
                         batch.deadletters.push(rejected(
                             &line,
@@ -117,7 +123,9 @@ impl Source for ReplaySource {
                     code: FailureCode::NotAnObject,
                     ..rejected(&text, "the record is not a JSON object".to_owned())
                 }),
-                Err(e) => batch.deadletters.push(rejected(&text, e.to_string())),
+                Err(e) => batch
+                    .deadletters
+                    .push(rejected(&text, not_json(&text, origin.as_deref(), &e))),
             }
         }
         batch.bytes_read = offset;
@@ -138,5 +146,72 @@ impl Source for ReplaySource {
 
     fn checkpoint(&self) -> Result<Vec<u8>, SourceError> {
         Ok(Vec::new())
+    }
+}
+
+/// Why a `record` that is not JSON is rejected again. A record that does not even start as an
+/// object is most likely a CSV row (the CSV source deadletters a row as its text, and the
+/// deadletter keeps no header to read it back with): say how to replay it.
+fn not_json(text: &str, origin: Option<&str>, error: &serde_json::Error) -> String {
+    if text.trim_start().starts_with('{') {
+        return error.to_string();
+    }
+    let from = origin.map_or_else(String::new, |uri| format!(" (rejected from `{uri}`)"));
+    format!(
+        "the record{from} is not JSON ({error}): `deadletters replay` reads each `record` as a JSON object, and a CSV row is kept as its text, without the header; to replay it, write it as an object of the columns, such as {{\"id\": \"2\", \"name\": \"short\"}}"
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::objects::DirTarget;
+
+    /// Regression: a deadletter of the CSV source (its `record` the row's text) was parsed as
+    /// JSON on replay and rejected again as "trailing characters at line 1 column 2".
+    #[test]
+    fn a_csv_row_is_rejected_again_saying_how_to_replay_it_and_an_object_replays() {
+        let dir = tempfile::tempdir().unwrap();
+        let line = |record: &str| {
+            serde_json::json!({
+                "id": "x", "record": record, "error": "row has 2 fields but the header has 3",
+                "failure_code": "malformed", "source_uri": "input/a.csv",
+            })
+            .to_string()
+        };
+        let text = [
+            line("2,short,fixed"),
+            line(r#"{"id": 2, "name": "short", "note": "fixed"}"#),
+            line(r#"{"id": 3, oops}"#),
+        ]
+        .join("\n");
+        std::fs::write(dir.path().join("b1.jsonl"), text).unwrap();
+        let target: Arc<dyn ObjectTarget> = Arc::new(DirTarget::new(dir.path().to_path_buf()));
+        let mut source = ReplaySource::new(target, vec!["b1.jsonl".to_owned()]);
+        let batch = source.next_batch().unwrap().unwrap();
+        assert_eq!(batch.records.len(), 1);
+        assert_eq!(batch.records[0].value["note"], "fixed");
+        assert_eq!(batch.deadletters.len(), 2);
+        let csv = &batch.deadletters[0];
+        assert_eq!((csv.line, csv.raw.as_str()), (1, "2,short,fixed"));
+        assert!(
+            csv.error
+                .starts_with("the record (rejected from `input/a.csv`) is not JSON (")
+                && csv
+                    .error
+                    .contains("a CSV row is kept as its text, without the header")
+                && csv.error.contains("write it as an object of the columns"),
+            "{}",
+            csv.error
+        );
+        // A broken JSON record keeps the parser's own message.
+        assert_eq!(batch.deadletters[1].line, 3);
+        assert!(
+            batch.deadletters[1]
+                .error
+                .starts_with("key must be a string"),
+            "{}",
+            batch.deadletters[1].error
+        );
     }
 }
