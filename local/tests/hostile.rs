@@ -100,6 +100,22 @@ fn records() -> Vec<Value> {
     out
 }
 
+/// A project whose pipeline `events` reads the directory `input` into a local lake
+/// (`Duckdb`, namespace `shop`).
+fn lake_project() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let project = dir.path();
+    std::fs::create_dir_all(project.join("input")).unwrap();
+    std::fs::write(
+        project.join("skippr.yml"),
+        "pipelines:\n  events:\n    data_source: data_sources.files\n    data_sink: data_sinks.lake\n\
+         data_sources:\n  files:\n    File:\n      path: input\n\
+         data_sinks:\n  lake:\n    Duckdb:\n      warehouse: file://./lake\n      table_namespace: shop\n",
+    )
+    .unwrap();
+    dir
+}
+
 fn sync(project: &Path) -> Output {
     let out = skipprd_command(project)
         .args(["sync", "--once", "--output", "json"])
@@ -322,16 +338,8 @@ fn hostile_names_and_values_land_exactly_once_inside_the_warehouse() {
 /// `a%2Eb`, each value in its own column, as DuckDB, PyIceberg and `skipprd query` read it.
 #[test]
 fn a_dotted_key_and_a_struct_of_its_path_land_in_two_columns_across_passes() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = lake_project();
     let project = dir.path();
-    std::fs::create_dir_all(project.join("input")).unwrap();
-    std::fs::write(
-        project.join("skippr.yml"),
-        "pipelines:\n  events:\n    data_source: data_sources.files\n    data_sink: data_sinks.lake\n\
-         data_sources:\n  files:\n    File:\n      path: input\n\
-         data_sinks:\n  lake:\n    Duckdb:\n      warehouse: file://./lake\n      table_namespace: shop\n",
-    )
-    .unwrap();
     std::fs::write(project.join("input/1.jsonl"), "{\"id\":1,\"a.b\":10}\n").unwrap();
     sync(project);
     std::fs::write(
@@ -375,16 +383,8 @@ fn a_dotted_key_and_a_struct_of_its_path_land_in_two_columns_across_passes() {
 
 #[test]
 fn nan_and_the_infinities_from_parquet_land_in_double_columns_not_as_null() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = lake_project();
     let project = dir.path();
-    std::fs::create_dir_all(project.join("input")).unwrap();
-    std::fs::write(
-        project.join("skippr.yml"),
-        "pipelines:\n  events:\n    data_source: data_sources.files\n    data_sink: data_sinks.lake\n\
-         data_sources:\n  files:\n    File:\n      path: input\n\
-         data_sinks:\n  lake:\n    Duckdb:\n      warehouse: file://./lake\n      table_namespace: shop\n",
-    )
-    .unwrap();
     // Written by pyarrow, not by skipprd's own code: a float64 and a float32 column.
     let script = "\
 import sys, pyarrow as pa, pyarrow.parquet as pq

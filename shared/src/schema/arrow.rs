@@ -724,10 +724,14 @@ impl RecordBatchBuilder {
             slot.and_then(|slot| self.root.slots.get(slot))
                 .is_some_and(|slot| {
                     !matches!(slot.column.data, Data::Struct(_) | Data::List { .. })
-                        && slot.column.len() == self.rows + 1
-                        && slot.column.validity.get_bit(self.rows)
+                        && self.holds_row(slot)
                 })
         })
+    }
+
+    /// Whether `slot`'s column took a value (not a null) for the row being added.
+    fn holds_row(&self, slot: &Slot) -> bool {
+        slot.column.len() == self.rows + 1 && slot.column.validity.get_bit(self.rows)
     }
 
     /// Why the row being added (from `object`, pushed to every column) cannot be merged by
@@ -760,9 +764,7 @@ impl RecordBatchBuilder {
             }
             let column = slot.and_then(|slot| self.root.slots.get(slot));
             match column {
-                Some(slot)
-                    if slot.column.len() == self.rows + 1
-                        && slot.column.validity.get_bit(self.rows) => {}
+                Some(slot) if self.holds_row(slot) => {}
                 Some(slot) => {
                     return Some(format!(
                         "cannot merge by key: the `primary_key` column `{name}` ({}) cannot hold this record's value, a JSON {} (it would land in a sibling column and leave the key NULL)",

@@ -46,14 +46,7 @@ impl EmbeddedStore {
         if !path.exists() {
             Self::create_atomically(path)?;
         }
-        let opened = quietly(|| -> Result<Database, StateError> {
-            let db = Database::create(path).map_err(|e| opening(path, e, false))?;
-            // Create the table up front, so that reads never meet a missing table.
-            let txn = db.begin_write().map_err(|e| opening(path, e, true))?;
-            txn.open_table(TABLE).map_err(|e| opening(path, e, false))?;
-            txn.commit().map_err(|e| opening(path, e, true))?;
-            Ok(db)
-        });
+        let opened = quietly(|| open_with_table(path, path));
         let db = opened.unwrap_or_else(|panic| Err(damaged(path, panic_message(&*panic))))?;
         Ok(EmbeddedStore {
             db,
@@ -105,10 +98,7 @@ impl EmbeddedStore {
             return Ok(EmbeddedCheck::InUse);
         }
         let checked = quietly(|| -> Result<u64, StateError> {
-            let db = Database::create(&copy).map_err(|e| opening(path, e, false))?;
-            let txn = db.begin_write().map_err(|e| opening(path, e, false))?;
-            txn.open_table(TABLE).map_err(|e| opening(path, e, false))?;
-            txn.commit().map_err(|e| opening(path, e, false))?;
+            let db = open_with_table(&copy, path)?;
             let txn = db.begin_read().map_err(|e| opening(path, e, false))?;
             let table = txn.open_table(TABLE).map_err(|e| opening(path, e, false))?;
             let mut items = 0u64;
@@ -215,6 +205,18 @@ impl EmbeddedStore {
 
 fn encode_key(key: &StateKey) -> String {
     format!("{}{SEPARATOR}{}", key.partition, key.sort)
+}
+
+/// Open (or create) the redb file `file` with the store's table, created up front so that
+/// reads never meet a missing table; errors name `shown` (the store's own path when `file` is
+/// a copy of it).
+fn open_with_table(file: &Path, shown: &Path) -> Result<Database, StateError> {
+    let db = Database::create(file).map_err(|e| opening(shown, e, false))?;
+    let txn = db.begin_write().map_err(|e| opening(shown, e, true))?;
+    txn.open_table(TABLE)
+        .map_err(|e| opening(shown, e, false))?;
+    txn.commit().map_err(|e| opening(shown, e, true))?;
+    Ok(db)
 }
 
 /// What [`EmbeddedStore::verify`] found.
