@@ -9,6 +9,8 @@
 //! and Spark escape partition paths, at most 128 bytes. The directory names are only for
 //! people: Iceberg records each file's partition values in its manifest.
 
+use std::sync::{Arc, Mutex, PoisonError};
+
 use iceberg::spec::{Literal, PartitionKey, PartitionSpec, Struct, TableMetadata};
 use iceberg::writer::file_writer::location_generator::LocationGenerator;
 
@@ -23,6 +25,29 @@ const WRITE_FOLDER_STORAGE_LOCATION: &str = "write.folder-storage.path";
 #[derive(Debug, Clone)]
 pub struct LakeLocationGenerator {
     data_location: String,
+    /// Where every location handed out is noted, when the writer's caller asked for it.
+    started: Option<Started>,
+}
+
+/// The data files a delivery's writers started (every location they were handed, whether
+/// the file got written, half written or never created). A delivery that fails before its
+/// commit deletes them: nothing references them, and left behind (until cleanup's orphan
+/// window) they fill the disk that made the write fail, so every retry fails too.
+#[derive(Debug, Clone, Default)]
+pub struct Started(Arc<Mutex<Vec<String>>>);
+
+impl Started {
+    fn note(&self, location: &str) {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(location.to_owned());
+    }
+
+    /// The locations noted so far, emptying the list.
+    pub fn take(&self) -> Vec<String> {
+        std::mem::take(&mut *self.0.lock().unwrap_or_else(PoisonError::into_inner))
+    }
 }
 
 impl LakeLocationGenerator {
@@ -36,20 +61,31 @@ impl LakeLocationGenerator {
             .unwrap_or_else(|| format!("{}/data", metadata.location()));
         LakeLocationGenerator {
             data_location: data_location.trim_end_matches('/').to_owned(),
+            started: None,
         }
+    }
+
+    /// The same generator, noting every location it hands out in `started`.
+    pub fn noting(mut self, started: &Started) -> Self {
+        self.started = Some(started.clone());
+        self
     }
 }
 
 impl LocationGenerator for LakeLocationGenerator {
     fn generate_location(&self, partition_key: Option<&PartitionKey>, file_name: &str) -> String {
-        match partition_key {
+        let location = match partition_key {
             Some(key) if !key.spec().is_unpartitioned() => format!(
                 "{}/{}/{file_name}",
                 self.data_location,
                 partition_path(key.spec(), key.schema(), key.data())
             ),
             _ => format!("{}/{file_name}", self.data_location),
+        };
+        if let Some(started) = &self.started {
+            started.note(&location);
         }
+        location
     }
 }
 
@@ -89,8 +125,6 @@ fn literal_text(value: &Literal) -> String {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-
     use iceberg::spec::{NestedField, PrimitiveType, Schema, Transform, Type};
 
     use super::*;
@@ -117,6 +151,7 @@ mod tests {
     fn a_path_like_value_stays_one_escaped_directory_under_the_data_location() {
         let (spec, schema) = spec();
         let generator = LakeLocationGenerator {
+            started: None,
             data_location: "/w/ns/t/data".to_owned(),
         };
         let key = |v: Option<&str>| {

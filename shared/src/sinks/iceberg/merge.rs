@@ -39,7 +39,7 @@ use iceberg::writer::file_writer::rolling_writer::RollingFileWriterBuilder;
 use iceberg::writer::{IcebergWriter, IcebergWriterBuilder};
 
 use super::IcebergSink;
-use super::location::LakeLocationGenerator;
+use super::location::{LakeLocationGenerator, Started};
 use super::maintain::compact::{Live, discard, live_files, read_adapted};
 use crate::sinks::SinkError;
 use crate::wal::BatchId;
@@ -127,6 +127,7 @@ async fn write_files(
     partition: Option<PartitionKey>,
     batches: Vec<RecordBatch>,
     prefix: &str,
+    started: &Started,
 ) -> iceberg::Result<Vec<DataFile>> {
     let metadata = table.metadata();
     let rolling = RollingFileWriterBuilder::new_with_default_file_size(
@@ -135,7 +136,7 @@ async fn write_files(
             Arc::clone(metadata.current_schema()),
         ),
         table.file_io().clone(),
-        LakeLocationGenerator::new(metadata),
+        LakeLocationGenerator::new(metadata).noting(started),
         DefaultFileNameGenerator::new(
             prefix.to_owned(),
             Some(uuid::Uuid::new_v4().simple().to_string()),
@@ -164,6 +165,7 @@ impl IcebergSink {
         summary: HashMap<String, String>,
         first: BatchId,
         last: BatchId,
+        started: &Started,
     ) -> Result<(u64, u64, Table), SinkError> {
         let err = |e: iceberg::Error| self.iceberg_err(ns, e);
         let arrow_err = |e: arrow::error::ArrowError| {
@@ -267,12 +269,13 @@ impl IcebergSink {
                                 l.entry.data_file().partition().clone(),
                             )
                         });
-                        written.extend(write_files(table, partition, kept, "merge").await?);
+                        written
+                            .extend(write_files(table, partition, kept, "merge", started).await?);
                     }
                 }
             }
             if reduced.keep.num_rows() > 0 {
-                let mut writer = self.writer(table, first, last).await?;
+                let mut writer = self.writer(table, first, last, started).await?;
                 writer.write(reduced.keep.clone()).await?;
                 written.extend(writer.close().await?);
             }
@@ -283,8 +286,8 @@ impl IcebergSink {
         let files = written.len() as u64;
         let committed = match (result, &current, &live) {
             (Err(e), _, _) => {
-                let paths: Vec<String> = written.iter().map(|f| f.file_path().to_owned()).collect();
-                discard(table, &paths).await;
+                // Every file started, also those a failed write left half written.
+                discard(table, &started.take()).await;
                 return Err(err(e));
             }
             (Ok(()), Some(current), Some(live)) => {

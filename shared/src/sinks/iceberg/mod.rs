@@ -66,7 +66,7 @@ use parquet::file::properties::WriterProperties;
 
 use self::catalog::{FileCatalog, HadoopPointer, LakePointer};
 use self::fanout::{BoundedFanout, WriterLimits};
-use self::location::LakeLocationGenerator;
+use self::location::{LakeLocationGenerator, Started};
 use super::SinkError;
 use super::sink::{CommitCheck, ReadBatch, Sink};
 use crate::schema::PipelineSchema;
@@ -138,6 +138,8 @@ struct Open {
     key: Option<Vec<String>>,
     /// The rows to merge, in source order (with a key).
     pending: Vec<RecordBatch>,
+    /// The data files this delivery started in the table.
+    started: Started,
 }
 
 /// Iceberg tables on a local warehouse (the `Duckdb` and `SkipprLake` sinks) or on S3 and
@@ -331,7 +333,12 @@ impl IcebergSink {
                 .map_err(crate::sinks::postgres::from_source)?,
             None => BTreeMap::new(),
         };
-        self.runtime.block_on(async {
+        // The tables whose commit was not attempted yet, with the files started in each: when
+        // the delivery fails (a full disk, a write error, a lost lease), nothing references
+        // those files, so they are deleted (see `Started`). A table whose commit was attempted
+        // keeps them: a commit that failed may still have landed (cleanup decides later).
+        let mut unsettled: BTreeMap<String, (Table, Started)> = BTreeMap::new();
+        let result = self.runtime.block_on(async {
             let mut delivered = Delivered::default();
             let namespaces: BTreeSet<&str> = batches
                 .iter()
@@ -346,6 +353,8 @@ impl IcebergSink {
                 let arrow = schema_to_arrow_schema(table.metadata().current_schema())
                     .map_err(|e| self.iceberg_err(ns, e))?;
                 let key = self.policies.merge_key(ns, &source_keys).cloned();
+                let started = Started::default();
+                unsettled.insert(ns.to_owned(), (table.clone(), started.clone()));
                 open.insert(
                     ns.to_owned(),
                     Open {
@@ -356,6 +365,7 @@ impl IcebergSink {
                         rows: 0,
                         key,
                         pending: Vec::new(),
+                        started,
                     },
                 );
             }
@@ -395,7 +405,7 @@ impl IcebergSink {
                     }
                     if o.writer.is_none() {
                         o.writer = Some(
-                            self.writer(&o.table, first, last)
+                            self.writer(&o.table, first, last, &o.started)
                                 .await
                                 .map_err(|e| self.iceberg_err(&part.namespace, e))?,
                         );
@@ -423,9 +433,12 @@ impl IcebergSink {
                         (SUMMARY_LAST_BATCH.to_owned(), last.0.to_string()),
                     ]);
                     before_commit(&ns)?;
+                    // The merge deletes what it wrote when it fails before its commit.
+                    unsettled.remove(&ns);
                     let (files, _, committed) = self
                         .merge(
                             &ns, &o.table, &o.arrow, &o.pending, key, summary, first, last,
+                            &o.started,
                         )
                         .await?;
                     failpoint(failpoint::AFTER_TABLE_COMMIT)?;
@@ -463,6 +476,7 @@ impl IcebergSink {
                     (SUMMARY_LAST_BATCH.to_owned(), last.0.to_string()),
                 ]);
                 before_commit(&ns)?;
+                unsettled.remove(&ns);
                 let policy = self.policies.of(&ns);
                 let committed = if policy.replaces() {
                     let partitions_only = policy == crate::config::WritePolicy::ReplacePartition;
@@ -478,7 +492,16 @@ impl IcebergSink {
             }
             delivered.through = Some(last);
             Ok(delivered)
-        })
+        });
+        // A failpoint stands for a crash, which deletes nothing.
+        if result.is_err() && !matches!(result, Err(SinkError::Failpoint { .. })) {
+            self.runtime.block_on(async {
+                for (table, started) in unsettled.values() {
+                    maintain::compact::discard(table, &started.take()).await;
+                }
+            });
+        }
+        result
     }
 
     /// Append `files` to `table` in one snapshot with `summary`, setting the landed property
@@ -651,6 +674,7 @@ impl IcebergSink {
         table: &Table,
         first: BatchId,
         last: BatchId,
+        started: &Started,
     ) -> iceberg::Result<TableWriter> {
         let parquet = ParquetWriterBuilder::new(
             parquet_properties()?,
@@ -659,7 +683,7 @@ impl IcebergSink {
         let rolling = RollingFileWriterBuilder::new_with_default_file_size(
             parquet,
             table.file_io().clone(),
-            LakeLocationGenerator::new(table.metadata()),
+            LakeLocationGenerator::new(table.metadata()).noting(started),
             DefaultFileNameGenerator::new(
                 format!("b{}-b{}", first.0, last.0),
                 Some(uuid::Uuid::new_v4().simple().to_string()),

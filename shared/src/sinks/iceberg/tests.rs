@@ -195,6 +195,55 @@ fn a_crash_before_the_table_commit_writes_the_batches_again_once() -> TestResult
     Ok(())
 }
 
+/// A delivery whose write fails before its commit (in the field a full disk; here a table's
+/// data directory that is a file) deletes the data files it started, in every table: nothing
+/// references them, and left behind until cleanup's orphan window they would keep the disk
+/// full, so every retry would fail too.
+#[test]
+fn a_delivery_that_fails_before_its_commit_deletes_the_data_files_it_started() -> TestResult {
+    let mut f = fixture()?;
+    let schema = pipeline_schema(&[
+        ("a", vec![Field::new("id", FieldType::Int)]),
+        ("b", vec![Field::new("id", FieldType::Int)]),
+    ]);
+    f.wal.append(
+        b"p1",
+        &[part("a", ids_batch(0..1000)), part("b", ids_batch(0..3))],
+    )?;
+    f.sink.prepare(&["a", "b"], &schema)?;
+    let data = |name: &str| -> Result<std::path::PathBuf, iceberg::Error> {
+        let location = format!("{}/data", f.table(name)?.metadata().location());
+        Ok(storage::local_path(&location))
+    };
+    // The tables are unpartitioned: their files are in the data directory itself.
+    let parquet_files = |dir: &std::path::Path| -> Vec<std::path::PathBuf> {
+        std::fs::read_dir(dir)
+            .into_iter()
+            .flatten()
+            .filter_map(Result::ok)
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|e| e == "parquet"))
+            .collect()
+    };
+    std::fs::write(data("b")?, "not a directory")?;
+    let failed = f.deliver_all(&schema);
+    assert!(
+        matches!(failed, Err(SinkError::Iceberg { .. })),
+        "{failed:?}"
+    );
+    assert_eq!(parquet_files(&data("a")?), Vec::<std::path::PathBuf>::new());
+    assert_eq!((f.count("a")?, f.count("b")?), (0, 0));
+
+    std::fs::remove_file(data("b")?)?;
+    let retried = f.deliver_all(&schema)?;
+    assert_eq!(retried.rows, 1003);
+    assert_eq!((f.count("a")?, f.count("b")?), (1000, 3));
+    // Only the files the commit references are on disk.
+    assert_eq!(parquet_files(&data("a")?).len(), 1);
+    assert_eq!(parquet_files(&data("b")?).len(), 1);
+    Ok(())
+}
+
 /// A writer whose lease was taken over stops before a table commit: the check the pipeline
 /// runs there (a fenced state write) fails, nothing is published, and the new holder's
 /// delivery lands the rows once.

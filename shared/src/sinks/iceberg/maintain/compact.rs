@@ -370,7 +370,7 @@ pub(crate) async fn commit_or_discard(
 pub(crate) async fn discard(table: &Table, paths: &[String]) {
     let name = table_name(table.identifier());
     if let Err(e) = super::files::delete(table.file_io(), &name, paths.to_vec()).await {
-        tracing::warn!(table = %name, error = %e, "Could not delete the files of an abandoned compaction; cleanup removes them once they are old.");
+        tracing::warn!(table = %name, error = %e, "Could not delete data files no commit references; cleanup removes them once they are old.");
     }
 }
 
