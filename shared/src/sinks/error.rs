@@ -16,7 +16,7 @@ pub enum SinkError {
         message: String,
     },
     /// An Iceberg operation on a table failed.
-    #[error("Iceberg table `{table}`: {source}")]
+    #[error("Iceberg table `{table}`: {}", iceberg_text(source))]
     Iceberg {
         /// The table (`namespace.table`).
         table: String,
@@ -186,6 +186,72 @@ impl SinkError {
     }
 }
 
+/// The text of an Iceberg error and its causes for people: each cause once, joined by `: `.
+/// iceberg-rust's own `Display` repeats every cause at each level of wrapping (`Unexpected =>
+/// Failed to finish parquet writer., source: External: External: Unexpected => cannot write
+/// x.parquet: No space left on device (os error 28), source: No space left on device (os error
+/// 28)`); here that reads `Failed to finish parquet writer: cannot write x.parquet: No space left
+/// on device (os error 28)`. An Iceberg error gives its message and its context (the kind is
+/// left out: it is iceberg-rust's classification, not the user's); another error gives the part
+/// of its text its cause does not repeat (a bare wrapper tag such as `External` gives none).
+pub fn iceberg_text(error: &iceberg::Error) -> String {
+    let mut pieces: Vec<String> = Vec::new();
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(e) = cause {
+        let next = e.source();
+        let own = match e.downcast_ref::<iceberg::Error>() {
+            Some(e) => iceberg_own_text(e, next),
+            None => {
+                let text = e.to_string();
+                match next.map(|n| n.to_string()) {
+                    Some(inner) if text.contains(&inner) => {
+                        let rest = text.replacen(&inner, "", 1);
+                        let rest =
+                            rest.trim_matches(|c: char| c == ':' || c == ',' || c.is_whitespace());
+                        if rest.contains(char::is_whitespace) {
+                            rest.to_owned()
+                        } else {
+                            String::new()
+                        }
+                    }
+                    _ => text,
+                }
+            }
+        };
+        let own = own.trim().trim_end_matches('.').to_owned();
+        let repeated = pieces.last().is_some_and(|last| last.contains(&own));
+        if !own.is_empty() && !repeated {
+            pieces.push(own);
+        }
+        cause = next;
+    }
+    pieces.join(": ")
+}
+
+/// An Iceberg error's message with its context (`Display` without kind and cause).
+fn iceberg_own_text(
+    error: &iceberg::Error,
+    source: Option<&(dyn std::error::Error + 'static)>,
+) -> String {
+    let message = error.message();
+    let mut text = error.to_string();
+    if let Some(head) = source.and_then(|s| text.strip_suffix(&format!(", source: {s}"))) {
+        text = head.to_owned();
+    }
+    // `{kind}[, context: { k: v, ... }] => {message}`
+    let context = text
+        .strip_suffix(message)
+        .and_then(|head| head.strip_suffix(" => "))
+        .and_then(|head| head.split_once(", context: { "))
+        .and_then(|(_, context)| context.strip_suffix(" }"));
+    match context {
+        Some(context) if !context.is_empty() => {
+            format!("{} ({context})", message.trim_end().trim_end_matches('.'))
+        }
+        _ => message.to_owned(),
+    }
+}
+
 /// Whether the Iceberg operation that failed with `error` may succeed when the delivery is
 /// tried again later: a commit conflict (another writer committed first; the next delivery
 /// works on the winner's version, and skips what it landed), or an error whose chain of causes
@@ -242,6 +308,36 @@ mod tests {
             table: "ns.t".into(),
             source: Box::new(source),
         }
+    }
+
+    #[test]
+    fn an_iceberg_error_names_each_cause_once() {
+        let io = std::io::Error::from_raw_os_error(28);
+        let disk = iceberg::Error::new(
+            iceberg::ErrorKind::Unexpected,
+            format!("cannot write /lake/t/data/a.parquet: {io}"),
+        )
+        .with_source(io);
+        let finish = iceberg::Error::new(
+            iceberg::ErrorKind::Unexpected,
+            "Failed to finish parquet writer.",
+        )
+        .with_context("file", "a.parquet")
+        .with_source(parquet::errors::ParquetError::External(Box::new(
+            parquet::errors::ParquetError::External(Box::new(disk)),
+        )));
+        assert_eq!(
+            iceberg(finish).to_string(),
+            "Iceberg table `ns.t`: Failed to finish parquet writer (file: a.parquet): cannot write \
+             /lake/t/data/a.parquet: No space left on device (os error 28)"
+        );
+        // A cause that says something its wrapper does not is kept.
+        let plain = iceberg::Error::new(iceberg::ErrorKind::DataInvalid, "bad schema")
+            .with_source(std::io::Error::other("field 3 is missing"));
+        assert_eq!(
+            iceberg(plain).to_string(),
+            "Iceberg table `ns.t`: bad schema: field 3 is missing"
+        );
     }
 
     #[test]
