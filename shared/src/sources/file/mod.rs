@@ -23,7 +23,8 @@
 //! exist, with `.` and `..` folded lexically where they do not yet.
 //!
 //! Files found in a directory or by a glob whose format cannot be told are skipped with a
-//! warning. A gzip file whose stream cannot be decoded far enough to sniff it is reported as
+//! warning, as are paths found that are no file to read (a symbolic link to nothing, a FIFO,
+//! a socket or a device; in a directory, a link to a directory, which is not followed). A gzip file whose stream cannot be decoded far enough to sniff it is reported as
 //! such: [`SourceError::CorruptGzip`] when named directly, a warning and skipped when found.
 //! The list is sorted by path (component by component), so reading order is deterministic.
 //! Nothing found is [`SourceError::NoFiles`]; a missing literal path is

@@ -315,9 +315,25 @@ fn walk_dir(
             walk_dir(&path, real_entry.as_deref(), excluded, found, display)?;
         } else if kind.is_file() || (kind.is_symlink() && path.is_file()) {
             found.push(path);
+        } else {
+            warn_not_a_file(&path, display);
         }
     }
     Ok(())
+}
+
+/// Warn that a path found in a directory or by a glob is skipped because it is no file to
+/// read: a symbolic link to nothing, or to a directory (links to directories are not followed
+/// in a directory), a FIFO, a socket or a device (reading one could block for ever).
+fn warn_not_a_file(path: &Path, shown_as: &dyn Fn(&Path) -> String) {
+    let why = match fs::metadata(path) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => "a symbolic link to nothing",
+        Err(_) => "it cannot be looked at",
+        Ok(meta) if meta.is_dir() => "a symbolic link to a directory (not followed)",
+        Ok(_) => "not a regular file (a FIFO, socket or device)",
+    };
+    let shown = shown_as(path);
+    tracing::warn!(path = %shown, "skipping `{shown}`: {why}");
 }
 
 /// The regular files a glob matches, and whether it could read every directory it met. `*`,
@@ -355,6 +371,8 @@ fn expand_glob(
             Ok(path) => {
                 if path.is_file() {
                     found.push(path);
+                } else if !path.is_dir() {
+                    warn_not_a_file(&path, &shown_by(options));
                 }
             }
             Err(error) => {

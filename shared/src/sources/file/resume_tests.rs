@@ -593,3 +593,36 @@ proptest! {
         prop_assert_eq!(seen.len(), written.len());
     }
 }
+
+#[test]
+fn a_broken_link_a_fifo_or_a_link_to_a_directory_found_is_skipped_with_a_warning() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "in/a.jsonl", b"{\"a\":1}\n");
+    write(dir.path(), "elsewhere/x.jsonl", b"{\"a\":9}\n");
+    let link = |target: &str, name: &str| {
+        std::os::unix::fs::symlink(dir.path().join(target), dir.path().join("in").join(name))
+            .unwrap();
+    };
+    link("gone.jsonl", "b.jsonl");
+    link("elsewhere", "d.jsonl");
+    let made = std::process::Command::new("mkfifo")
+        .arg(dir.path().join("in/c.jsonl"))
+        .status()
+        .unwrap();
+    assert!(made.success());
+    for path in ["in", "in/*.jsonl"] {
+        let (read, warned) = warnings(|| rest(&options(dir.path(), path), None));
+        assert_eq!(values(&read.records), vec![r#"{"a":1}"#], "{path}");
+        let mut expected = vec![
+            "skipping `in/b.jsonl`: a symbolic link to nothing",
+            "skipping `in/c.jsonl`: not a regular file (a FIFO, socket or device)",
+        ];
+        // A glob follows a link to a directory (and `*.jsonl` matches no file in it).
+        if path == "in" {
+            expected.push("skipping `in/d.jsonl`: a symbolic link to a directory (not followed)");
+        }
+        let mut warned = warned;
+        warned.sort();
+        assert_eq!(warned, expected, "{path}");
+    }
+}
