@@ -234,6 +234,50 @@ fn incremental_rows_sharing_one_cursor_value_land_once_and_new_rows_land_next_pa
     rows_once(dir.path(), "postgres_events", 11_000);
 }
 
+/// Keyset pages over keys whose text the client writes itself (text with quotes, spaces and
+/// non-ASCII letters, uuid, negative int2, a composite of both) and over one it asks the
+/// server for (numeric): every row once across pages of 100 (each page starts after the
+/// text of the last key of the page before: a wrong text skips or repeats rows).
+#[test]
+fn keyset_pages_over_text_uuid_negative_and_composite_keys_read_every_row_once() {
+    let pg = pg();
+    let db = pg.database("keys");
+    let tables = [
+        (
+            "by_text",
+            "k text PRIMARY KEY",
+            "'k '' é ' || lpad(g::text, 5, '0')",
+        ),
+        ("by_uuid", "k uuid PRIMARY KEY", "md5(g::text)::uuid"),
+        ("by_small", "k int2 PRIMARY KEY", "(g - 700)::int2"),
+        ("by_numeric", "k numeric PRIMARY KEY", "g / 7.0"),
+    ];
+    let mut sql = String::new();
+    for (name, column, value) in tables {
+        sql.push_str(&format!(
+            "CREATE TABLE {name} ({column}, id int4 NOT NULL);
+             INSERT INTO {name} SELECT {value}, g FROM generate_series(1, 1050) g;\n"
+        ));
+    }
+    sql.push_str(
+        "CREATE TABLE by_pair (a int2, b text, id int4 NOT NULL, PRIMARY KEY (a, b));
+         INSERT INTO by_pair SELECT (g % 3 - 1)::int2, 'b' || lpad(g::text, 5, '0'), g FROM generate_series(1, 1050) g;",
+    );
+    pg.sql(&db, &sql);
+    let dir = tempfile::tempdir().unwrap();
+    write_config(
+        dir.path(),
+        &format!(
+            "{}batch_size_rows: 100\ntables: [by_text, by_uuid, by_small, by_numeric, by_pair]\n",
+            keys(&pg, &db)
+        ),
+    );
+    sync_ok(dir.path(), &pg.password, "first pass");
+    for table in ["by_text", "by_small", "by_numeric", "by_uuid", "by_pair"] {
+        rows_once(dir.path(), &format!("postgres_{table}"), 1050);
+    }
+}
+
 #[test]
 fn a_custom_query_is_read_whole_into_postgres_query() {
     let pg = pg();

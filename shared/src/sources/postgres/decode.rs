@@ -251,24 +251,41 @@ pub(crate) fn format_timestamp(at: chrono::NaiveDateTime, zone: &str) -> String 
 /// [`format_date`] writes as `YYYY-MM-DD` with four digits and no sign.
 const FOUR_DIGIT_DAYS: std::ops::Range<i64> = -730_119..2_921_940;
 
-/// The date `days` after 2000-01-01, when it has a four-digit year.
-fn four_digit_day(days: i64) -> Option<chrono::NaiveDate> {
+/// Days from 1970-01-01 to 2000-01-01 (PostgreSQL's epoch).
+const PG_EPOCH_UNIX_DAYS: i64 = 10_957;
+
+/// The proleptic Gregorian (year, month, day) of `days` after 2000-01-01, when the year has
+/// four digits. Integer arithmetic only (the civil-from-days method: 400-year eras of
+/// 146,097 days, years starting in March so the leap day comes last); about ten times faster
+/// than going through `chrono`, which showed in the profile of the Postgres benchmark.
+fn four_digit_day(days: i64) -> Option<(i64, i64, i64)> {
     if !FOUR_DIGIT_DAYS.contains(&days) {
         return None;
     }
-    pg_epoch()
-        .date()
-        .checked_add_signed(chrono::TimeDelta::days(days))
+    // Days since 0000-03-01.
+    let z = days + PG_EPOCH_UNIX_DAYS + 719_468;
+    let era = z.div_euclid(146_097);
+    let of_era = z.rem_euclid(146_097);
+    let year_of_era = (of_era - of_era / 1_460 + of_era / 36_524 - of_era / 146_096) / 365;
+    let day_of_year = of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
+    let month_from_march = (5 * day_of_year + 2) / 153;
+    let day = day_of_year - (153 * month_from_march + 2) / 5 + 1;
+    let month = if month_from_march < 10 {
+        month_from_march + 3
+    } else {
+        month_from_march - 9
+    };
+    let year = year_of_era + era * 400 + i64::from(month <= 2);
+    Some((year, month, day))
 }
 
 /// A day with a four-digit year as [`format_date`] writes it, by hand.
-fn write_day(out: &mut String, day: chrono::NaiveDate) {
-    use chrono::Datelike as _;
-    push_digits(out, i64::from(day.year()), 4);
+fn write_day(out: &mut String, (year, month, day): (i64, i64, i64)) {
+    push_digits(out, year, 4);
     out.push('-');
-    push_digits(out, i64::from(day.month()), 2);
+    push_digits(out, month, 2);
     out.push('-');
-    push_digits(out, i64::from(day.day()), 2);
+    push_digits(out, day, 2);
 }
 
 /// [`date`], written into `out` (a four-digit year by hand, the rest as [`date`] writes it).

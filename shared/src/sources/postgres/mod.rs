@@ -653,6 +653,7 @@ impl PostgresSource {
         let mut batch = SourceBatch::default();
         let rows = match chunk.rows {
             Rows::Cells(page) if !streaming => {
+                batch.records.reserve_exact(page.rows());
                 for cells in CellRow::all(&page) {
                     at.rows += 1;
                     batch.records.push(SourceRecord {
@@ -672,6 +673,7 @@ impl PostgresSource {
             Rows::Cells(page) => CellRow::all(&page).map(|row| row.to_json()).collect(),
             Rows::Json(rows) => rows,
         };
+        batch.records.reserve_exact(rows.len());
         for mut value in rows {
             if streaming {
                 // A snapshot row before the stream: before every change.

@@ -83,6 +83,32 @@ mod cells {
         ]
     }
 
+    /// The hand-written calendar (the cell path) against chrono (the JSON path), every 13th
+    /// day of the four-digit years, each day around both ends, and 2000-01-01.
+    #[test]
+    fn dates_and_timestamps_are_written_as_chrono_writes_them() {
+        let days = (-730_119i32..2_921_940)
+            .step_by(13)
+            .chain(-730_125..-730_110)
+            .chain(2_921_930..2_921_950)
+            .chain(-800..800);
+        for day in days {
+            let raw = day.to_be_bytes();
+            assert_eq!(
+                as_cell(&Decoder::Date, &raw),
+                Decoder::Date.decode(&raw),
+                "{day}"
+            );
+            let micros = i64::from(day) * 86_400_000_000 + 45_296_000_007;
+            let raw = micros.to_be_bytes();
+            assert_eq!(
+                as_cell(&Decoder::Timestamptz, &raw),
+                Decoder::Timestamptz.decode(&raw),
+                "{micros}"
+            );
+        }
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(4000))]
 
