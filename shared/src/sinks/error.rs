@@ -194,7 +194,7 @@ impl SinkError {
 /// on device (os error 28)`. An Iceberg error gives its message and its context (the kind is
 /// left out: it is iceberg-rust's classification, not the user's); another error gives the part
 /// of its text its cause does not repeat (a bare wrapper tag such as `External` gives none).
-pub fn iceberg_text(error: &iceberg::Error) -> String {
+fn iceberg_text(error: &iceberg::Error) -> String {
     let mut pieces: Vec<String> = Vec::new();
     let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(error);
     while let Some(e) = cause {

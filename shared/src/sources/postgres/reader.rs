@@ -463,32 +463,35 @@ async fn read_table(
         });
     }
     let columns = columns_of(client, options, table, &from).await?;
-    let find = |name: &str| columns.iter().find(|c| c.name == name);
+    let find = |name: &str| columns.iter().position(|c| c.name == name);
     let pk = match &config.primary_key {
         Some(pk) => pk.clone(),
         None => primary_key(client, options, table, &config.name).await?,
     };
-    // The key columns (name, cast type, and where the client finds its text), in order.
+    // The key columns (name, cast type, and where the client finds its text), in order. A key
+    // whose text the client cannot write as the server does is read a second time, as the
+    // server's text (`skipprd_key_{i}`, after the table's columns).
     let mut key: Vec<(String, String, KeyText)> = Vec::new();
-    let key_part = |name: &str, column: &Column| {
-        let at = columns.iter().position(|c| c.name == column.name);
-        (
-            format!("skipprd_t.{}", ident(name)),
-            type_name(&column.ty),
-            KeyText::of(&column.ty, at),
-        )
+    let mut extra = columns.len();
+    let mut server_text = || {
+        extra += 1;
+        KeyText::Server(extra - 1)
     };
-    if let Some(cursor) = &config.cursor_field {
-        let Some(column) = find(cursor) else {
-            return Err(missing_column(options, table, "cursor_field", cursor));
+    let named = config
+        .cursor_field
+        .iter()
+        .map(|name| (name, "cursor_field"))
+        .chain(pk.iter().map(|name| (name, "primary_key")));
+    for (name, named_by) in named {
+        let Some(at) = find(name) else {
+            return Err(missing_column(options, table, named_by, name));
         };
-        key.push(key_part(cursor, column));
-    }
-    for name in &pk {
-        let Some(column) = find(name) else {
-            return Err(missing_column(options, table, "primary_key", name));
-        };
-        key.push(key_part(name, column));
+        let ty = &columns[at].ty;
+        key.push((
+            format!("skipprd_t.{}", ident(name)),
+            type_name(ty),
+            KeyText::of_column(ty, at).unwrap_or_else(&mut server_text),
+        ));
     }
     if pk.is_empty() {
         if config.cursor_field.is_some() {
@@ -502,17 +505,8 @@ async fn read_table(
         key.push((
             "skipprd_t.ctid".into(),
             "pg_catalog.tid".into(),
-            KeyText::Server,
+            server_text(),
         ));
-    }
-    // A key column the client cannot render as the server would is read a second time, as
-    // the server's text (`skipprd_key_{i}`, after the table's columns).
-    let mut extra = 0;
-    for (_, _, text) in &mut key {
-        if let KeyText::Server = text {
-            *text = KeyText::Extra(columns.len() + extra);
-            extra += 1;
-        }
     }
     if plan
         .start
@@ -536,7 +530,7 @@ async fn read_table(
         })
         .chain(
             key.iter()
-                .filter(|(_, _, text)| matches!(text, KeyText::Extra(_)))
+                .filter(|(_, _, text)| matches!(text, KeyText::Server(_)))
                 .enumerate()
                 .map(|(i, (name, _, _))| format!("{name}::text AS skipprd_key_{i}")),
         )
@@ -656,67 +650,48 @@ async fn read_table(
 /// Where the text of a key column (the checkpoint's, and the next page's parameter) comes
 /// from. The server's text cast of every row's key cost the benchmark's server a fifth more
 /// CPU (10M rows: 2.2 s of 9.9 s), and only each page's last row needs it: the types whose
-/// text the client writes exactly as the server does are taken from the row's own value.
-#[derive(Debug, Clone, Copy)]
+/// decoded value is exactly the server's text are decoded from the row's own value.
+#[derive(Debug, Clone)]
 enum KeyText {
-    /// Not placed yet: the server's text, in a column after the table's.
-    Server,
     /// The server's text, in this column of the row.
-    Extra(usize),
-    /// `int2`, `int4` or `int8` in this column: its decimal digits.
-    Int(usize),
-    /// `text` or `varchar` in this column: itself.
-    Text(usize),
-    /// `uuid` in this column: lowercase and hyphenated.
-    Uuid(usize),
+    Server(usize),
+    /// The value in this column, decoded: `int2`, `int4` and `int8` (digits), `text` and
+    /// `varchar` (the text itself), `uuid` (lowercase, hyphenated), as the server writes them.
+    Decoded(usize, Decoder),
 }
 
 impl KeyText {
-    /// How the key column of type `ty` found at index `at` of the row (`None`: not read as
-    /// itself) gets its text.
-    fn of(ty: &Type, at: Option<usize>) -> KeyText {
-        match at {
-            Some(at) if [Type::INT2, Type::INT4, Type::INT8].contains(ty) => KeyText::Int(at),
-            Some(at) if [Type::TEXT, Type::VARCHAR].contains(ty) => KeyText::Text(at),
-            Some(at) if *ty == Type::UUID => KeyText::Uuid(at),
-            _ => KeyText::Server,
-        }
+    /// The text of the key column at index `at` of the row, of type `ty`, decoded by the
+    /// client when its decoded value is the server's text; `None` otherwise.
+    fn of_column(ty: &Type, at: usize) -> Option<KeyText> {
+        [
+            Type::INT2,
+            Type::INT4,
+            Type::INT8,
+            Type::TEXT,
+            Type::VARCHAR,
+            Type::UUID,
+        ]
+        .contains(ty)
+        .then(|| Decoder::for_type(ty).map(|decoder| KeyText::Decoded(at, decoder)))
+        .flatten()
     }
 
     /// The key's text in `row` (`None` for NULL).
-    fn of_row(self, row: &tokio_postgres::Row) -> Result<Option<String>, String> {
-        let raw = |at: usize| -> Result<Option<&[u8]>, String> {
-            row.try_get::<_, Option<RawValue<'_>>>(at)
-                .map(|raw| raw.map(|RawValue(bytes)| bytes))
-                .map_err(|e| e.to_string())
-        };
-        let text = match self {
-            KeyText::Server => return Ok(None),
-            KeyText::Extra(at) => {
-                return row
-                    .try_get::<_, Option<String>>(at)
-                    .map_err(|e| e.to_string());
+    fn of_row(&self, row: &tokio_postgres::Row) -> Result<Option<String>, String> {
+        match self {
+            KeyText::Server(at) => row
+                .try_get::<_, Option<String>>(*at)
+                .map_err(|e| e.to_string()),
+            KeyText::Decoded(at, decoder) => {
+                let raw: Option<RawValue<'_>> = row.try_get(*at).map_err(|e| e.to_string())?;
+                raw.map(|RawValue(bytes)| match decoder.decode(bytes)? {
+                    Value::String(text) => Ok(text),
+                    other => Ok(other.to_string()),
+                })
+                .transpose()
             }
-            KeyText::Int(at) | KeyText::Text(at) | KeyText::Uuid(at) => match raw(at)? {
-                None => return Ok(None),
-                Some(bytes) => match (self, bytes.len()) {
-                    (KeyText::Int(_), 2 | 4 | 8) => {
-                        let mut wide = [if bytes[0] & 0x80 == 0 { 0 } else { 0xff }; 8];
-                        wide[8 - bytes.len()..].copy_from_slice(bytes);
-                        i64::from_be_bytes(wide).to_string()
-                    }
-                    (KeyText::Text(_), _) => std::str::from_utf8(bytes)
-                        .map_err(|e| format!("a text key that is not UTF-8: {e}"))?
-                        .to_owned(),
-                    (KeyText::Uuid(_), 16) => uuid::Uuid::from_slice(bytes)
-                        .map_err(|e| e.to_string())?
-                        .hyphenated()
-                        .to_string(),
-                    (_, n) => return Err(format!("a key value of {n} bytes")),
-                },
-            },
-        };
-        Ok(Some(text))
+        }
     }
 }
 
