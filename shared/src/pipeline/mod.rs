@@ -17,6 +17,8 @@ mod schema_save;
 pub mod source;
 pub mod store;
 pub mod sync;
+#[cfg(test)]
+mod testing;
 mod typing;
 
 pub use discover::{DiscoverOptions, DiscoverReport, discover};

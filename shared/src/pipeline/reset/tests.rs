@@ -1,34 +1,11 @@
 //! A WAL that restarts its ids is refused, and `reset` starts the pipeline over above every
 //! id used before; on the embedded store, without a destination (the WAL is the dataset).
 
-use std::collections::BTreeMap;
-
 use super::*;
-use crate::config::{load_file, validate};
 use crate::pipeline::events::Recorder;
 use crate::pipeline::sync::{SyncOptions, sync_pass};
+use crate::pipeline::testing::six_records_project;
 use crate::wal::{DiskWal, WalOptions};
-
-/// Six records in batches of two, state under `data/`.
-fn project() -> (tempfile::TempDir, ValidatedConfig) {
-    let dir = tempfile::tempdir().unwrap();
-    let records: String = (0..6).map(|i| format!("{{\"id\":{i}}}\n")).collect();
-    std::fs::write(dir.path().join("events.jsonl"), records).unwrap();
-    std::fs::write(
-        dir.path().join("skippr.yml"),
-        "pipelines:\n  p:\n    data_source: data_sources.s\n\
-         data_sources:\n  s:\n    File:\n      path: events.jsonl\n      batch_size: 2\n",
-    )
-    .unwrap();
-    let env: BTreeMap<String, String> = [(
-        "DATA_DIR".to_owned(),
-        dir.path().join("data").display().to_string(),
-    )]
-    .into();
-    let loaded = load_file(&dir.path().join("skippr.yml"), env).unwrap();
-    let config = validate(&loaded, None).unwrap();
-    (dir, config)
-}
 
 fn wal_dir(config: &ValidatedConfig) -> std::path::PathBuf {
     match &config.pipeline(None).unwrap().wal {
@@ -45,7 +22,7 @@ fn wal_ids(config: &ValidatedConfig) -> Vec<u64> {
 
 #[test]
 fn a_lost_wal_is_refused_and_reset_numbers_above_every_used_id() {
-    let (_dir, config) = project();
+    let (_dir, config) = six_records_project();
     let pipeline = config.pipeline(None).unwrap();
     let mut events = Recorder::default();
     let first = sync_pass(&config, pipeline, &SyncOptions::default(), &mut events).unwrap();

@@ -1,33 +1,10 @@
-use std::collections::BTreeMap;
-
 use super::*;
-use crate::config::{load_file, validate};
 use crate::pipeline::events::Recorder;
-
-/// Six records in batches of two, the WAL as the dataset, state under the project.
-fn project() -> (tempfile::TempDir, ValidatedConfig) {
-    let dir = tempfile::tempdir().unwrap();
-    let records: String = (0..6).map(|i| format!("{{\"id\":{i}}}\n")).collect();
-    std::fs::write(dir.path().join("events.jsonl"), records).unwrap();
-    std::fs::write(
-        dir.path().join("skippr.yml"),
-        "pipelines:\n  p:\n    data_source: data_sources.s\n\
-             data_sources:\n  s:\n    File:\n      path: events.jsonl\n      batch_size: 2\n",
-    )
-    .unwrap();
-    let env: BTreeMap<String, String> = [(
-        "DATA_DIR".to_owned(),
-        dir.path().join("data").display().to_string(),
-    )]
-    .into();
-    let loaded = load_file(&dir.path().join("skippr.yml"), env).unwrap();
-    let config = validate(&loaded, None).unwrap();
-    (dir, config)
-}
+use crate::pipeline::testing::six_records_project;
 
 #[test]
 fn a_pass_stops_reading_at_its_deadline_and_the_next_one_continues() {
-    let (_dir, config) = project();
+    let (_dir, config) = six_records_project();
     let pipeline = config.pipeline(None).unwrap();
     let mut events = Recorder::default();
     let options = SyncOptions {
