@@ -123,6 +123,12 @@ fn a_snapshot_of_every_type_reads_back_exactly_in_duckdb_and_pyiceberg() {
     let pg = pg();
     let db = pg.database("types");
     pg.sql(&db, TYPES_SQL);
+    // Integers that a JSON record's inference would read as Unix seconds.
+    pg.sql(
+        &db,
+        "CREATE TABLE orders (id int4 PRIMARY KEY, order_number int8);
+         INSERT INTO orders VALUES (1, 1300000000), (2, 1300000001), (3, 4000000000);",
+    );
     let dir = tempfile::tempdir().unwrap();
     // No `tables`: every table of `public`.
     write_config(dir.path(), &keys(&pg, &db));
@@ -149,9 +155,12 @@ fn a_snapshot_of_every_type_reads_back_exactly_in_duckdb_and_pyiceberg() {
             {"id": 3, "t": "", "v": "line\nbreak", "c": "xyz", "m": "sad", "u": "00000000-0000-0000-0000-000000000000"},
         ],
         "postgres_times": [
-            {"id": 1, "d": "2026-01-02", "ts": "2026-01-02T03:04:05.123456", "tz": "2026-01-02T01:04:05.500000Z", "tm": "12:34:56.700000"},
+            // Timestamps as the readers' microseconds since 1970-01-01 UTC (`timestamp`
+            // without a zone read as UTC): 2026-01-02T03:04:05.123456, 2026-01-02T01:04:05.5Z.
+            {"id": 1, "d": "2026-01-02", "ts": 1_767_323_045_123_456i64, "tz": 1_767_315_845_500_000i64, "tm": "12:34:56.700000"},
             {"id": 2, "d": null, "ts": null, "tz": null, "tm": null},
-            {"id": 3, "d": "1999-12-31", "ts": "1970-01-01T00:00:00.000000", "tz": "2038-01-19T03:14:08.000000Z", "tm": "00:00:00.000000"},
+            // 1970-01-01T00:00:00 and 2038-01-19T03:14:08Z (one second past 32-bit time).
+            {"id": 3, "d": "1999-12-31", "ts": 0, "tz": 2_147_483_648_000_000i64, "tm": "00:00:00.000000"},
         ],
         "postgres_docs": [
             {"id": 1, "j": "{\"a\": [1, 2]}", "jb": "{\"b\": {\"c\": null}}", "bin": "\\x00ff10"},
@@ -171,15 +180,25 @@ fn a_snapshot_of_every_type_reads_back_exactly_in_duckdb_and_pyiceberg() {
             assert_eq!(got, rows, "{reader} {table}: {}", report[reader]);
         }
     }
-    // Typed columns where the JSON path can type them.
-    let types: std::collections::BTreeMap<String, String> =
+    // Typed columns: dates as dates, both timestamp types as UTC timestamps, integers as
+    // integers (`c` holds values that would read as Unix times in a JSON record).
+    let types = |table: &str| -> std::collections::BTreeMap<String, String> {
         serde_json::from_value::<Vec<(String, String)>>(
-            read(dir.path(), "postgres_times", false)["duckdb"]["columns"].clone(),
+            read(dir.path(), table, false)["duckdb"]["columns"].clone(),
         )
         .unwrap()
         .into_iter()
-        .collect();
-    assert_eq!(types["d"], "DATE", "{types:?}");
+        .collect()
+    };
+    let times = types("postgres_times");
+    assert_eq!(times["d"], "DATE", "{times:?}");
+    assert_eq!(times["ts"], "TIMESTAMP WITH TIME ZONE", "{times:?}");
+    assert_eq!(times["tz"], "TIMESTAMP WITH TIME ZONE", "{times:?}");
+    let ints = types("postgres_ints");
+    assert_eq!(ints["b"], "INTEGER", "{ints:?}");
+    assert_eq!(ints["o"], "BIGINT", "{ints:?}");
+    let orders = types("postgres_orders");
+    assert_eq!(orders["order_number"], "BIGINT", "{orders:?}");
 }
 
 #[test]

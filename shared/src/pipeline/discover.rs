@@ -226,9 +226,7 @@ fn discover_with(
                 if options.limit.is_some_and(|limit| records >= limit) {
                     return Ok(());
                 }
-                inferrer
-                    .add_or(&record.value, record.namespace.as_deref())
-                    .map_err(schema_err)?;
+                inferrer.add_record(record).map_err(schema_err)?;
                 records += 1;
             }
             if last_progress.elapsed() >= options.progress_interval {

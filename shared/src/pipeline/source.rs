@@ -87,28 +87,33 @@ fn open(
 ) -> Result<Box<dyn Source>, PipelineError> {
     let shape = &pipeline.transform.shape;
     if !shape.is_active() {
+        // Rows as typed cells where the source has them: `sync` types them itself and
+        // `discover` infers their columns' types from them.
+        let typed_cells = unparsed_json_lines || sample.is_some();
         return open_connector(
             pipeline,
             base_dir,
             checkpoint,
-            unparsed_json_lines,
+            (unparsed_json_lines, typed_cells),
             aws,
             sample,
         );
     }
-    let inner = open_connector(pipeline, base_dir, checkpoint, false, aws, sample)?;
+    // Shaping needs parsed records.
+    let inner = open_connector(pipeline, base_dir, checkpoint, (false, false), aws, sample)?;
     Ok(Box::new(crate::sources::shaped::Shaped::new(
         inner,
         shape.clone(),
     )))
 }
 
-/// `sample`: opened for `discover` (see [`open_source_for_discover`]).
+/// `sample`: opened for `discover` (see [`open_source_for_discover`]). `unparsed_json_lines`:
+/// JSON lines handed out as their text; `typed_cells`: a typed source's rows as cells.
 fn open_connector(
     pipeline: &ValidatedPipeline,
     base_dir: &Path,
     checkpoint: Option<&[u8]>,
-    unparsed_json_lines: bool,
+    (unparsed_json_lines, typed_cells): (bool, bool),
     aws: Option<&Aws>,
     sample: Option<u64>,
 ) -> Result<Box<dyn Source>, PipelineError> {
@@ -193,8 +198,8 @@ fn open_connector(
         SourceConnector::Postgres(c) => {
             let mut options = PostgresSourceOptions::from_config(c).map_err(source_error)?;
             options.cdc = pipeline.cdc.clone();
-            // `sync` types rows from their cells itself (there is no leniency for typed values).
-            options.typed_cells = unparsed_json_lines;
+            // There is no leniency for typed values.
+            options.typed_cells = typed_cells;
             if sample.is_some() {
                 // A database is sampled: the first rows of each table in key order.
                 options.sample_rows = Some(crate::sources::postgres::DISCOVER_SAMPLE_ROWS);

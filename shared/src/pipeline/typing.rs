@@ -21,11 +21,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::deadletter::Deadletter;
+use crate::schema::cells_typed;
 use crate::schema::{
     JsonLineTyper, PipelineSchema, RecordBatchBuilder, SchemaChange, SchemaError, SchemaInferrer,
     TransformOptions, evolve, namespace_for_record,
 };
-use crate::sources::cells::CellRow;
 use crate::sources::file::parse_json_object;
 use crate::sources::{SourceBatch, SourceRecord};
 
@@ -143,13 +143,22 @@ fn type_as_is(
     let mut builders: Builders = BTreeMap::new();
     for (index, record) in records.iter_mut().enumerate() {
         if let Some(cells) = &record.cells {
-            if append_cells(
-                cells,
-                record.namespace.as_deref(),
-                schema,
-                transform,
-                &mut builders,
-            ) {
+            if cells_typed(transform) {
+                let ns = record.namespace.as_deref();
+                let builder = builder_of(
+                    &mut builders,
+                    schema,
+                    transform,
+                    cells_namespace(ns, transform),
+                )?;
+                if !builder.append_cells(cells) {
+                    builder
+                        .append_of_cells(cells, || (String::new(), 0, 0))
+                        .ok()?;
+                    if builder.saw_unknown_keys() {
+                        return None;
+                    }
+                }
                 continue;
             }
             record.value = cells.to_json();
@@ -182,21 +191,10 @@ fn type_as_is(
     Some(builders)
 }
 
-/// Type a row of cells into the builder of its namespace (the source's, or the default:
-/// cells are never routed by `namespace_fields`); `false`, with no row added, when it needs
-/// the JSON path.
-fn append_cells(
-    cells: &CellRow,
-    namespace: Option<&str>,
-    schema: &PipelineSchema,
-    transform: &TransformOptions,
-    builders: &mut Builders,
-) -> bool {
-    if !transform.namespace_fields.is_empty() || transform.flatten_events {
-        return false;
-    }
-    let ns = namespace.unwrap_or(&transform.default_namespace);
-    builder_of(builders, schema, transform, ns).is_some_and(|b| b.append_cells(cells))
+/// The namespace of a row of cells typed as cells ([`cells_typed`]): the source's, or the
+/// default (such rows are never routed by `namespace_fields`).
+fn cells_namespace<'n>(namespace: Option<&'n str>, transform: &'n TransformOptions) -> &'n str {
+    namespace.unwrap_or(&transform.default_namespace)
 }
 
 /// The builder of namespace `ns` in `builders`, made from `schema` when missing; `None` when
@@ -248,10 +246,13 @@ pub(crate) fn infer_and_type(
     (pipeline, workspace): (&str, &str),
     reject: &mut dyn FnMut(Deadletter),
 ) -> Result<Inferred, SchemaError> {
-    // Rows of cells (a source's typed rows) are inferred and typed as JSON objects.
-    for record in &mut batch.records {
-        if let Some(cells) = record.cells.take() {
-            record.value = cells.to_json();
+    // Rows of cells (a source's typed rows) are inferred and typed from their cells, unless
+    // they are routed or flattened as JSON objects.
+    if !cells_typed(transform) {
+        for record in &mut batch.records {
+            if let Some(cells) = record.cells.take() {
+                record.value = cells.to_json();
+            }
         }
     }
     let mut rejected = vec![false; batch.records.len()];
@@ -280,6 +281,26 @@ pub(crate) fn infer_and_type(
         .zip(&rejected)
         .filter(|(_, r)| !**r)
     {
+        if let Some(cells) = &record.cells {
+            let ns = cells_namespace(record.namespace.as_deref(), transform);
+            let Some(builder) = builder_of(&mut builders, schema, transform, ns) else {
+                reject(untypeable(
+                    record,
+                    &format!("namespace `{ns}` is not in the schema"),
+                ));
+                continue;
+            };
+            if builder.append_cells(cells) {
+                continue;
+            }
+            let position = &record.position;
+            if let Err(dl) = builder.append_of_cells(cells, || {
+                (position.uri.clone(), position.record, position.offset)
+            }) {
+                reject(dl);
+            }
+            continue;
+        }
         if let Some(unparsed) = &record.unparsed {
             if typer.append(&unparsed.text, schema, transform, &mut builders) {
                 continue;
@@ -347,6 +368,17 @@ fn infer_batch(
                         continue;
                     }
                 },
+                None if record.cells.is_some() => {
+                    if let Err(e) = inferrer.add_record(record) {
+                        if retries == MAX_INFERENCE_RETRIES {
+                            return Err(e);
+                        }
+                        retries += 1;
+                        rejected[i] = true;
+                        continue 'again;
+                    }
+                    continue;
+                }
                 None => &record.value,
             };
             if let Err(e) = inferrer.add_or(value, record.namespace.as_deref()) {
@@ -364,9 +396,14 @@ fn infer_batch(
 
 /// A deadletter for a record that could not be typed.
 fn untypeable(record: &SourceRecord, error: &str) -> Deadletter {
-    let raw = match &record.unparsed {
-        Some(unparsed) => crate::sources::file::raw_text(&unparsed.text),
-        None => Deadletter::clip_raw(&serde_json::to_string(&record.value).unwrap_or_default()),
+    let raw = match (&record.unparsed, &record.cells) {
+        (Some(unparsed), _) => crate::sources::file::raw_text(&unparsed.text),
+        (None, Some(cells)) => {
+            Deadletter::clip_raw(&serde_json::to_string(&cells.to_json()).unwrap_or_default())
+        }
+        (None, None) => {
+            Deadletter::clip_raw(&serde_json::to_string(&record.value).unwrap_or_default())
+        }
     };
     Deadletter {
         source_uri: record.position.uri.clone(),

@@ -28,6 +28,7 @@ use super::infer::{parse_date, parse_numeric};
 use super::namespace::flatten;
 use super::{Field, FieldType, NamespaceSchema};
 use crate::deadletter::{Deadletter, FailureCode};
+use crate::sources::cells::{Cell, CellRow};
 
 /// The Arrow schema for these fields (all nullable).
 ///
@@ -173,6 +174,25 @@ thread_local! {
     static UNKNOWN_KEYS: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
+thread_local! {
+    /// While [`RecordBatchBuilder::append_of_cells`] types the JSON object of a row of typed
+    /// cells: the addresses of the strings in it that are its instant cells' text. Such a
+    /// text fits a `timestamp` (or, in whole milliseconds, a `timestamp_ms`) column, as the
+    /// instant itself does; a text cell that only looks like one does not.
+    static INSTANT_TEXTS: std::cell::RefCell<Vec<usize>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// The instant `value` is, when it is the text of an instant cell of the row
+/// [`RecordBatchBuilder::append_of_cells`] is typing.
+fn instant_of(value: &Value) -> Option<i64> {
+    let text = value.as_str()?;
+    let address = text.as_ptr() as usize;
+    if !INSTANT_TEXTS.with(|texts| texts.borrow().contains(&address)) {
+        return None;
+    }
+    crate::sources::cells::parse_instant_text(text)
+}
+
 /// A key's value unless it is missing or null.
 fn own<'o, L: Lookup>(object: &'o L, key: &str) -> Option<&'o Value> {
     object.lookup(key).filter(|value| !value.is_null())
@@ -248,7 +268,10 @@ impl Column {
         match &self.data {
             Data::Boolean(_) => value.is_boolean(),
             Data::Int(_) => value.as_i64().is_some_and(|int| i32::try_from(int).is_ok()),
-            Data::Long(_) | Data::TimestampMs(_) => value.as_i64().is_some(),
+            Data::Long(_) => value.as_i64().is_some(),
+            Data::TimestampMs(_) => {
+                value.as_i64().is_some() || instant_of(value).is_some_and(|m| m % 1_000 == 0)
+            }
             Data::Double(_) => match value {
                 // Not an integer beyond `i64` that the parser read exactly: a double would
                 // round it (it goes to a string column, whose text keeps it).
@@ -259,9 +282,12 @@ impl Column {
             Data::Date(_) => value
                 .as_str()
                 .is_some_and(|text| parse_date(text).is_some()),
-            Data::Timestamp(_) => value
-                .as_i64()
-                .is_some_and(|secs| secs.checked_mul(1_000_000).is_some()),
+            Data::Timestamp(_) => {
+                value
+                    .as_i64()
+                    .is_some_and(|secs| secs.checked_mul(1_000_000).is_some())
+                    || instant_of(value).is_some()
+            }
             Data::Text { .. } => true,
             Data::Struct(_) => value.is_object(),
             Data::List { .. } => value.is_array(),
@@ -315,12 +341,25 @@ impl Column {
                 Some(int) => values.push(int),
                 None => return Err(mismatch(label, value)),
             },
-            Data::Long(values) | Data::TimestampMs(values) => match value.as_i64() {
+            Data::Long(values) => match value.as_i64() {
                 Some(int) => values.push(int),
                 None => return Err(mismatch(label, value)),
             },
+            Data::TimestampMs(values) => {
+                match value
+                    .as_i64()
+                    .or_else(|| instant_of(value).map(|micros| micros / 1_000))
+                {
+                    Some(int) => values.push(int),
+                    None => return Err(mismatch(label, value)),
+                }
+            }
             Data::Timestamp(values) => {
-                match value.as_i64().and_then(|secs| secs.checked_mul(1_000_000)) {
+                match value
+                    .as_i64()
+                    .and_then(|secs| secs.checked_mul(1_000_000))
+                    .or_else(|| instant_of(value))
+                {
                     Some(micros) => values.push(micros),
                     None => return Err(mismatch(label, value)),
                 }
@@ -843,6 +882,30 @@ impl RecordBatchBuilder {
             code,
             namespace: self.namespace.clone(),
         })
+    }
+
+    /// [`Self::append`] for the JSON object ([`CellRow::to_json`]) of a row of typed cells
+    /// that [`Self::append_cells`] refused: the text of an instant cell fits a `timestamp`
+    /// column here (as the instant does), so the row lands as its cells would have.
+    pub(crate) fn append_of_cells(
+        &mut self,
+        row: &CellRow,
+        locate: impl FnOnce() -> (String, u64, u64),
+    ) -> Result<(), Deadletter> {
+        let record = row.to_json();
+        let instants: Vec<usize> = row
+            .names()
+            .iter()
+            .zip(row.cells())
+            .filter(|(_, cell)| matches!(cell, Cell::Instant { .. }))
+            .filter_map(|(name, _)| record.get(name)?.as_str())
+            .filter(|text| !text.is_empty())
+            .map(|text| text.as_ptr() as usize)
+            .collect();
+        INSTANT_TEXTS.with(|texts| *texts.borrow_mut() = instants);
+        let appended = self.append(&record, locate);
+        INSTANT_TEXTS.with(|texts| texts.borrow_mut().clear());
+        appended
     }
 
     /// Whether any record appended so far had a key (at any depth) that the schema has no

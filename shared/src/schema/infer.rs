@@ -22,6 +22,14 @@ use super::error::SchemaError;
 use super::namespace::{TransformOptions, flatten, route_or};
 use super::saved::PipelineSchema;
 use super::{Field, FieldType, MAX_DEPTH, NamespaceSchema};
+use crate::sources::SourceRecord;
+use crate::sources::cells::{Cell, CellRow};
+
+/// Whether `sync` types a typed source's rows from their cells under these options (else
+/// from their JSON objects): not when records are routed by `namespace_fields` or flattened.
+pub(crate) fn cells_typed(options: &TransformOptions) -> bool {
+    options.namespace_fields.is_empty() && !options.flatten_events
+}
 
 /// Unix seconds accepted as `timestamp`: 2010-01-01 (inclusive) to 2100-01-01 (exclusive).
 pub(crate) const SECONDS_RANGE: std::ops::Range<i64> = 1_262_304_000..4_102_444_800;
@@ -141,6 +149,8 @@ pub(crate) struct Acc {
     strings: u64,
     strings_dates: u64,
     strings_numeric: u64,
+    /// Strings that are typed instants (a source's timestamp cells; never JSON text).
+    strings_instants: u64,
     /// Objects kept as structs (not counted here once collapsed: they are then strings).
     objects: u64,
     children: BTreeMap<String, Acc>,
@@ -229,15 +239,7 @@ impl Acc {
                 None if number.is_u64() => self.strings += 1,
                 None => self.floats += 1,
             },
-            Value::String(text) => {
-                self.strings += 1;
-                if parse_date(text).is_some() {
-                    self.strings_dates += 1;
-                }
-                if parse_numeric(text).is_some() {
-                    self.strings_numeric += 1;
-                }
-            }
+            Value::String(text) => self.add_string(text),
             Value::Object(_) | Value::Array(_) if place.depth > MAX_DEPTH => self.add_json_text(),
             Value::Object(_) if self.collapsed => self.add_json_text(),
             Value::Object(object) => {
@@ -258,6 +260,40 @@ impl Acc {
                     elements.add(item, &place, walk);
                 }
             }
+        }
+    }
+
+    /// Account for one top-level cell of a typed source's row ([`Cell`]). A cell's type is
+    /// its column's: an integer is never read as a Unix time, an instant is a timestamp; a
+    /// text or JSON cell counts as its JSON value does.
+    pub(crate) fn add_cell(&mut self, cell: Cell<'_>, place: &Place<'_>, walk: &mut Walk) {
+        match cell {
+            Cell::Null => self.nulls += 1,
+            Cell::Bool(_) => self.bools += 1,
+            Cell::Long(int) => {
+                self.ints += 1;
+                self.int_bounds = Some(match self.int_bounds {
+                    Some((low, high)) => (low.min(int), high.max(int)),
+                    None => (int, int),
+                });
+            }
+            Cell::Double(_) => self.floats += 1,
+            Cell::Instant { .. } => {
+                self.strings += 1;
+                self.strings_instants += 1;
+            }
+            Cell::Text(text) => self.add_string(text),
+            Cell::Json(value) => self.add(value, place, walk),
+        }
+    }
+
+    fn add_string(&mut self, text: &str) {
+        self.strings += 1;
+        if parse_date(text).is_some() {
+            self.strings_dates += 1;
+        }
+        if parse_numeric(text).is_some() {
+            self.strings_numeric += 1;
         }
     }
 
@@ -307,6 +343,7 @@ impl Acc {
         self.strings += other.strings;
         self.strings_dates += other.strings_dates;
         self.strings_numeric += other.strings_numeric;
+        self.strings_instants += other.strings_instants;
         if !self.collapsed
             && (other.collapsed || union_exceeds(&self.children, &other.children, walk.max_fields))
         {
@@ -375,6 +412,7 @@ impl Acc {
                     part.strings = self.strings;
                     part.strings_dates = self.strings_dates;
                     part.strings_numeric = self.strings_numeric;
+                    part.strings_instants = self.strings_instants;
                 }
             }
             Kind::Boolean => part.bools = self.bools,
@@ -382,6 +420,7 @@ impl Acc {
                 part.strings = self.strings;
                 part.strings_dates = self.strings_dates;
                 part.strings_numeric = self.strings_numeric;
+                part.strings_instants = self.strings_instants;
             }
         }
         part
@@ -417,6 +456,8 @@ impl Acc {
             Kind::Text => {
                 if self.strings_dates == self.strings {
                     FieldType::Date
+                } else if self.strings_instants == self.strings {
+                    FieldType::Timestamp
                 } else {
                     FieldType::String
                 }
@@ -574,6 +615,56 @@ fn key_examples<'k>(
         .join(", ")
 }
 
+/// Accumulate one record with these top-level `keys` into namespace `name` (`add` adds
+/// its values), after checking the namespace and field limits.
+fn add_fields<'k>(
+    namespaces: &mut BTreeMap<String, NamespaceAcc>,
+    options: &TransformOptions,
+    name: &str,
+    keys: impl ExactSizeIterator<Item = &'k str>,
+    add: impl FnOnce(&mut BTreeMap<String, Acc>, &mut Walk),
+) -> Result<(), SchemaError> {
+    let existing = namespaces.get(name);
+    if existing.is_none() && namespaces.len() >= options.max_namespaces {
+        return Err(SchemaError::TooManyNamespaces {
+            fields: options
+                .namespace_fields
+                .iter()
+                .map(|field| format!("`{field}`"))
+                .collect::<Vec<_>>()
+                .join(", "),
+            limit: options.max_namespaces,
+            namespace: name.to_owned(),
+        });
+    }
+    let no_fields = BTreeMap::new();
+    let fields = existing.map_or(&no_fields, |acc| &acc.fields);
+    let max_fields = options.max_fields_per_struct;
+    // Only a record with enough keys can go over the limit: count its new ones then.
+    if fields.len() + keys.len() > max_fields {
+        let new: Vec<&str> = keys.filter(|key| !fields.contains_key(*key)).collect();
+        if fields.len() + new.len() > max_fields {
+            return Err(SchemaError::TooManyFields {
+                namespace: name.to_owned(),
+                limit: max_fields,
+                examples: key_examples(fields.keys().map(String::as_str), new.iter().copied()),
+                flattened: options.flatten_events,
+            });
+        }
+    }
+
+    if existing.is_none() {
+        namespaces.insert(name.to_owned(), NamespaceAcc::default());
+    }
+    if let Some(acc) = namespaces.get_mut(name) {
+        acc.records += 1;
+        let mut walk = Walk::new(max_fields);
+        add(&mut acc.fields, &mut walk);
+        acc.log_collapsed(name, walk);
+    }
+    Ok(())
+}
+
 /// Infers one schema per namespace from records, in any order and in any number of parts.
 ///
 /// ```
@@ -618,67 +709,77 @@ impl SchemaInferrer {
         default: Option<&str>,
     ) -> Result<&str, SchemaError> {
         let name = route_or(record, &self.options, default);
-        let existing = self.namespaces.get(name.as_ref());
-        if existing.is_none() && self.namespaces.len() >= self.options.max_namespaces {
-            return Err(SchemaError::TooManyNamespaces {
-                fields: self
-                    .options
-                    .namespace_fields
-                    .iter()
-                    .map(|field| format!("`{field}`"))
-                    .collect::<Vec<_>>()
-                    .join(", "),
-                limit: self.options.max_namespaces,
-                namespace: name.into_owned(),
-            });
-        }
-        let no_fields = BTreeMap::new();
-        let fields = existing.map_or(&no_fields, |acc| &acc.fields);
         let flat = self.options.flatten_events.then(|| flatten(record));
-        let max_fields = self.options.max_fields_per_struct;
-        let key_count = flat.as_ref().map_or(record.len(), BTreeMap::len);
-        // Only a record with enough keys can go over the limit: count its new ones then.
-        if fields.len() + key_count > max_fields {
-            let is_new = |key: &&String| !fields.contains_key(*key);
-            let new: Vec<&str> = match &flat {
-                Some(flat) => flat.keys().filter(is_new).map(String::as_str).collect(),
-                None => record.keys().filter(is_new).map(String::as_str).collect(),
-            };
-            if fields.len() + new.len() > max_fields {
-                return Err(SchemaError::TooManyFields {
-                    namespace: name.into_owned(),
-                    limit: max_fields,
-                    examples: key_examples(fields.keys().map(String::as_str), new.iter().copied()),
-                    flattened: self.options.flatten_events,
-                });
-            }
-        }
-
-        if existing.is_none() {
-            self.namespaces
-                .insert(name.to_string(), NamespaceAcc::default());
-        }
-        if let Some(acc) = self.namespaces.get_mut(name.as_ref()) {
-            acc.records += 1;
-            let mut walk = Walk::new(max_fields);
-            match &flat {
-                Some(flat) => {
+        match &flat {
+            Some(flat) => add_fields(
+                &mut self.namespaces,
+                &self.options,
+                &name,
+                flat.keys().map(String::as_str),
+                |fields, walk| {
                     for (key, value) in flat {
-                        add_to(&mut acc.fields, key, value, &Place::top(key), &mut walk);
+                        add_to(fields, key, value, &Place::top(key), walk);
                     }
-                }
-                None => {
+                },
+            )?,
+            None => add_fields(
+                &mut self.namespaces,
+                &self.options,
+                &name,
+                record.keys().map(String::as_str),
+                |fields, walk| {
                     for (key, value) in record {
-                        add_to(&mut acc.fields, key, value, &Place::top(key), &mut walk);
+                        add_to(fields, key, value, &Place::top(key), walk);
                     }
-                }
-            }
-            acc.log_collapsed(&name, walk);
+                },
+            )?,
         }
         Ok(self
             .namespaces
             .get_key_value(name.as_ref())
             .map_or("", |(key, _)| key.as_str()))
+    }
+
+    /// Add a typed source's row of cells (see [`Acc::add_cell`]: the cells' types are their
+    /// columns', not what their JSON form would infer), in the namespace the source named
+    /// (`default`) or the default one. A row that `sync` types as its JSON object (with
+    /// `namespace_fields` or `flatten_events`) is added as that object, [`Self::add_or`].
+    pub fn add_cells(&mut self, row: &CellRow, default: Option<&str>) -> Result<&str, SchemaError> {
+        if !cells_typed(&self.options) {
+            return self.add_or(&row.to_json(), default);
+        }
+        let name = default.unwrap_or(&self.options.default_namespace);
+        add_fields(
+            &mut self.namespaces,
+            &self.options,
+            name,
+            row.names().iter().map(String::as_str),
+            |fields, walk| {
+                for (key, cell) in row.names().iter().zip(row.cells()) {
+                    let place = Place::top(key);
+                    match fields.get_mut(key) {
+                        Some(acc) => acc.add_cell(cell, &place, walk),
+                        None => {
+                            let mut acc = Acc::default();
+                            acc.add_cell(cell, &place, walk);
+                            fields.insert(key.clone(), acc);
+                        }
+                    }
+                }
+            },
+        )?;
+        Ok(self
+            .namespaces
+            .get_key_value(name)
+            .map_or("", |(key, _)| key.as_str()))
+    }
+
+    /// A source's record: its cells ([`Self::add_cells`]) or its value ([`Self::add_or`]).
+    pub fn add_record(&mut self, record: &SourceRecord) -> Result<&str, SchemaError> {
+        match &record.cells {
+            Some(cells) => self.add_cells(cells, record.namespace.as_deref()),
+            None => self.add_or(&record.value, record.namespace.as_deref()),
+        }
     }
 
     /// Combine another partial inference into this one. The result is the same whichever

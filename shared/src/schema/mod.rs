@@ -266,7 +266,7 @@ pub use self::arrow::{RecordBatchBuilder, to_arrow_schema};
 pub use self::error::SchemaError;
 pub use self::evolve::{ChangeKind, SchemaChange, evolve};
 pub use self::infer::SchemaInferrer;
-pub(crate) use self::infer::{NumberShape, number_shape};
+pub(crate) use self::infer::{NumberShape, cells_typed, number_shape};
 pub(crate) use self::line_typer::JsonLineTyper;
 pub use self::namespace::{
     MergeKeys, TransformOptions, namespace_for, namespace_for_record, sanitize_namespace,

@@ -2,16 +2,22 @@
 //! tables), for `sync` to type straight into Arrow columns.
 //!
 //! A [`CellPage`] holds a page of rows column by column order: each cell is a null, a
-//! boolean, a 64-bit integer, a finite double, UTF-8 text (in the page's one text buffer) or,
-//! for anything else (arrays), a JSON value. A [`CellRow`] is one row of a shared page; it is
+//! boolean, a 64-bit integer, a finite double, an instant (a typed timestamp), UTF-8 text (in
+//! the page's one text buffer) or, for anything else (arrays), a JSON value. A [`CellRow`] is one row of a shared page; it is
 //! what a [`SourceRecord`](super::SourceRecord) carries in
 //! [`cells`](super::SourceRecord::cells).
 //!
 //! The contract that keeps both typing paths equal: a row's cells stand for exactly the JSON
 //! object [`CellRow::to_json`] gives (an integer cell is that JSON integer, a text cell that
-//! JSON string, ...). Typing a row from its cells
+//! JSON string, an instant its ISO 8601 text, ...). Typing a row from its cells
 //! (`RecordBatchBuilder::append_cells`) either gives the row typing that object gives, or
-//! refuses, and the caller types the object.
+//! refuses, and the caller types the object (where an instant's text fits a timestamp
+//! column, `RecordBatchBuilder::append_of_cells`).
+//!
+//! Where the two differ is inference, on purpose: a source that hands out cells knows its
+//! columns' types, so an integer cell is an integer (never a Unix time, as an integer in a
+//! JSON record may be) and an instant is a `timestamp` (never a string, as ISO 8601 text in a
+//! JSON record is).
 
 use std::sync::Arc;
 
@@ -30,8 +36,36 @@ pub enum Cell<'a> {
     Double(f64),
     /// A JSON string.
     Text(&'a str),
+    /// An instant, in microseconds after 1970-01-01T00:00:00 UTC (within the years
+    /// [`instant_text`] can write): its JSON form is that text.
+    Instant {
+        /// Microseconds after the Unix epoch.
+        micros: i64,
+        /// Whether the source's value named UTC (text ending in `Z`), or was a wall-clock
+        /// time without a zone (read as UTC all the same; its text has no `Z`).
+        utc: bool,
+    },
     /// Any other JSON value.
     Json(&'a Value),
+}
+
+/// An instant's text (`YYYY-MM-DDTHH:MM:SS.ffffff`, then `Z` when `utc`); `None` beyond the
+/// years chrono writes (about 262,000 years either side of year 0).
+pub fn instant_text(micros: i64, utc: bool) -> Option<String> {
+    let at = chrono::DateTime::from_timestamp_micros(micros)?.naive_utc();
+    let zone = if utc { "Z" } else { "" };
+    Some(format!("{}{zone}", at.format("%Y-%m-%dT%H:%M:%S%.6f")))
+}
+
+/// The instant an [`instant_text`] names (with or without its `Z`), if `text` is exactly
+/// that shape: the inverse of [`instant_text`], for a cell's text typed into a `timestamp`
+/// column.
+pub fn parse_instant_text(text: &str) -> Option<i64> {
+    let body = text.strip_suffix('Z').unwrap_or(text);
+    let at = chrono::NaiveDateTime::parse_from_str(body, "%Y-%m-%dT%H:%M:%S%.6f").ok()?;
+    let micros = at.and_utc().timestamp_micros();
+    // Only the exact text (six fraction digits, a four-digit or signed year as written).
+    (instant_text(micros, body.len() != text.len()).as_deref() == Some(text)).then_some(micros)
 }
 
 /// How a cell is stored in its page (text by its range in the page's text).
@@ -42,6 +76,7 @@ enum Stored {
     Long(i64),
     Double(f64),
     Text { start: u32, end: u32 },
+    Instant { micros: i64, utc: bool },
     Json(u32),
 }
 
@@ -87,6 +122,11 @@ impl CellPage {
         })
     }
 
+    /// The column names.
+    pub fn names(&self) -> &Arc<[String]> {
+        &self.names
+    }
+
     /// Rows in the page (complete ones).
     pub fn rows(&self) -> usize {
         self.cells.len().checked_div(self.names.len()).unwrap_or(0)
@@ -122,6 +162,17 @@ impl CellPage {
                 "-Infinity"
             })
         }
+    }
+
+    /// Add an instant (microseconds after the Unix epoch; `utc`: see [`Cell::Instant`]), or
+    /// `false`, with nothing added, when [`instant_text`] cannot write it (the caller adds
+    /// its own text instead).
+    pub fn push_instant(&mut self, micros: i64, utc: bool) -> bool {
+        if chrono::DateTime::from_timestamp_micros(micros).is_none() {
+            return false;
+        }
+        self.cells.push(Stored::Instant { micros, utc });
+        true
     }
 
     /// Add a text cell.
@@ -187,6 +238,10 @@ impl CellPage {
             Some(Stored::Text { start, end }) => {
                 Cell::Text(self.text.get(*start as usize..*end as usize).unwrap_or(""))
             }
+            Some(Stored::Instant { micros, utc }) => Cell::Instant {
+                micros: *micros,
+                utc: *utc,
+            },
             Some(Stored::Json(index)) => match self.json.get(*index as usize) {
                 Some(value) => Cell::Json(value),
                 None => Cell::Null,
@@ -239,6 +294,9 @@ impl CellRow {
                 Cell::Long(int) => Value::from(int),
                 Cell::Double(float) => Number::from_f64(float).map_or(Value::Null, Value::Number),
                 Cell::Text(text) => Value::String(text.to_owned()),
+                Cell::Instant { micros, utc } => {
+                    instant_text(micros, utc).map_or(Value::Null, Value::String)
+                }
                 Cell::Json(value) => value.clone(),
             };
             object.insert(name.clone(), value);
@@ -287,6 +345,42 @@ mod tests {
                 .cells()
                 .collect::<Vec<_>>(),
             vec![Cell::Null, Cell::Text("NaN"), Cell::Double(2.5)]
+        );
+    }
+
+    #[test]
+    fn an_instant_reads_back_from_exactly_its_own_text() {
+        for (micros, utc, text) in [
+            (0, true, "1970-01-01T00:00:00.000000Z"),
+            (1_704_067_200_000_001, false, "2024-01-01T00:00:00.000001"),
+            (-62_135_596_800_000_000, true, "0001-01-01T00:00:00.000000Z"),
+            (-62_167_219_200_000_000, true, "0000-01-01T00:00:00.000000Z"),
+            (
+                253_402_300_800_000_000,
+                false,
+                "+10000-01-01T00:00:00.000000",
+            ),
+        ] {
+            assert_eq!(instant_text(micros, utc).as_deref(), Some(text));
+            assert_eq!(parse_instant_text(text), Some(micros), "{text}");
+        }
+        // Only that exact shape.
+        for text in [
+            "2024-01-01T00:00:00Z",
+            "2024-01-01 00:00:00.000000",
+            "2024-01-01T00:00:00.000000+00:00",
+            "2024-01-01T00:00:00.0000001",
+            "infinity",
+        ] {
+            assert_eq!(parse_instant_text(text), None, "{text}");
+        }
+        let mut page = CellPage::new(names(&["at"])).unwrap();
+        assert!(!page.push_instant(i64::MAX, true), "past chrono's years");
+        assert!(page.push_instant(-1, true));
+        let page = Arc::new(page);
+        assert_eq!(
+            CellRow::all(&page).next().unwrap().to_json()["at"],
+            json!("1969-12-31T23:59:59.999999Z")
         );
     }
 

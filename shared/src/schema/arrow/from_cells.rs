@@ -13,7 +13,7 @@ use chrono::Datelike;
 
 use super::{Column, Data, RecordBatchBuilder, UNIX_EPOCH_DAYS_FROM_CE};
 use crate::schema::infer::{parse_date, parse_numeric};
-use crate::sources::cells::{Cell, CellRow};
+use crate::sources::cells::{Cell, CellRow, instant_text};
 
 /// Where each column of a page's rows goes: the slot of each name (for the page's names,
 /// compared by pointer), and the slots no name fills.
@@ -122,6 +122,17 @@ impl Column {
             (Data::Double(values), Cell::Long(int)) => values.push(int as f64),
             (Data::Double(values), Cell::Double(float)) => values.push(float),
             (Data::Double(values), Cell::Text(text)) => values.push(parse_numeric(text)?),
+            (Data::Timestamp(values), Cell::Instant { micros, .. }) => values.push(micros),
+            (Data::TimestampMs(values), Cell::Instant { micros, .. }) if micros % 1_000 == 0 => {
+                values.push(micros / 1_000);
+            }
+            (Data::Text { offsets, bytes }, Cell::Instant { micros, utc }) => {
+                // A column that held these as text before they were typed keeps its text.
+                let text = instant_text(micros, utc)?;
+                let end = i32::try_from(bytes.len() + text.len()).ok()?;
+                bytes.extend_from_slice(text.as_bytes());
+                offsets.push(end);
+            }
             (Data::Date(values), Cell::Text(text)) => {
                 values.push(parse_date(text)?.num_days_from_ce() - UNIX_EPOCH_DAYS_FROM_CE);
             }

@@ -49,6 +49,7 @@
 //! Lambda pass's deadline).
 
 use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
@@ -63,9 +64,12 @@ use super::decode::{Decoder, RawValue, timestamp};
 use super::pgoutput::{self, Cell, Message};
 use super::reader::{connect, ident, list_tables, pg_error};
 use crate::sources::SourceError;
+use crate::sources::cells::{CellPage, CellRow, parse_instant_text};
 
 /// The operation column.
 pub const OP: &str = "_op";
+/// The operation of a row read by the snapshot before the stream.
+pub const SNAPSHOT_OP: &str = "r";
 /// The change's own WAL position.
 pub const LSN: &str = "_lsn";
 /// Its transaction's commit position.
@@ -149,11 +153,25 @@ impl SnapshotFilter {
     }
 }
 
+/// One record of the stream.
+#[derive(Debug)]
+pub(super) struct Change {
+    /// `schema.table`.
+    pub table: String,
+    /// The change's LSN (its `_lsn`).
+    pub lsn: u64,
+    /// Its values: as typed cells (with the options' `typed_cells`, and names that do not
+    /// repeat; `value` is then empty), else as a JSON object.
+    pub cells: Option<CellRow>,
+    /// Its values as a JSON object, unless `cells` holds them.
+    pub value: Map<String, Value>,
+}
+
 /// Records of the stream and the position after the last of them.
 #[derive(Debug)]
 pub(super) struct Changes {
-    /// `(table, record)`, in stream order.
-    pub records: Vec<(String, Map<String, Value>)>,
+    /// In stream order.
+    pub records: Vec<Change>,
     /// Where the stream stands after them.
     pub at: CdcAt,
 }
@@ -421,6 +439,39 @@ struct Table {
     primary: Vec<usize>,
 }
 
+/// A change's record as typed cells (see [`crate::sources::cells`]): the values of the table's
+/// `timestamp` and `timestamptz` columns and `_commit_ts` as instants (their text, as
+/// [`Decoder::parse_text`] writes it, read back), every other value as its JSON value.
+/// `None` when a name repeats (a table with a column named `_op`, ...).
+fn typed_row(table: &Table, record: &Map<String, Value>) -> Option<CellRow> {
+    let names: Arc<[String]> = record.keys().cloned().collect();
+    let mut page = CellPage::new(names)?;
+    for (name, value) in record {
+        let utc = if !value.is_string() {
+            None
+        } else if name == COMMIT_TS {
+            Some(true)
+        } else {
+            table
+                .columns
+                .iter()
+                .find(|(column, _, _)| column == name)
+                .and_then(|(_, decoder, _)| match decoder {
+                    Some(Decoder::Timestamptz) => Some(true),
+                    Some(Decoder::Timestamp) => Some(false),
+                    _ => None,
+                })
+        };
+        let instant = utc.zip(value.as_str().and_then(parse_instant_text));
+        let pushed = instant.is_some_and(|(utc, micros)| page.push_instant(micros, utc));
+        if !pushed {
+            page.push_json(value.clone()).ok()?;
+        }
+    }
+    let page = Arc::new(page);
+    CellRow::all(&page).next()
+}
+
 /// The transaction being read.
 struct Txn {
     commit_lsn: u64,
@@ -454,7 +505,7 @@ struct Reader<'a> {
     wanted: Option<BTreeSet<String>>,
     at: CdcAt,
     txn: Option<Txn>,
-    out: Vec<(String, Map<String, Value>)>,
+    out: Vec<Change>,
     sent_at: CdcAt,
 }
 
@@ -714,7 +765,17 @@ impl Reader<'_> {
             commit_lsn: txn.commit_lsn,
             records: txn.records,
         });
-        self.out.push((table.name.clone(), record));
+        let cells = if self.options.typed_cells {
+            typed_row(table, &record)
+        } else {
+            None
+        };
+        self.out.push(Change {
+            table: table.name.clone(),
+            lsn,
+            value: if cells.is_some() { Map::new() } else { record },
+            cells,
+        });
         1
     }
 

@@ -168,13 +168,19 @@ impl Decoder {
             Decoder::Numeric => page.try_write_text(|out| write_numeric(raw, out))?,
             Decoder::Timestamp | Decoder::Timestamptz => {
                 let micros = i64::from_be_bytes(fixed(raw)?);
-                let zone = if *self == Decoder::Timestamptz {
-                    "Z"
-                } else {
-                    ""
-                };
-                page.write_text(|out| write_timestamp(out, micros, zone))
-                    .map_err(|e| e.to_string())?;
+                let utc = *self == Decoder::Timestamptz;
+                // An instant (a `timestamp` column), but for `infinity`, `-infinity` and
+                // instants past the years chrono writes, which stay text.
+                let typed = micros != i64::MIN
+                    && micros != i64::MAX
+                    && micros
+                        .checked_add(PG_EPOCH_UNIX_MICROS)
+                        .is_some_and(|unix| page.push_instant(unix, utc));
+                if !typed {
+                    let zone = if utc { "Z" } else { "" };
+                    page.push_text(&timestamp(micros, zone))
+                        .map_err(|e| e.to_string())?;
+                }
             }
             _ => page
                 .push_json(self.decode(raw)?)
@@ -254,6 +260,9 @@ const FOUR_DIGIT_DAYS: std::ops::Range<i64> = -730_119..2_921_940;
 /// Days from 1970-01-01 to 2000-01-01 (PostgreSQL's epoch).
 const PG_EPOCH_UNIX_DAYS: i64 = 10_957;
 
+/// Microseconds from 1970-01-01 to 2000-01-01.
+pub(crate) const PG_EPOCH_UNIX_MICROS: i64 = PG_EPOCH_UNIX_DAYS * 86_400_000_000;
+
 /// The proleptic Gregorian (year, month, day) of `days` after 2000-01-01, when the year has
 /// four digits. Integer arithmetic only (the civil-from-days method: 400-year eras of
 /// 146,097 days, years starting in March so the leap day comes last); about ten times faster
@@ -294,27 +303,6 @@ fn write_date(out: &mut String, days: i32) {
         Some(day) => write_day(out, day),
         None => out.push_str(&date(days)),
     }
-}
-
-/// [`timestamp`], written into `out` (a four-digit year by hand, digits only, the rest as
-/// [`timestamp`] writes it).
-fn write_timestamp(out: &mut String, micros: i64, zone: &str) {
-    let Some(day) = four_digit_day(micros.div_euclid(86_400_000_000)) else {
-        out.push_str(&timestamp(micros, zone));
-        return;
-    };
-    let of_day = micros.rem_euclid(86_400_000_000);
-    let secs = of_day / 1_000_000;
-    write_day(out, day);
-    out.push('T');
-    push_digits(out, secs / 3600, 2);
-    out.push(':');
-    push_digits(out, secs / 60 % 60, 2);
-    out.push(':');
-    push_digits(out, secs % 60, 2);
-    out.push('.');
-    push_digits(out, of_day % 1_000_000, 6);
-    out.push_str(zone);
 }
 
 /// The last `width` (at most 6) decimal digits of a non-negative `value`, zero-padded.

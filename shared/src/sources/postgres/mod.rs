@@ -17,15 +17,19 @@
 //!
 //! # Types
 //!
-//! Rows are decoded from the binary wire format. For `sync` (which asks for
+//! Rows are decoded from the binary wire format. For `sync` and `discover` (which ask for
 //! [`PostgresSourceOptions::typed_cells`]) a page of a table or query becomes a
 //! [`CellPage`](crate::sources::cells::CellPage): integers, finite floats and booleans as
-//! themselves, every text form written once into the page's one text buffer, arrays as JSON
-//! values, with no JSON object per row; the pipeline types those cells straight into its
-//! Arrow builders and makes a JSON object only for a row that does not fit the schema as it
-//! is (a new column, a value for a sibling column), to infer from. Elsewhere (`discover`,
-//! the change stream and the snapshot before it) rows are JSON objects. Either way a value
-//! is the one in this table (a cell stands for exactly that JSON value):
+//! themselves, timestamps as instants, every text form written once into the page's one
+//! text buffer, arrays as JSON values, with no JSON object per row; a change of the stream
+//! becomes a one-row page the same way. The pipeline infers each column's type from its
+//! cells, which carry the column's type: an integer column is `int` or `long` (never a
+//! Unix time, as an integer in a JSON record may be read), a `timestamp` or `timestamptz`
+//! column is `timestamp` (never a string, as ISO 8601 text in a JSON record is). It types the
+//! cells straight into its Arrow builders, making a JSON object only for a row a cell of
+//! which needs a sibling column. Without `typed_cells`, and when `transform.namespace_fields`
+//! or `flatten_events` shape records, rows are JSON objects. A cell's JSON form is the value
+//! in this table:
 //!
 //! | PostgreSQL | record value |
 //! | --- | --- |
@@ -35,8 +39,8 @@
 //! | `numeric` | its exact decimal text, as a string (never rounded through a float) |
 //! | `text`, `varchar`, `char(n)`, `name`, `"char"`, enums | string |
 //! | `date` | `YYYY-MM-DD` (typed `date`); `infinity`, `-infinity` as they are |
-//! | `timestamp` | `YYYY-MM-DDTHH:MM:SS.ffffff`, a string |
-//! | `timestamptz` | `YYYY-MM-DDTHH:MM:SS.ffffffZ` (UTC), a string |
+//! | `timestamp` | an instant, typed `timestamp` (its wall-clock time read as UTC); as text `YYYY-MM-DDTHH:MM:SS.ffffff` |
+//! | `timestamptz` | an instant, typed `timestamp` (UTC); as text `YYYY-MM-DDTHH:MM:SS.ffffffZ` |
 //! | `time` | `HH:MM:SS.ffffff` |
 //! | `uuid` | hyphenated lowercase |
 //! | `json`, `jsonb` | the JSON text, as a string |
@@ -45,9 +49,12 @@
 //! | domains | as their base type |
 //! | anything else (`interval`, `inet`, ranges, geometric, ...) | its text (`::text`), with a warning naming the column |
 //!
-//! NULL is null. Timestamps are strings (the pipeline's JSON typing reads only integer
-//! seconds as timestamps), and integer columns whose values all lie in 2010-2100 as Unix
-//! seconds are typed `timestamp` by that inference: both are limits of the JSON path.
+//! NULL is null. `infinity` and `-infinity` timestamps (and any past year 262,000) stay
+//! text, so a column holding one is a `string` column of the instants' text. A table whose
+//! column was a `string` before timestamps were typed keeps it, and the instants land in it
+//! as their text (a string column takes any value). A column whose first values are all
+//! NULL is inferred `string` (a null carries no type), and `_commit_ts` is one of them after
+//! a snapshot whose rows carry no commit time: typed nulls are future work.
 //!
 //! # Incremental reading and checkpoint
 //!
@@ -128,10 +135,10 @@ pub struct PostgresSourceOptions {
     /// The change stream (`snapshot_then_cdc`, `cdc_only`); `None`: `snapshot`. A sampling
     /// read (`discover`) never streams.
     pub cdc: Option<ResolvedCdc>,
-    /// Hand the rows of tables and queries out as typed cells
+    /// Hand rows out as typed cells
     /// ([`SourceRecord::cells`](crate::sources::SourceRecord::cells)) rather than JSON
-    /// objects, for a consumer that types them itself (`sync`); never under `cdc`. Default
-    /// `false`.
+    /// objects, for a consumer that infers and types from them (`sync`, `discover`): the
+    /// rows of tables and queries, and the changes of the stream. Default `false`.
     pub typed_cells: bool,
 }
 
@@ -585,19 +592,18 @@ impl PostgresSource {
             Some(Ok(changes)) => {
                 self.stream_rx = Some(rx);
                 let mut batch = SourceBatch::default();
-                for (table, record) in changes.records {
+                for change in changes.records {
                     self.rows_done += 1;
-                    let offset = record.get(cdc::LSN).and_then(|v| v.as_u64()).unwrap_or(0);
                     batch.records.push(SourceRecord {
-                        value: record,
+                        value: change.value,
                         position: Position {
-                            uri: format!("postgres://{}/{table}", self.options.server),
-                            offset,
+                            uri: format!("postgres://{}/{}", self.options.server, change.table),
+                            offset: change.lsn,
                             record: self.rows_done,
                         },
                         unparsed: None,
-                        cells: None,
-                        namespace: Some(namespace_of(&table)),
+                        cells: change.cells,
+                        namespace: Some(namespace_of(&change.table)),
                     });
                 }
                 self.state.cdc = Some(changes.at);
@@ -652,7 +658,10 @@ impl PostgresSource {
         let at = self.state.tables.entry(name).or_default();
         let mut batch = SourceBatch::default();
         let rows = match chunk.rows {
-            Rows::Cells(page) if !streaming => {
+            // Pages read before a change stream carry its columns already.
+            Rows::Cells(page)
+                if !streaming || page.names().last().is_some_and(|n| n == cdc::COMMIT_TS) =>
+            {
                 batch.records.reserve_exact(page.rows());
                 for cells in CellRow::all(&page) {
                     at.rows += 1;
@@ -677,7 +686,7 @@ impl PostgresSource {
         for mut value in rows {
             if streaming {
                 // A snapshot row before the stream: before every change.
-                value.insert(cdc::OP.into(), serde_json::Value::from("r"));
+                value.insert(cdc::OP.into(), serde_json::Value::from(cdc::SNAPSHOT_OP));
                 value.insert(cdc::LSN.into(), serde_json::Value::from(0));
                 value.insert(cdc::COMMIT_LSN.into(), serde_json::Value::from(0));
                 value.insert(cdc::COMMIT_TS.into(), serde_json::Value::Null);

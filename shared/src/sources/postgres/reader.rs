@@ -9,7 +9,7 @@ use tokio::sync::mpsc;
 use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::{Client, NoTls};
 
-use super::cdc::SnapshotFilter;
+use super::cdc::{COMMIT_LSN, COMMIT_TS, LSN, OP, SNAPSHOT_OP, SnapshotFilter};
 use super::decode::{Decoder, RawValue};
 use super::{PostgresSourceOptions, TableStart};
 use crate::sources::SourceError;
@@ -719,8 +719,20 @@ fn decode_page(
     names: &Arc<[String]>,
     rows: &[tokio_postgres::Row],
 ) -> Result<Rows, SourceError> {
-    let cells = (options.typed_cells && options.cdc.is_none())
-        .then(|| CellPage::new(Arc::clone(names)))
+    // Before a change stream, each row also carries the change columns of a snapshot read.
+    let streamed = options.cdc.is_some();
+    let cells = options
+        .typed_cells
+        .then(|| match streamed {
+            false => CellPage::new(Arc::clone(names)),
+            true => CellPage::new(
+                names
+                    .iter()
+                    .cloned()
+                    .chain([OP, LSN, COMMIT_LSN, COMMIT_TS].map(String::from))
+                    .collect(),
+            ),
+        })
         .flatten();
     let Some(mut page) = cells else {
         return rows
@@ -744,6 +756,18 @@ fn decode_page(
                 Some(bytes) => decoder.decode_cell(bytes, &mut page),
             },
         )?;
+        if streamed {
+            page.push_text(SNAPSHOT_OP)
+                .map_err(|e| SourceError::Postgres {
+                    server: options.server.clone(),
+                    table: Some(table.to_owned()),
+                    message: format!("cannot add a row's change columns: {e}"),
+                    retryable: false,
+                })?;
+            page.push_long(0);
+            page.push_long(0);
+            page.push_null();
+        }
     }
     Ok(Rows::Cells(Arc::new(page)))
 }
