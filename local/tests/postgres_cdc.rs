@@ -291,10 +291,15 @@ fn a_snapshot_then_every_change_lands_once_in_commit_order() {
         assert_eq!(bulk, (1000..51_000).collect::<Vec<i64>>(), "{reader}");
         // One commit time and one commit LSN for the whole transaction.
         assert_eq!(changes[5]["_commit_lsn"], changes[50_004]["_commit_lsn"]);
+        // A timestamp (the readers' microseconds since 1970), of a commit moments ago.
+        let commit_ts = changes[5]["_commit_ts"].as_i64().unwrap();
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_micros() as i64;
         assert!(
-            changes[5]["_commit_ts"].as_str().unwrap().ends_with('Z'),
-            "{}",
-            changes[5]["_commit_ts"]
+            (now - 3_600_000_000..=now).contains(&commit_ts),
+            "{commit_ts} vs now {now}"
         );
         let last = changes.last().unwrap();
         assert_eq!(
@@ -358,6 +363,22 @@ fn every_mapped_type_decodes_from_the_stream_as_the_snapshot_decodes_it() {
         ),
         true,
     );
+    // `discover` samples the tables with their declared types, and no change columns (it
+    // never streams, so `sync` adds them: as a `cdc_only` pass, `_commit_ts` a timestamp).
+    let out = skipprd_command(dir.path())
+        .arg("discover")
+        .env("PG_PASSWORD", &pg.password)
+        .output()
+        .unwrap();
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{shown}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(shown.contains("namespace postgres_times"), "{shown}");
+    assert!(shown.contains("  c: long\n"), "{shown}");
+    assert!(!shown.contains("_op"), "{shown}");
     sync_ok(dir.path(), &pg.password, "snapshot");
     // The same rows again, keyed 100 higher, through the stream.
     for table in tables {

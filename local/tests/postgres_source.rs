@@ -126,8 +126,8 @@ fn a_snapshot_of_every_type_reads_back_exactly_in_duckdb_and_pyiceberg() {
     // Integers that a JSON record's inference would read as Unix seconds.
     pg.sql(
         &db,
-        "CREATE TABLE orders (id int4 PRIMARY KEY, order_number int8);
-         INSERT INTO orders VALUES (1, 1300000000), (2, 1300000001), (3, 4000000000);",
+        "CREATE TABLE orders (id int4 PRIMARY KEY, order_number int8, small int8, deleted_at timestamptz);
+         INSERT INTO orders VALUES (1, 1300000000, 1, NULL), (2, 1300000001, 2, NULL), (3, 4000000000, 3, NULL);",
     );
     let dir = tempfile::tempdir().unwrap();
     // No `tables`: every table of `public`.
@@ -197,8 +197,15 @@ fn a_snapshot_of_every_type_reads_back_exactly_in_duckdb_and_pyiceberg() {
     let ints = types("postgres_ints");
     assert_eq!(ints["b"], "INTEGER", "{ints:?}");
     assert_eq!(ints["o"], "BIGINT", "{ints:?}");
+    // The declared type where the values leave it open: small `int8` values, only NULLs.
     let orders = types("postgres_orders");
+    assert_eq!(orders["id"], "INTEGER", "{orders:?}");
     assert_eq!(orders["order_number"], "BIGINT", "{orders:?}");
+    assert_eq!(orders["small"], "BIGINT", "{orders:?}");
+    assert_eq!(
+        orders["deleted_at"], "TIMESTAMP WITH TIME ZONE",
+        "{orders:?}"
+    );
 }
 
 #[test]

@@ -902,10 +902,17 @@ impl RecordBatchBuilder {
             .filter(|text| !text.is_empty())
             .map(|text| text.as_ptr() as usize)
             .collect();
+        /// Clears the instants' addresses however `append` ends (they name `record`'s
+        /// strings, which a later value could reuse).
+        struct Clear;
+        impl Drop for Clear {
+            fn drop(&mut self) {
+                INSTANT_TEXTS.with(|texts| texts.borrow_mut().clear());
+            }
+        }
         INSTANT_TEXTS.with(|texts| *texts.borrow_mut() = instants);
-        let appended = self.append(&record, locate);
-        INSTANT_TEXTS.with(|texts| texts.borrow_mut().clear());
-        appended
+        let _clear = Clear;
+        self.append(&record, locate)
     }
 
     /// Whether any record appended so far had a key (at any depth) that the schema has no

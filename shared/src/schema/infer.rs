@@ -23,7 +23,7 @@ use super::namespace::{TransformOptions, flatten, route_or};
 use super::saved::PipelineSchema;
 use super::{Field, FieldType, MAX_DEPTH, NamespaceSchema};
 use crate::sources::SourceRecord;
-use crate::sources::cells::{Cell, CellRow};
+use crate::sources::cells::{Cell, CellRow, Declared};
 
 /// Whether `sync` types a typed source's rows from their cells under these options (else
 /// from their JSON objects): not when records are routed by `namespace_fields` or flattened.
@@ -151,6 +151,8 @@ pub(crate) struct Acc {
     strings_numeric: u64,
     /// Strings that are typed instants (a source's timestamp cells; never JSON text).
     strings_instants: u64,
+    /// The type a typed source declared for the field (the largest, should two differ).
+    declared: Option<Declared>,
     /// Objects kept as structs (not counted here once collapsed: they are then strings).
     objects: u64,
     children: BTreeMap<String, Acc>,
@@ -266,7 +268,14 @@ impl Acc {
     /// Account for one top-level cell of a typed source's row ([`Cell`]). A cell's type is
     /// its column's: an integer is never read as a Unix time, an instant is a timestamp; a
     /// text or JSON cell counts as its JSON value does.
-    pub(crate) fn add_cell(&mut self, cell: Cell<'_>, place: &Place<'_>, walk: &mut Walk) {
+    pub(crate) fn add_cell(
+        &mut self,
+        cell: Cell<'_>,
+        declared: Option<Declared>,
+        place: &Place<'_>,
+        walk: &mut Walk,
+    ) {
+        self.declared = self.declared.max(declared);
         match cell {
             Cell::Null => self.nulls += 1,
             Cell::Bool(_) => self.bools += 1,
@@ -344,6 +353,7 @@ impl Acc {
         self.strings_dates += other.strings_dates;
         self.strings_numeric += other.strings_numeric;
         self.strings_instants += other.strings_instants;
+        self.declared = self.declared.max(other.declared);
         if !self.collapsed
             && (other.collapsed || union_exceeds(&self.children, &other.children, walk.max_fields))
         {
@@ -437,6 +447,8 @@ impl Acc {
             Kind::Number => {
                 if self.floats > 0 || self.strings_fold_into_numbers() {
                     FieldType::Double
+                } else if self.declared == Some(Declared::Long) {
+                    FieldType::Long
                 } else if self.ints_in_seconds == self.ints {
                     FieldType::Timestamp
                 } else if self.ints_in_millis == self.ints {
@@ -551,7 +563,17 @@ pub(crate) fn finalize_fields(
             kinds.sort_by_key(|kind| matches!(kind, Kind::Struct | Kind::List));
         }
         let Some((&main, others)) = kinds.split_first() else {
-            fields.push(Field::new(name, FieldType::String));
+            // Only nulls: the type the source declared, else a string.
+            let declared = match acc.declared {
+                None => FieldType::String,
+                Some(Declared::Boolean) => FieldType::Boolean,
+                Some(Declared::Int) => FieldType::Int,
+                Some(Declared::Long) => FieldType::Long,
+                Some(Declared::Double) => FieldType::Double,
+                Some(Declared::Date) => FieldType::Date,
+                Some(Declared::Timestamp) => FieldType::Timestamp,
+            };
+            fields.push(Field::new(name, declared));
             continue;
         };
         fields.push(Field::new(name.clone(), acc.type_of(main, max_fields)));
@@ -755,13 +777,15 @@ impl SchemaInferrer {
             name,
             row.names().iter().map(String::as_str),
             |fields, walk| {
-                for (key, cell) in row.names().iter().zip(row.cells()) {
+                for ((key, cell), declared) in
+                    row.names().iter().zip(row.cells()).zip(row.declared())
+                {
                     let place = Place::top(key);
                     match fields.get_mut(key) {
-                        Some(acc) => acc.add_cell(cell, &place, walk),
+                        Some(acc) => acc.add_cell(cell, declared, &place, walk),
                         None => {
                             let mut acc = Acc::default();
-                            acc.add_cell(cell, &place, walk);
+                            acc.add_cell(cell, declared, &place, walk);
                             fields.insert(key.clone(), acc);
                         }
                     }

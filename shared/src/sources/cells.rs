@@ -80,10 +80,31 @@ enum Stored {
     Json(u32),
 }
 
+/// The type a typed source declares for a column: what inference makes of the column
+/// whatever its values' range (an `int8` column is `long` even while its values are small)
+/// and when every value seen is NULL (a NULL carries no type of its own).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Declared {
+    /// `boolean`.
+    Boolean,
+    /// `int`.
+    Int,
+    /// `long`.
+    Long,
+    /// `double`.
+    Double,
+    /// `date`.
+    Date,
+    /// `timestamp`.
+    Timestamp,
+}
+
 /// Rows of cells under one list of column names.
 #[derive(Debug, Default)]
 pub struct CellPage {
     names: Arc<[String]>,
+    /// Per column, the type its source declares (empty: none declared).
+    declared: Arc<[Option<Declared>]>,
     /// Row-major: row `r`, column `c` at `r * names.len() + c`.
     cells: Vec<Stored>,
     text: String,
@@ -122,9 +143,14 @@ impl CellPage {
         })
     }
 
-    /// The column names.
-    pub fn names(&self) -> &Arc<[String]> {
-        &self.names
+    /// The page with the types its source declares for its columns (one per name, in
+    /// order; a list of another length declares nothing).
+    #[must_use]
+    pub fn with_declared(mut self, declared: Arc<[Option<Declared>]>) -> Self {
+        if declared.len() == self.names.len() {
+            self.declared = declared;
+        }
+        self
     }
 
     /// Rows in the page (complete ones).
@@ -275,6 +301,12 @@ impl CellRow {
     /// The column names, shared by every row of the page (the same `Arc`).
     pub fn names(&self) -> &Arc<[String]> {
         &self.page.names
+    }
+
+    /// The type the source declares for each column, in column order (`None` for each when
+    /// it declares none).
+    pub fn declared(&self) -> impl Iterator<Item = Option<Declared>> + '_ {
+        (0..self.page.names.len()).map(|at| self.page.declared.get(at).copied().flatten())
     }
 
     /// The cells, in column order.

@@ -375,6 +375,75 @@ fn inferred_schema(batch: &SourceBatch, transform: &TransformOptions) -> Pipelin
     inferrer.finish("p", "w")
 }
 
+/// A typed source's declared column types decide what its values leave open: an `int8`
+/// column of small values is `long`, a column of NULLs has its declared type (not `string`);
+/// values of another kind than declared are typed by what they are.
+#[test]
+fn declared_types_decide_small_integers_and_columns_of_nulls() {
+    use crate::sources::cells::Declared;
+    let names = ["id", "deleted_at", "flag", "day", "note", "odd"];
+    let declared: Arc<[Option<Declared>]> = [
+        Some(Declared::Long),
+        Some(Declared::Timestamp),
+        Some(Declared::Boolean),
+        Some(Declared::Date),
+        None,
+        Some(Declared::Long),
+    ]
+    .into();
+    let mut page = CellPage::new(names.iter().map(|n| (*n).to_owned()).collect())
+        .unwrap()
+        .with_declared(declared);
+    for row in 0..2i64 {
+        page.push_long(row);
+        page.push_null();
+        page.push_null();
+        page.push_null();
+        page.push_null();
+        page.push_text("not a number").unwrap();
+    }
+    let page = Arc::new(page);
+    let mut batch = SourceBatch::default();
+    for row in crate::sources::cells::CellRow::all(&page) {
+        batch.records.push(SourceRecord {
+            value: serde_json::Map::new(),
+            position: Position {
+                uri: "postgres://h/t".into(),
+                offset: 1,
+                record: 1,
+            },
+            unparsed: None,
+            cells: Some(row),
+            namespace: Some("postgres_t".into()),
+        });
+    }
+    let transform = TransformOptions::default();
+    let fields: Vec<(String, &str)> = inferred_schema(&batch, &transform).namespaces["postgres_t"]
+        .fields
+        .iter()
+        .map(|f| (f.name.clone(), f.field_type.type_name()))
+        .collect();
+    assert_eq!(
+        fields,
+        [
+            ("day".to_owned(), "date"),
+            ("deleted_at".to_owned(), "timestamp"),
+            ("flag".to_owned(), "boolean"),
+            ("id".to_owned(), "long"),
+            ("note".to_owned(), "string"),
+            ("odd".to_owned(), "string"),
+        ]
+    );
+    let mut typer = JsonLineTyper::default();
+    let inferred = infer_rejecting_nothing(
+        &mut batch,
+        &PipelineSchema::empty("p", "w"),
+        &transform,
+        &mut typer,
+    );
+    assert_eq!(inferred.builders["postgres_t"].len(), 2);
+}
+
 /// A column that holds instants as text (a table written before they were typed) keeps
 /// taking them as that text; a column with `infinity` among its instants is text.
 #[test]

@@ -64,12 +64,19 @@ use super::decode::{Decoder, RawValue, timestamp};
 use super::pgoutput::{self, Cell, Message};
 use super::reader::{connect, ident, list_tables, pg_error};
 use crate::sources::SourceError;
-use crate::sources::cells::{CellPage, CellRow, parse_instant_text};
+use crate::sources::cells::{CellPage, CellRow, Declared, parse_instant_text};
 
 /// The operation column.
 pub const OP: &str = "_op";
 /// The operation of a row read by the snapshot before the stream.
 pub const SNAPSHOT_OP: &str = "r";
+/// The declared types of [`OP`], [`LSN`], [`COMMIT_LSN`] and [`COMMIT_TS`], in that order.
+pub const CHANGE_COLUMN_TYPES: [Option<Declared>; 4] = [
+    None,
+    Some(Declared::Long),
+    Some(Declared::Long),
+    Some(Declared::Timestamp),
+];
 /// The change's own WAL position.
 pub const LSN: &str = "_lsn";
 /// Its transaction's commit position.
@@ -439,28 +446,37 @@ struct Table {
     primary: Vec<usize>,
 }
 
-/// A change's record as typed cells (see [`crate::sources::cells`]): the values of the table's
-/// `timestamp` and `timestamptz` columns and `_commit_ts` as instants (their text, as
-/// [`Decoder::parse_text`] writes it, read back), every other value as its JSON value.
-/// `None` when a name repeats (a table with a column named `_op`, ...).
+/// A change's record as typed cells (see [`crate::sources::cells`]), each column with the type
+/// its decoder declares: the values of the table's `timestamp` and `timestamptz` columns and
+/// `_commit_ts` as instants (their text, as [`Decoder::parse_text`] writes it, read back),
+/// every other value as its JSON value. `None` when a name repeats (a table with a column
+/// named `_op`, ...).
 fn typed_row(table: &Table, record: &Map<String, Value>) -> Option<CellRow> {
     let names: Arc<[String]> = record.keys().cloned().collect();
-    let mut page = CellPage::new(names)?;
-    for (name, value) in record {
-        let utc = if !value.is_string() {
-            None
-        } else if name == COMMIT_TS {
-            Some(true)
-        } else {
-            table
+    let declared: Arc<[Option<Declared>]> = record
+        .keys()
+        .map(|name| match name.as_str() {
+            OP => CHANGE_COLUMN_TYPES[0],
+            LSN => CHANGE_COLUMN_TYPES[1],
+            COMMIT_LSN => CHANGE_COLUMN_TYPES[2],
+            COMMIT_TS => CHANGE_COLUMN_TYPES[3],
+            _ => table
                 .columns
                 .iter()
                 .find(|(column, _, _)| column == name)
-                .and_then(|(_, decoder, _)| match decoder {
-                    Some(Decoder::Timestamptz) => Some(true),
-                    Some(Decoder::Timestamp) => Some(false),
-                    _ => None,
-                })
+                .and_then(|(_, decoder, _)| decoder.as_ref()?.declared()),
+        })
+        .collect();
+    let mut page = CellPage::new(names)?.with_declared(Arc::clone(&declared));
+    for ((name, value), declared) in record.iter().zip(declared.iter()) {
+        let utc = match (declared, value.as_str()) {
+            (Some(Declared::Timestamp), Some(_)) => Some(
+                name == COMMIT_TS
+                    || table.columns.iter().any(|(column, decoder, _)| {
+                        column == name && decoder == &Some(Decoder::Timestamptz)
+                    }),
+            ),
+            _ => None,
         };
         let instant = utc.zip(value.as_str().and_then(parse_instant_text));
         let pushed = instant.is_some_and(|(utc, micros)| page.push_instant(micros, utc));

@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use serde_json::{Number, Value};
 use tokio_postgres::types::{FromSql, Kind, Type};
 
-use crate::sources::cells::CellPage;
+use crate::sources::cells::{CellPage, Declared};
 
 /// How one column's values are decoded.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -88,6 +88,20 @@ impl Decoder {
             },
         };
         Some(decoder)
+    }
+
+    /// The type inference gives this decoder's column (see [`Declared`]); `None` for the
+    /// columns typed by their values (text forms, `numeric`, arrays).
+    pub(crate) fn declared(&self) -> Option<Declared> {
+        Some(match self {
+            Decoder::Bool => Declared::Boolean,
+            Decoder::Int2 | Decoder::Int4 => Declared::Int,
+            Decoder::Int8 | Decoder::Oid => Declared::Long,
+            Decoder::Float4 | Decoder::Float8 => Declared::Double,
+            Decoder::Date => Declared::Date,
+            Decoder::Timestamp | Decoder::Timestamptz => Declared::Timestamp,
+            _ => return None,
+        })
     }
 
     /// The JSON value of one non-null value's bytes; a malformed value is an error naming why.

@@ -659,9 +659,7 @@ impl PostgresSource {
         let mut batch = SourceBatch::default();
         let rows = match chunk.rows {
             // Pages read before a change stream carry its columns already.
-            Rows::Cells(page)
-                if !streaming || page.names().last().is_some_and(|n| n == cdc::COMMIT_TS) =>
-            {
+            Rows::Cells { page, changes } if changes == streaming => {
                 batch.records.reserve_exact(page.rows());
                 for cells in CellRow::all(&page) {
                     at.rows += 1;
@@ -679,7 +677,18 @@ impl PostgresSource {
                 }
                 Vec::new()
             }
-            Rows::Cells(page) => CellRow::all(&page).map(|row| row.to_json()).collect(),
+            Rows::Cells { page, changes } => CellRow::all(&page)
+                .map(|row| {
+                    let mut value = row.to_json();
+                    if changes {
+                        // Not streaming after all: no change columns.
+                        for name in [cdc::OP, cdc::LSN, cdc::COMMIT_LSN, cdc::COMMIT_TS] {
+                            value.remove(name);
+                        }
+                    }
+                    value
+                })
+                .collect(),
             Rows::Json(rows) => rows,
         };
         batch.records.reserve_exact(rows.len());

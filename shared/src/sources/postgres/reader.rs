@@ -9,7 +9,9 @@ use tokio::sync::mpsc;
 use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::{Client, NoTls};
 
-use super::cdc::{COMMIT_LSN, COMMIT_TS, LSN, OP, SNAPSHOT_OP, SnapshotFilter};
+use super::cdc::{
+    CHANGE_COLUMN_TYPES, COMMIT_LSN, COMMIT_TS, LSN, OP, SNAPSHOT_OP, SnapshotFilter,
+};
 use super::decode::{Decoder, RawValue};
 use super::{PostgresSourceOptions, TableStart};
 use crate::sources::SourceError;
@@ -38,15 +40,21 @@ pub(super) struct Chunk {
 pub(super) enum Rows {
     /// Rows as records.
     Json(Vec<Map<String, Value>>),
-    /// Rows as cells.
-    Cells(Arc<CellPage>),
+    /// Rows as cells; `changes`: each row ends with the change columns of a snapshot read
+    /// before a change stream (`_op` `r`, `_lsn` and `_commit_lsn` 0, `_commit_ts` NULL).
+    Cells {
+        /// The rows.
+        page: Arc<CellPage>,
+        /// Whether the rows carry the change columns.
+        changes: bool,
+    },
 }
 
 impl Rows {
     fn is_empty(&self) -> bool {
         match self {
             Rows::Json(rows) => rows.is_empty(),
-            Rows::Cells(page) => page.rows() == 0,
+            Rows::Cells { page, .. } => page.rows() == 0,
         }
     }
 }
@@ -719,19 +727,24 @@ fn decode_page(
     names: &Arc<[String]>,
     rows: &[tokio_postgres::Row],
 ) -> Result<Rows, SourceError> {
-    // Before a change stream, each row also carries the change columns of a snapshot read.
-    let streamed = options.cdc.is_some();
+    // Before a change stream, each row also carries the change columns of a snapshot read
+    // (a sampling read, `discover`'s, never streams).
+    let streamed = options.cdc.is_some() && options.sample_rows.is_none();
+    let declared = decoders.iter().map(Decoder::declared);
     let cells = options
         .typed_cells
         .then(|| match streamed {
-            false => CellPage::new(Arc::clone(names)),
+            false => {
+                CellPage::new(Arc::clone(names)).map(|page| page.with_declared(declared.collect()))
+            }
             true => CellPage::new(
                 names
                     .iter()
                     .cloned()
                     .chain([OP, LSN, COMMIT_LSN, COMMIT_TS].map(String::from))
                     .collect(),
-            ),
+            )
+            .map(|page| page.with_declared(declared.chain(CHANGE_COLUMN_TYPES).collect())),
         })
         .flatten();
     let Some(mut page) = cells else {
@@ -769,7 +782,10 @@ fn decode_page(
             page.push_null();
         }
     }
-    Ok(Rows::Cells(Arc::new(page)))
+    Ok(Rows::Cells {
+        page: Arc::new(page),
+        changes: streamed,
+    })
 }
 
 /// One row as a record, columns in table order.
