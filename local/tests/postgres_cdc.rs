@@ -805,15 +805,23 @@ fn a_change_stream_into_postgres_merges_by_the_source_tables_keys_deletes_includ
     pg.sql(
         &source,
         "CREATE TABLE ev (id int8 PRIMARY KEY, v text);
-         CREATE TABLE acct (code text, region text, bal int4, PRIMARY KEY (code, region));
+         CREATE TABLE acct (code text, region text, bal numeric(10,2), PRIMARY KEY (code, region));
          CREATE TABLE log (v text); ALTER TABLE log REPLICA IDENTITY FULL;
          INSERT INTO ev SELECT g, 'v' || g FROM generate_series(1, 40) g;
-         INSERT INTO acct VALUES ('a', 'eu', 1), ('a', 'us', 2), ('b', 'eu', 3);",
+         INSERT INTO acct VALUES ('a', 'eu', 1), ('a', 'us', 2.05), ('b', 'eu', -3.5);",
     );
     let dir = tempfile::tempdir().unwrap();
     write_merge_config(dir.path(), &pg, &source, &dest, &merge_slot);
     sync_ok(dir.path(), &pg.password, "snapshot");
     assert_same(&pg, &source, &dest, 0, "after the snapshot");
+    // `numeric(10,2)` lands as itself (a decimal all the way, sent as binary numeric).
+    assert_eq!(
+        pg.sql(
+            &dest,
+            "SELECT format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid = 'postgres_acct'::regclass AND attname = 'bal'"
+        ),
+        "numeric(10,2)"
+    );
     let mut seed = 0x51_7cc1_b727_220au64;
     let mut random = |below: u64| {
         seed ^= seed << 13;

@@ -145,9 +145,11 @@ fn a_snapshot_of_every_type_reads_back_exactly_in_duckdb_and_pyiceberg() {
             {"id": 3, "a": 7, "b": -7, "c": i64::MIN, "o": 0, "flag": false},
         ],
         "postgres_nums": [
-            {"id": 1, "n": "-1234.500", "big": "123456789012345678901234567890123456789012.0001", "r": 1.5, "d": 0.1},
+            // `n` numeric(12,3), a decimal (the readers' floats of it); `big` unconstrained,
+            // exact text.
+            {"id": 1, "n": -1234.5, "big": "123456789012345678901234567890123456789012.0001", "r": 1.5, "d": 0.1},
             {"id": 2, "n": null, "big": null, "r": null, "d": null},
-            {"id": 3, "n": "0.001", "big": "NaN", "r": -2.25, "d": 1e300},
+            {"id": 3, "n": 0.001, "big": "NaN", "r": -2.25, "d": 1e300},
         ],
         "postgres_texts": [
             {"id": 1, "t": "héllo \"wörld\"", "v": "v", "c": "ab ", "m": "happy", "u": "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11"},
@@ -194,6 +196,9 @@ fn a_snapshot_of_every_type_reads_back_exactly_in_duckdb_and_pyiceberg() {
     assert_eq!(times["d"], "DATE", "{times:?}");
     assert_eq!(times["ts"], "TIMESTAMP WITH TIME ZONE", "{times:?}");
     assert_eq!(times["tz"], "TIMESTAMP WITH TIME ZONE", "{times:?}");
+    let nums = types("postgres_nums");
+    assert_eq!(nums["n"], "DECIMAL(12,3)", "{nums:?}");
+    assert_eq!(nums["big"], "VARCHAR", "{nums:?}");
     let ints = types("postgres_ints");
     assert_eq!(ints["b"], "INTEGER", "{ints:?}");
     assert_eq!(ints["o"], "BIGINT", "{ints:?}");

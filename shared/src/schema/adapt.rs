@@ -71,6 +71,11 @@ fn merge_types(newer: &DataType, older: &DataType) -> Option<DataType> {
         // Widenings: a column that is wider in one input is read as the wider type.
         (DataType::Int32, DataType::Int64) => Some(DataType::Int64),
         (DataType::Float32, DataType::Float64) => Some(DataType::Float64),
+        (DataType::Decimal128(a, scale), DataType::Decimal128(b, other))
+            if scale == other && a != b =>
+        {
+            Some(DataType::Decimal128(*a.max(b), *scale))
+        }
         (DataType::Timestamp(a, tz), DataType::Timestamp(b, _)) if a != b => Some(
             DataType::Timestamp(arrow::datatypes::TimeUnit::Microsecond, tz.clone()),
         ),

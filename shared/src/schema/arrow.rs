@@ -9,8 +9,8 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use ::arrow::array::{
-    ArrayRef, BooleanArray, BooleanBufferBuilder, Date32Array, Float64Array, Int32Array,
-    Int64Array, ListArray, StringArray, StructArray, TimestampMicrosecondArray,
+    ArrayRef, BooleanArray, BooleanBufferBuilder, Date32Array, Decimal128Array, Float64Array,
+    Int32Array, Int64Array, ListArray, StringArray, StructArray, TimestampMicrosecondArray,
     TimestampMillisecondArray,
 };
 use ::arrow::buffer::{Buffer, NullBuffer, OffsetBuffer, ScalarBuffer};
@@ -57,6 +57,7 @@ fn data_type(field_type: &FieldType) -> DataType {
         FieldType::Date => DataType::Date32,
         FieldType::Timestamp => DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
         FieldType::TimestampMs => DataType::Timestamp(TimeUnit::Millisecond, Some("UTC".into())),
+        FieldType::Decimal { precision, scale } => DataType::Decimal128(*precision, *scale as i8),
         FieldType::String => DataType::Utf8,
         FieldType::Struct(fields) => {
             DataType::Struct(fields.iter().map(arrow_field).collect::<Fields>())
@@ -66,7 +67,7 @@ fn data_type(field_type: &FieldType) -> DataType {
 }
 
 /// Sibling type names, in the order a value that does not fit its column tries them.
-const SIBLING_ORDER: [&str; 10] = [
+const SIBLING_ORDER: [&str; 11] = [
     "boolean",
     "int",
     "long",
@@ -74,6 +75,7 @@ const SIBLING_ORDER: [&str; 10] = [
     "timestamp",
     "timestamp_ms",
     "date",
+    "decimal",
     "struct",
     "list",
     "string",
@@ -198,6 +200,44 @@ fn own<'o, L: Lookup>(object: &'o L, key: &str) -> Option<&'o Value> {
     object.lookup(key).filter(|value| !value.is_null())
 }
 
+/// The unscaled value of a decimal text (`-12.5`, `007`, `0.125`: an optional `-`, digits,
+/// optionally a `.` and digits) in a `decimal(precision, scale)` column: `None` when it is
+/// not that shape, has more than `scale` digits after the point, or more than
+/// `precision - scale` before it. Trailing zeros after the point are digits like any other
+/// (`1.50` in a scale-1 column does not fit), so no value is ever rounded.
+pub(crate) fn parse_decimal(text: &str, precision: u8, scale: u8) -> Option<i128> {
+    let (negative, body) = match text.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, text),
+    };
+    let (whole, fraction) = match body.split_once('.') {
+        Some((whole, fraction)) if !fraction.is_empty() => (whole, fraction),
+        Some(_) => return None,
+        None => (body, ""),
+    };
+    if whole.is_empty()
+        || fraction.len() > usize::from(scale)
+        || !whole
+            .bytes()
+            .chain(fraction.bytes())
+            .all(|b| b.is_ascii_digit())
+    {
+        return None;
+    }
+    let significant = whole.trim_start_matches('0');
+    if significant.len() > usize::from(precision - scale) {
+        return None;
+    }
+    let mut unscaled: i128 = 0;
+    for digit in significant.bytes().chain(fraction.bytes()) {
+        unscaled = unscaled * 10 + i128::from(digit - b'0');
+    }
+    for _ in fraction.len()..usize::from(scale) {
+        unscaled *= 10;
+    }
+    Some(if negative { -unscaled } else { unscaled })
+}
+
 /// One column's growable buffers.
 #[derive(Debug)]
 struct Column {
@@ -216,6 +256,12 @@ enum Data {
     Date(Vec<i32>),
     Timestamp(Vec<i64>),
     TimestampMs(Vec<i64>),
+    Decimal {
+        /// The unscaled values.
+        values: Vec<i128>,
+        precision: u8,
+        scale: u8,
+    },
     Text {
         /// Always one more entry than rows; starts with 0.
         offsets: Vec<i32>,
@@ -240,6 +286,11 @@ impl Column {
             FieldType::Date => Data::Date(Vec::new()),
             FieldType::Timestamp => Data::Timestamp(Vec::new()),
             FieldType::TimestampMs => Data::TimestampMs(Vec::new()),
+            FieldType::Decimal { precision, scale } => Data::Decimal {
+                values: Vec::new(),
+                precision: *precision,
+                scale: *scale,
+            },
             FieldType::String => Data::Text {
                 offsets: vec![0],
                 bytes: Vec::new(),
@@ -282,6 +333,12 @@ impl Column {
             Data::Date(_) => value
                 .as_str()
                 .is_some_and(|text| parse_date(text).is_some()),
+            // Decimal text (a typed source's `numeric`), exactly.
+            Data::Decimal {
+                precision, scale, ..
+            } => value
+                .as_str()
+                .is_some_and(|text| parse_decimal(text, *precision, *scale).is_some()),
             Data::Timestamp(_) => {
                 value
                     .as_i64()
@@ -306,6 +363,7 @@ impl Column {
                 values.push(0);
             }
             Data::Double(values) => values.push(0.0),
+            Data::Decimal { values, .. } => values.push(0),
             Data::Text { offsets, .. } | Data::List { offsets, .. } => {
                 let last = offsets.last().copied().unwrap_or(0);
                 offsets.push(last);
@@ -379,6 +437,17 @@ impl Column {
                 Some(date) => values.push(date.num_days_from_ce() - UNIX_EPOCH_DAYS_FROM_CE),
                 None => return Err(mismatch(label, value)),
             },
+            Data::Decimal {
+                values,
+                precision,
+                scale,
+            } => match value
+                .as_str()
+                .and_then(|text| parse_decimal(text, *precision, *scale))
+            {
+                Some(unscaled) => values.push(unscaled),
+                None => return Err(mismatch(label, value)),
+            },
             Data::Text { offsets, bytes } => {
                 match value {
                     Value::String(text) => bytes.extend_from_slice(text.as_bytes()),
@@ -429,6 +498,7 @@ impl Column {
                 values.truncate(rows);
             }
             Data::Double(values) => values.truncate(rows),
+            Data::Decimal { values, .. } => values.truncate(rows),
             Data::Text { offsets, bytes } => {
                 let end = offsets.get(rows).copied().unwrap_or(0);
                 bytes.truncate(usize::try_from(end).unwrap_or(0));
@@ -480,6 +550,14 @@ impl Column {
                     nulls,
                 )?
                 .with_timezone("UTC"),
+            ),
+            Data::Decimal {
+                values,
+                precision,
+                scale,
+            } => Arc::new(
+                Decimal128Array::try_new(ScalarBuffer::from(std::mem::take(values)), nulls)?
+                    .with_precision_and_scale(*precision, *scale as i8)?,
             ),
             Data::Text { offsets, bytes } => {
                 let offsets = std::mem::replace(offsets, vec![0]);

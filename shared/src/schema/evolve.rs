@@ -12,6 +12,8 @@
 //! | `long` | `int`, `timestamp`, `timestamp_ms` | unchanged |
 //! | `timestamp` or `timestamp_ms` | `int`, `long` | unchanged (integers are read in the column's unit) |
 //! | `int` | `long`, `timestamp`, `timestamp_ms` | **widened** to `long` (Iceberg-legal: int -> long) |
+//! | `decimal(p,s)` | `decimal(q,s)`, `q <= p` | unchanged |
+//! | `decimal(p,s)` | `decimal(q,s)`, `q > p` | **widened** to `decimal(q,s)` (Iceberg-legal: precision only) |
 //! | `struct` | `struct` | evolved field by field, recursively |
 //! | `list<T>` | `list<U>` | unchanged when `U` fits `T`; `list<int>` widens to `list<long>` |
 //! | anything else | a conflicting type | a **sibling** `<field>_<type>` is added (or evolved, if it exists) |
@@ -166,6 +168,13 @@ fn fits(current: &FieldType, observed: &FieldType) -> bool {
         (Double, Int | Long | Double | Timestamp | TimestampMs) => true,
         (Long, Int | Long | Timestamp | TimestampMs) => true,
         (Timestamp, Int | Long | Timestamp) | (TimestampMs, Int | Long | TimestampMs) => true,
+        (
+            Decimal { precision, scale },
+            Decimal {
+                precision: p,
+                scale: s,
+            },
+        ) => scale == s && p <= precision,
         (Struct(fields), Struct(seen)) => seen.iter().all(|s| {
             fields
                 .iter()
@@ -182,6 +191,16 @@ fn widen(current: &FieldType, observed: &FieldType) -> Option<FieldType> {
     use FieldType::*;
     match (current, observed) {
         (Int, Long | Timestamp | TimestampMs) => Some(Long),
+        (
+            Decimal { scale, .. },
+            Decimal {
+                precision: p,
+                scale: s,
+            },
+        ) if scale == s => Some(Decimal {
+            precision: *p,
+            scale: *s,
+        }),
         _ => None,
     }
 }
@@ -345,5 +364,26 @@ mod tests {
         );
         evolve(&mut current, &seen);
         assert_eq!(names(&current, "e"), ["x: long", "x_struct: struct"]);
+    }
+
+    #[test]
+    fn decimals_widen_their_precision_never_their_scale() {
+        let decimal = |p, s| FieldType::decimal(p, s).unwrap();
+        let mut current = schema("n", vec![f("price", decimal(10, 2))]);
+        assert!(evolve(&mut current, &schema("n", vec![f("price", decimal(8, 2))])).is_empty());
+        let changes = evolve(&mut current, &schema("n", vec![f("price", decimal(14, 2))]));
+        assert_eq!(changes.len(), 1, "{changes:?}");
+        assert_eq!(
+            current.namespaces["n"].fields,
+            vec![f("price", decimal(14, 2))]
+        );
+        evolve(&mut current, &schema("n", vec![f("price", decimal(14, 4))]));
+        assert_eq!(
+            current.namespaces["n"].fields,
+            vec![
+                f("price", decimal(14, 2)),
+                f("price_decimal", decimal(14, 4))
+            ]
+        );
     }
 }

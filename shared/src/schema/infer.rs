@@ -20,6 +20,7 @@ use serde_json::{Map, Value};
 
 use super::error::SchemaError;
 use super::namespace::{TransformOptions, flatten, route_or};
+use super::parse_decimal;
 use super::saved::PipelineSchema;
 use super::{Field, FieldType, MAX_DEPTH, NamespaceSchema};
 use crate::sources::SourceRecord;
@@ -151,6 +152,8 @@ pub(crate) struct Acc {
     strings_numeric: u64,
     /// Strings that are typed instants (a source's timestamp cells; never JSON text).
     strings_instants: u64,
+    /// Strings that are decimals of the type the source declared with them.
+    strings_decimal: u64,
     /// The type a typed source declared for the field (the largest, should two differ).
     declared: Option<Declared>,
     /// Objects kept as structs (not counted here once collapsed: they are then strings).
@@ -291,7 +294,14 @@ impl Acc {
                 self.strings += 1;
                 self.strings_instants += 1;
             }
-            Cell::Text(text) => self.add_string(text),
+            Cell::Text(text) => {
+                self.add_string(text);
+                if let Some(Declared::Decimal { precision, scale }) = declared
+                    && parse_decimal(text, precision, scale).is_some()
+                {
+                    self.strings_decimal += 1;
+                }
+            }
             Cell::Json(value) => self.add(value, place, walk),
         }
     }
@@ -353,6 +363,7 @@ impl Acc {
         self.strings_dates += other.strings_dates;
         self.strings_numeric += other.strings_numeric;
         self.strings_instants += other.strings_instants;
+        self.strings_decimal += other.strings_decimal;
         self.declared = self.declared.max(other.declared);
         if !self.collapsed
             && (other.collapsed || union_exceeds(&self.children, &other.children, walk.max_fields))
@@ -423,6 +434,7 @@ impl Acc {
                     part.strings_dates = self.strings_dates;
                     part.strings_numeric = self.strings_numeric;
                     part.strings_instants = self.strings_instants;
+                    part.strings_decimal = self.strings_decimal;
                 }
             }
             Kind::Boolean => part.bools = self.bools,
@@ -431,6 +443,10 @@ impl Acc {
                 part.strings_dates = self.strings_dates;
                 part.strings_numeric = self.strings_numeric;
                 part.strings_instants = self.strings_instants;
+                part.strings_decimal = self.strings_decimal;
+                part.declared = self
+                    .declared
+                    .filter(|d| matches!(d, Declared::Decimal { .. }));
             }
         }
         part
@@ -470,6 +486,10 @@ impl Acc {
                     FieldType::Date
                 } else if self.strings_instants == self.strings {
                     FieldType::Timestamp
+                } else if let Some(Declared::Decimal { precision, scale }) = self.declared
+                    && self.strings_decimal == self.strings
+                {
+                    FieldType::Decimal { precision, scale }
                 } else {
                     FieldType::String
                 }
@@ -572,6 +592,9 @@ pub(crate) fn finalize_fields(
                 Some(Declared::Double) => FieldType::Double,
                 Some(Declared::Date) => FieldType::Date,
                 Some(Declared::Timestamp) => FieldType::Timestamp,
+                Some(Declared::Decimal { precision, scale }) => {
+                    FieldType::Decimal { precision, scale }
+                }
             };
             fields.push(Field::new(name, declared));
             continue;

@@ -262,6 +262,7 @@ pub mod naming;
 mod saved;
 pub mod store;
 
+pub(crate) use self::arrow::parse_decimal;
 pub use self::arrow::{RecordBatchBuilder, to_arrow_schema};
 pub use self::error::SchemaError;
 pub use self::evolve::{ChangeKind, SchemaChange, evolve};
@@ -299,6 +300,14 @@ pub enum FieldType {
     Timestamp,
     /// A UTC instant read from Unix milliseconds.
     TimestampMs,
+    /// An exact decimal of at most `precision` digits, `scale` of them after the point
+    /// (`1 <= precision <= 38`, `scale <= precision`): a typed source's `numeric(p, s)`.
+    Decimal {
+        /// Digits in all.
+        precision: u8,
+        /// Digits after the point.
+        scale: u8,
+    },
     /// UTF-8 text.
     String,
     /// An object with these fields, sorted by name.
@@ -309,8 +318,8 @@ pub enum FieldType {
 
 impl FieldType {
     /// The type's name as written in the schema file and in sibling names
-    /// (`boolean`, `int`, `long`, `double`, `date`, `timestamp`, `timestamp_ms`, `string`,
-    /// `struct`, `list`).
+    /// (`boolean`, `int`, `long`, `double`, `date`, `timestamp`, `timestamp_ms`, `decimal`,
+    /// `string`, `struct`, `list`).
     pub fn type_name(&self) -> &'static str {
         match self {
             FieldType::Boolean => "boolean",
@@ -320,13 +329,23 @@ impl FieldType {
             FieldType::Date => "date",
             FieldType::Timestamp => "timestamp",
             FieldType::TimestampMs => "timestamp_ms",
+            FieldType::Decimal { .. } => "decimal",
             FieldType::String => "string",
             FieldType::Struct(_) => "struct",
             FieldType::List(_) => "list",
         }
     }
 
-    /// The type of a scalar (non-struct, non-list) type name, if it is one.
+    /// A decimal type, if `precision` and `scale` make one (see [`FieldType::Decimal`]).
+    pub fn decimal(precision: u32, scale: u32) -> Option<FieldType> {
+        let precision = u8::try_from(precision)
+            .ok()
+            .filter(|p| (1..=38).contains(p))?;
+        let scale = u8::try_from(scale).ok().filter(|s| *s <= precision)?;
+        Some(FieldType::Decimal { precision, scale })
+    }
+
+    /// The type of a scalar (non-struct, non-list, non-decimal) type name, if it is one.
     pub fn scalar_from_name(name: &str) -> Option<FieldType> {
         Some(match name {
             "boolean" => FieldType::Boolean,
@@ -343,10 +362,12 @@ impl FieldType {
 }
 
 impl std::fmt::Display for FieldType {
-    /// Scalars by their type name, lists as `list<element>` (`list<list<int>>`), structs as `struct`.
+    /// Scalars by their type name, decimals as `decimal(p,s)`, lists as `list<element>`
+    /// (`list<list<int>>`), structs as `struct`.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             FieldType::List(element) => write!(f, "list<{element}>"),
+            FieldType::Decimal { precision, scale } => write!(f, "decimal({precision},{scale})"),
             other => f.write_str(other.type_name()),
         }
     }

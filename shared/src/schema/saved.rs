@@ -225,6 +225,10 @@ fn type_into_json(field_type: &FieldType, object: &mut Map<String, Value>) {
             type_into_json(element, &mut inner);
             object.insert("element".into(), Value::Object(inner));
         }
+        FieldType::Decimal { precision, scale } => {
+            object.insert("precision".into(), Value::from(*precision));
+            object.insert("scale".into(), Value::from(*scale));
+        }
         _ => {}
     }
 }
@@ -315,6 +319,7 @@ fn parse_type(object: &Map<String, Value>, at: &str, named: bool) -> Result<Fiel
     let extra: &[&str] = match type_name.as_str() {
         "struct" => &["fields"],
         "list" => &["element"],
+        "decimal" => &["precision", "scale"],
         _ => &[],
     };
     let mut allowed = vec!["type"];
@@ -335,9 +340,23 @@ fn parse_type(object: &Map<String, Value>, at: &str, named: bool) -> Result<Fiel
                 .ok_or_else(|| format!("{here} must be an object"))?;
             Ok(FieldType::List(Box::new(parse_type(element, &here, false)?)))
         }
+        "decimal" => {
+            let number = |key: &str| -> Result<u32, String> {
+                required(object, key, at)?
+                    .as_u64()
+                    .and_then(|n| u32::try_from(n).ok())
+                    .ok_or_else(|| format!("`{key}` at {at} must be a whole number"))
+            };
+            let (precision, scale) = (number("precision")?, number("scale")?);
+            FieldType::decimal(precision, scale).ok_or_else(|| {
+                format!(
+                    "decimal({precision},{scale}) at {at} is not a decimal type (precision 1 to 38, scale at most the precision)"
+                )
+            })
+        }
         other => FieldType::scalar_from_name(other).ok_or_else(|| {
             format!(
-                "unknown type `{other}` at {at} (expected boolean, int, long, double, date, timestamp, timestamp_ms, string, struct or list)"
+                "unknown type `{other}` at {at} (expected boolean, int, long, double, date, timestamp, timestamp_ms, decimal, string, struct or list)"
             )
         }),
     }
@@ -507,6 +526,27 @@ mod tests {
             })
             .collect();
         assert_eq!(doc_example, golden);
+    }
+
+    #[test]
+    fn decimals_round_trip_with_their_precision_and_scale() {
+        let mut schema = PipelineSchema::empty("p", "w");
+        schema.namespaces.insert(
+            "n".into(),
+            NamespaceSchema {
+                fields: vec![Field::new("price", FieldType::decimal(12, 3).unwrap())],
+                records: 1,
+            },
+        );
+        let text = schema.to_json_pretty();
+        assert!(text.contains("\"precision\": 12"), "{text}");
+        assert_eq!(
+            PipelineSchema::from_json(&text, Path::new("s.json")).unwrap(),
+            schema
+        );
+        let bad = text.replace("\"scale\": 3", "\"scale\": 13");
+        let error = PipelineSchema::from_json(&bad, Path::new("s.json")).unwrap_err();
+        assert!(error.to_string().contains("decimal(12,13)"), "{error}");
     }
 
     #[test]

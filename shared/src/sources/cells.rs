@@ -97,6 +97,14 @@ pub enum Declared {
     Date,
     /// `timestamp`.
     Timestamp,
+    /// `decimal(precision, scale)`: text cells that are decimals of that type (see
+    /// [`crate::schema::FieldType::Decimal`]).
+    Decimal {
+        /// Digits in all (1 to 38).
+        precision: u8,
+        /// Digits after the point (at most `precision`).
+        scale: u8,
+    },
 }
 
 /// Rows of cells under one list of column names.

@@ -444,6 +444,64 @@ fn declared_types_decide_small_integers_and_columns_of_nulls() {
     assert_eq!(inferred.builders["postgres_t"].len(), 2);
 }
 
+/// A declared `numeric(p, s)` column is a decimal of that type when its text all fits
+/// (NULLs only too), a string when a value does not (`NaN`, or more digits than declared).
+#[test]
+fn declared_decimals_are_decimals_when_every_value_fits() {
+    use crate::sources::cells::Declared;
+    let decimal = Some(Declared::Decimal {
+        precision: 6,
+        scale: 2,
+    });
+    let names = ["price", "nan", "empty"];
+    let mut page = CellPage::new(names.iter().map(|n| (*n).to_owned()).collect())
+        .unwrap()
+        .with_declared([decimal; 3].into());
+    for (price, nan) in [("1234.50", "1.00"), ("-0.05", "NaN")] {
+        page.push_text(price).unwrap();
+        page.push_text(nan).unwrap();
+        page.push_null();
+    }
+    let page = Arc::new(page);
+    let mut batch = SourceBatch::default();
+    for row in crate::sources::cells::CellRow::all(&page) {
+        batch.records.push(SourceRecord {
+            value: serde_json::Map::new(),
+            position: Position {
+                uri: "postgres://h/t".into(),
+                offset: 1,
+                record: 1,
+            },
+            unparsed: None,
+            cells: Some(row),
+            namespace: Some("postgres_t".into()),
+        });
+    }
+    let transform = TransformOptions::default();
+    let fields: Vec<String> = inferred_schema(&batch, &transform).namespaces["postgres_t"]
+        .fields
+        .iter()
+        .map(|f| format!("{} {}", f.name, f.field_type))
+        .collect();
+    assert_eq!(
+        fields,
+        ["empty decimal(6,2)", "nan string", "price decimal(6,2)"]
+    );
+    let mut typer = JsonLineTyper::default();
+    let mut inferred = infer_rejecting_nothing(
+        &mut batch,
+        &PipelineSchema::empty("p", "w"),
+        &transform,
+        &mut typer,
+    );
+    let price = column(&mut inferred, "price");
+    let price = price
+        .as_any()
+        .downcast_ref::<arrow::array::Decimal128Array>()
+        .unwrap();
+    assert_eq!(price.values().to_vec(), [123_450, -5]);
+}
+
 /// A column that holds instants as text (a table written before they were typed) keeps
 /// taking them as that text; a column with `infinity` among its instants is text.
 #[test]

@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use chrono::Datelike;
 
-use super::{Column, Data, RecordBatchBuilder, UNIX_EPOCH_DAYS_FROM_CE};
+use super::{Column, Data, RecordBatchBuilder, UNIX_EPOCH_DAYS_FROM_CE, parse_decimal};
 use crate::schema::infer::{parse_date, parse_numeric};
 use crate::sources::cells::{Cell, CellRow, instant_text};
 
@@ -133,6 +133,14 @@ impl Column {
                 bytes.extend_from_slice(text.as_bytes());
                 offsets.push(end);
             }
+            (
+                Data::Decimal {
+                    values,
+                    precision,
+                    scale,
+                },
+                Cell::Text(text),
+            ) => values.push(parse_decimal(text, *precision, *scale)?),
             (Data::Date(values), Cell::Text(text)) => {
                 values.push(parse_date(text)?.num_days_from_ce() - UNIX_EPOCH_DAYS_FROM_CE);
             }

@@ -18,7 +18,9 @@
 
 use chrono::Datelike;
 
-use super::{Column, Data, RecordBatchBuilder, StructColumn, UNIX_EPOCH_DAYS_FROM_CE};
+use super::{
+    Column, Data, RecordBatchBuilder, StructColumn, UNIX_EPOCH_DAYS_FROM_CE, parse_decimal,
+};
 use crate::schema::infer::{parse_date, parse_numeric};
 use crate::schema::json_tape::{self, Tape, Token};
 
@@ -200,10 +202,19 @@ impl Column {
                 let text = json_tape::string_text(token, line, scratch)?;
                 parse_date(std::str::from_utf8(text).ok()?).is_some()
             }
+            (
+                Data::Decimal {
+                    precision, scale, ..
+                },
+                Token::String { .. },
+            ) => {
+                let text = json_tape::string_text(token, line, scratch)?;
+                parse_decimal(std::str::from_utf8(text).ok()?, *precision, *scale).is_some()
+            }
             (Data::Struct(_), token) => matches!(token, Token::Object { .. }),
             (Data::List { .. }, token) => matches!(token, Token::Array { .. }),
             (Data::Int(_) | Data::Long(_) | Data::TimestampMs(_) | Data::Timestamp(_), _)
-            | (Data::Double(_) | Data::Date(_), _) => false,
+            | (Data::Double(_) | Data::Date(_) | Data::Decimal { .. }, _) => false,
         })
     }
 
@@ -250,6 +261,21 @@ impl Column {
                 let text = json_tape::string_text(token, line, scratch)?;
                 let date = parse_date(std::str::from_utf8(text).ok()?)?;
                 values.push(date.num_days_from_ce() - UNIX_EPOCH_DAYS_FROM_CE);
+            }
+            (
+                Data::Decimal {
+                    values,
+                    precision,
+                    scale,
+                },
+                Token::String { .. },
+            ) => {
+                let text = json_tape::string_text(token, line, scratch)?;
+                values.push(parse_decimal(
+                    std::str::from_utf8(text).ok()?,
+                    *precision,
+                    *scale,
+                )?);
             }
             (Data::Text { offsets, bytes }, Token::String { .. }) => {
                 bytes.extend_from_slice(json_tape::string_text(token, line, scratch)?);

@@ -767,3 +767,71 @@ fn every_merge_key_column_needs_a_single_value_of_its_own() {
         "cannot merge by key: the `primary_key` column `s` holds a JSON object in this record, not a single value"
     );
 }
+
+#[test]
+fn decimal_text_is_read_exactly_or_not_at_all() {
+    use super::parse_decimal;
+    for (text, precision, scale, unscaled) in [
+        ("0", 1, 0, Some(0)),
+        ("-1234.500", 12, 3, Some(-1_234_500)),
+        ("-1234.5", 12, 3, Some(-1_234_500)),
+        ("007.10", 5, 2, Some(710)),
+        ("0.001", 3, 3, Some(1)),
+        ("123456789", 9, 0, Some(123_456_789)),
+        ("1234567890", 9, 0, None),
+        ("1.001", 5, 2, None),
+        ("1.", 5, 2, None),
+        (".5", 5, 2, None),
+        ("+1", 5, 2, None),
+        ("1e3", 5, 2, None),
+        ("NaN", 5, 2, None),
+        ("", 5, 2, None),
+        ("-", 5, 2, None),
+        ("12.3", 3, 2, None),
+    ] {
+        assert_eq!(
+            parse_decimal(text, precision, scale),
+            unscaled,
+            "{text} ({precision},{scale})"
+        );
+    }
+}
+
+#[test]
+fn a_decimal_column_takes_decimal_text_and_nothing_else() {
+    let ns = NamespaceSchema {
+        fields: vec![Field::new("price", FieldType::decimal(12, 3).unwrap())],
+        records: 0,
+    };
+    let mut builder = RecordBatchBuilder::new(&ns);
+    builder
+        .append(json!({"price": "-1234.500"}).as_object().unwrap(), || {
+            (String::new(), 0, 0)
+        })
+        .unwrap();
+    builder
+        .append(json!({"price": null}).as_object().unwrap(), || {
+            (String::new(), 0, 0)
+        })
+        .unwrap();
+    assert!(
+        builder
+            .append(json!({"price": 1.5}).as_object().unwrap(), || (
+                String::new(),
+                0,
+                0
+            ))
+            .is_err()
+    );
+    let batch = builder.finish().unwrap();
+    let prices = batch
+        .column(0)
+        .as_any()
+        .downcast_ref::<arrow::array::Decimal128Array>()
+        .unwrap();
+    assert_eq!(prices.precision(), 12);
+    assert_eq!(prices.scale(), 3);
+    assert_eq!(prices.value(0), -1_234_500);
+    assert!(prices.is_null(1));
+    assert_eq!(prices.len(), 2);
+}

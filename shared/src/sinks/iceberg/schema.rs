@@ -60,6 +60,10 @@ fn primitive(field_type: &FieldType) -> Option<PrimitiveType> {
         FieldType::Double => PrimitiveType::Double,
         FieldType::Date => PrimitiveType::Date,
         FieldType::Timestamp | FieldType::TimestampMs => PrimitiveType::Timestamptz,
+        FieldType::Decimal { precision, scale } => PrimitiveType::Decimal {
+            precision: u32::from(*precision),
+            scale: u32::from(*scale),
+        },
         FieldType::String => PrimitiveType::String,
         FieldType::Struct(_) | FieldType::List(_) => return None,
     })
@@ -123,6 +127,21 @@ fn evolve_type(
                 (a, b) if a == b => Ok(existing.clone()),
                 (PrimitiveType::Int, PrimitiveType::Long)
                 | (PrimitiveType::Float, PrimitiveType::Double) => Ok(Type::Primitive(want)),
+                // Iceberg widens a decimal's precision, never its scale.
+                (
+                    PrimitiveType::Decimal {
+                        precision: p1,
+                        scale: s1,
+                    },
+                    PrimitiveType::Decimal {
+                        precision: p2,
+                        scale: s2,
+                    },
+                ) if s1 == s2 => Ok(if p2 > p1 {
+                    Type::Primitive(want)
+                } else {
+                    existing.clone()
+                }),
                 // The table is already wider than the data: the data is cast up on write.
                 (PrimitiveType::Long, PrimitiveType::Int)
                 | (PrimitiveType::Double, PrimitiveType::Int | PrimitiveType::Long) => {

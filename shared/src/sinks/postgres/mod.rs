@@ -36,11 +36,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use arrow::array::{
-    Array, ArrayRef, BooleanArray, Date32Array, Float64Array, Int32Array, Int64Array, RecordBatch,
-    StringArray, TimestampMicrosecondArray, TimestampMillisecondArray,
+    Array, ArrayRef, BooleanArray, Date32Array, Decimal128Array, Float64Array, Int32Array,
+    Int64Array, RecordBatch, StringArray, TimestampMicrosecondArray, TimestampMillisecondArray,
 };
 use arrow::datatypes::{DataType, SchemaRef, TimeUnit};
-use bytes::BytesMut;
+use bytes::{BufMut, BytesMut};
 use futures::pin_mut;
 use tokio_postgres::binary_copy::BinaryCopyInWriter;
 use tokio_postgres::types::{IsNull, ToSql, Type, to_sql_checked};
@@ -112,18 +112,21 @@ pub(crate) fn from_source(e: SourceError) -> SinkError {
     }
 }
 
-/// The PostgreSQL type of a schema type.
-pub fn pg_type(t: &FieldType) -> &'static str {
-    match t {
+/// The PostgreSQL type of a schema type (as `format_type` prints it).
+pub fn pg_type(t: &FieldType) -> std::borrow::Cow<'static, str> {
+    std::borrow::Cow::Borrowed(match t {
         FieldType::Boolean => "boolean",
         FieldType::Int => "integer",
         FieldType::Long => "bigint",
         FieldType::Double => "double precision",
         FieldType::Date => "date",
         FieldType::Timestamp | FieldType::TimestampMs => "timestamp with time zone",
+        FieldType::Decimal { precision, scale } => {
+            return std::borrow::Cow::Owned(format!("numeric({precision},{scale})"));
+        }
         FieldType::String => "text",
         FieldType::Struct(_) | FieldType::List(_) => "jsonb",
-    }
+    })
 }
 
 fn wire_type(t: &FieldType) -> Type {
@@ -134,6 +137,7 @@ fn wire_type(t: &FieldType) -> Type {
         FieldType::Double => Type::FLOAT8,
         FieldType::Date => Type::DATE,
         FieldType::Timestamp | FieldType::TimestampMs => Type::TIMESTAMPTZ,
+        FieldType::Decimal { .. } => Type::NUMERIC,
         FieldType::String => Type::TEXT,
         FieldType::Struct(_) | FieldType::List(_) => Type::JSONB,
     }
@@ -152,6 +156,19 @@ pub enum Fit {
 
 /// Whether a column of type `table` (as `format_type` prints it) holds values of `data`.
 pub fn fit(table: &str, data: &str) -> Fit {
+    // A wider precision at the same scale holds every value.
+    let numeric = |t: &str| -> Option<(u32, u32)> {
+        let (p, s) = t
+            .strip_prefix("numeric(")?
+            .strip_suffix(')')?
+            .split_once(',')?;
+        Some((p.trim().parse().ok()?, s.trim().parse().ok()?))
+    };
+    if let (Some((pt, st)), Some((pd, sd))) = (numeric(table), numeric(data))
+        && st == sd
+    {
+        return if pd > pt { Fit::Widen } else { Fit::Takes };
+    }
     match (table, data) {
         (t, d) if t == d => Fit::Takes,
         ("integer", "bigint") | ("integer" | "bigint", "double precision") => Fit::Widen,
@@ -171,6 +188,8 @@ enum Value {
     Double(f64),
     Date(chrono::NaiveDate),
     Timestamp(chrono::DateTime<chrono::Utc>),
+    /// An unscaled decimal and its scale.
+    Numeric(i128, u8),
     Text(String),
     Json(serde_json::Value),
 }
@@ -189,6 +208,10 @@ impl ToSql for Value {
             Value::Double(v) => v.to_sql(ty, out),
             Value::Date(v) => v.to_sql(ty, out),
             Value::Timestamp(v) => v.to_sql(ty, out),
+            Value::Numeric(unscaled, scale) => {
+                numeric_binary(*unscaled, *scale, out);
+                Ok(IsNull::No)
+            }
             Value::Text(v) => v.to_sql(ty, out),
             Value::Json(v) => v.to_sql(ty, out),
         }
@@ -239,6 +262,10 @@ fn column_values(array: &ArrayRef, json: Option<&[serde_json::Value]>) -> Vec<Va
             })
         }
         DataType::Utf8 => each!(StringArray, |s: &str| Value::Text(s.to_owned())),
+        DataType::Decimal128(_, scale) => {
+            let scale = u8::try_from(*scale).unwrap_or(0);
+            each!(Decimal128Array, |v| Value::Numeric(v, scale));
+        }
         _ => {}
     }
     match json {
@@ -253,6 +280,59 @@ fn column_values(array: &ArrayRef, json: Option<&[serde_json::Value]>) -> Vec<Va
             })
             .collect(),
         None => (0..n).map(|_| Value::Null).collect(),
+    }
+}
+
+/// PostgreSQL's binary `numeric` for the decimal `unscaled` / 10^`scale`: base-10000 digit
+/// groups (most significant first, no leading or trailing zero groups), the weight of the
+/// first (10000^weight), the sign, and the display scale.
+fn numeric_binary(unscaled: i128, scale: u8, out: &mut BytesMut) {
+    let scale = usize::from(scale);
+    // The digits, at least one before the point.
+    let mut digits = unscaled.unsigned_abs().to_string();
+    if digits.len() <= scale {
+        digits.insert_str(0, &"0".repeat(scale + 1 - digits.len()));
+    }
+    let (whole, fraction) = digits.split_at(digits.len() - scale);
+    let group = |text: &str| text.bytes().fold(0i16, |n, b| n * 10 + i16::from(b - b'0'));
+    // Whole groups from the right, fraction groups from the left.
+    let lead = whole.len() % 4;
+    let mut groups: Vec<i16> = Vec::new();
+    if lead > 0 {
+        groups.push(group(&whole[..lead]));
+    }
+    groups.extend(
+        whole.as_bytes()[lead..]
+            .chunks(4)
+            .map(|c| group(std::str::from_utf8(c).unwrap_or("0"))),
+    );
+    let mut weight = i16::try_from(groups.len()).unwrap_or(i16::MAX) - 1;
+    let padded = format!("{fraction}{}", "0".repeat((4 - fraction.len() % 4) % 4));
+    groups.extend(
+        padded
+            .as_bytes()
+            .chunks(4)
+            .map(|c| group(std::str::from_utf8(c).unwrap_or("0"))),
+    );
+    let leading = groups.iter().take_while(|g| **g == 0).count();
+    groups.drain(..leading);
+    weight -= i16::try_from(leading).unwrap_or(0);
+    while groups.last() == Some(&0) {
+        groups.pop();
+    }
+    if groups.is_empty() {
+        weight = 0;
+    }
+    out.put_i16(i16::try_from(groups.len()).unwrap_or(0));
+    out.put_i16(weight);
+    out.put_u16(if unscaled < 0 && !groups.is_empty() {
+        0x4000
+    } else {
+        0
+    });
+    out.put_u16(u16::try_from(scale).unwrap_or(0));
+    for g in groups {
+        out.put_i16(g);
     }
 }
 
@@ -518,7 +598,7 @@ impl PostgresSink {
             let wanted = pg_type(&f.field_type);
             let sql = match columns.get(&column) {
                 None => format!("ALTER TABLE {q} ADD COLUMN {} {wanted}", ident(&column)),
-                Some(have) => match fit(have, wanted) {
+                Some(have) => match fit(have, &wanted) {
                     Fit::Takes => continue,
                     Fit::Widen => format!(
                         "ALTER TABLE {q} ALTER COLUMN {} TYPE {wanted}",

@@ -15,6 +15,66 @@ fn widenings_are_made_and_conflicts_refused() {
     assert_eq!(fit("double precision", "bigint"), Fit::Takes);
     assert_eq!(fit("bigint", "boolean"), Fit::Conflict);
     assert_eq!(fit("date", "timestamp with time zone"), Fit::Conflict);
+    assert_eq!(fit("numeric(12,3)", "numeric(14,3)"), Fit::Widen);
+    assert_eq!(fit("numeric(14,3)", "numeric(12,3)"), Fit::Takes);
+    assert_eq!(fit("numeric(12,3)", "numeric(12,2)"), Fit::Conflict);
+    assert_eq!(fit("text", "numeric(12,3)"), Fit::Takes);
+}
+
+/// Decimals go out as PostgreSQL's binary `numeric`, which the Postgres source's decoder
+/// reads back as exactly the decimal they are.
+#[test]
+fn decimals_are_sent_as_binary_numeric_that_reads_back_exactly() {
+    use crate::sources::postgres::decode::numeric;
+    let written = |unscaled: i128, scale: u8| {
+        let mut out = BytesMut::new();
+        numeric_binary(unscaled, scale, &mut out);
+        numeric(&out).unwrap()
+    };
+    for (unscaled, scale, text) in [
+        (0, 0, "0"),
+        (0, 3, "0.000"),
+        (-1_234_500, 3, "-1234.500"),
+        (1, 3, "0.001"),
+        (-5, 8, "-0.00000005"),
+        (12_345_678, 0, "12345678"),
+        (100_000_000, 2, "1000000.00"),
+        (10_000, 0, "10000"),
+        (
+            99_999_999_999_999_999_999_999_999_999_999_999_999,
+            38,
+            "0.99999999999999999999999999999999999999",
+        ),
+        (
+            -99_999_999_999_999_999_999_999_999_999_999_999_999,
+            0,
+            "-99999999999999999999999999999999999999",
+        ),
+    ] {
+        assert_eq!(written(unscaled, scale), text, "{unscaled} scale {scale}");
+    }
+    // Many more, through the decoder and back.
+    let mut state = 0x2545_f491_4f6c_dd1du64;
+    for _ in 0..20_000 {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        let digits = (state % 39) as u32;
+        let scale = ((state >> 8) % 39) as u8;
+        let magnitude =
+            i128::from(state >> 16) * i128::from(state as u32) % 10i128.pow(digits.max(1));
+        let unscaled = if state & 1 == 1 {
+            -magnitude
+        } else {
+            magnitude
+        };
+        let text = written(unscaled, scale);
+        assert_eq!(
+            crate::schema::parse_decimal(&text, 38, scale),
+            Some(unscaled),
+            "{unscaled} scale {scale}: {text}"
+        );
+    }
 }
 
 #[test]

@@ -442,6 +442,8 @@ struct Table {
     wanted: bool,
     /// Per column: name, decoder (`None`: its text as a string), part of the key.
     columns: Vec<(String, Option<Decoder>, bool)>,
+    /// Per column, the type inference gives it (see [`Decoder::declared`]).
+    declared: Vec<Option<Declared>>,
     /// The columns of its primary key (indices into `columns`).
     primary: Vec<usize>,
 }
@@ -463,8 +465,8 @@ fn typed_row(table: &Table, record: &Map<String, Value>) -> Option<CellRow> {
             _ => table
                 .columns
                 .iter()
-                .find(|(column, _, _)| column == name)
-                .and_then(|(_, decoder, _)| decoder.as_ref()?.declared()),
+                .position(|(column, _, _)| column == name)
+                .and_then(|at| table.declared.get(at).copied().flatten()),
         })
         .collect();
     let mut page = CellPage::new(names)?.with_declared(Arc::clone(&declared));
@@ -684,12 +686,14 @@ impl Reader<'_> {
                 let wanted = relation.schema == self.options.schema
                     && self.wanted.as_ref().is_none_or(|w| w.contains(&name));
                 let mut columns = Vec::with_capacity(relation.columns.len());
+                let mut declared = Vec::with_capacity(relation.columns.len());
                 for c in relation.columns {
                     let decoder = if wanted {
                         self.decoder(c.type_oid, &name, &c.name).await?
                     } else {
                         None
                     };
+                    declared.push(decoder.as_ref().and_then(|d| d.declared(c.type_modifier)));
                     columns.push((c.name, decoder, c.key));
                 }
                 let primary = if wanted {
@@ -709,6 +713,7 @@ impl Reader<'_> {
                         name,
                         wanted,
                         columns,
+                        declared,
                         primary,
                     },
                 );

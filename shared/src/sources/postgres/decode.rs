@@ -90,10 +90,23 @@ impl Decoder {
         Some(decoder)
     }
 
-    /// The type inference gives this decoder's column (see [`Declared`]); `None` for the
-    /// columns typed by their values (text forms, `numeric`, arrays).
-    pub(crate) fn declared(&self) -> Option<Declared> {
+    /// The type inference gives this decoder's column, whose type modifier is `typmod`
+    /// (`pg_attribute.atttypmod`, -1 for none; see [`Declared`]): `numeric(p, s)` is a
+    /// decimal when `1 <= p <= 38` and `0 <= s <= p`; `None` for the columns typed by their
+    /// values (text forms, unconstrained `numeric`, arrays).
+    pub(crate) fn declared(&self, typmod: i32) -> Option<Declared> {
         Some(match self {
+            Decoder::Numeric => {
+                // (precision << 16 | scale) + 4, the scale an 11-bit signed number.
+                let packed = typmod.checked_sub(4).filter(|_| typmod >= 4)?;
+                let precision = (packed >> 16) & 0xffff;
+                let scale = ((packed & 0x7ff) ^ 1024) - 1024;
+                let precision = u8::try_from(precision)
+                    .ok()
+                    .filter(|p| (1..=38).contains(p))?;
+                let scale = u8::try_from(scale).ok().filter(|s| *s <= precision)?;
+                Declared::Decimal { precision, scale }
+            }
             Decoder::Bool => Declared::Boolean,
             Decoder::Int2 | Decoder::Int4 => Declared::Int,
             Decoder::Int8 | Decoder::Oid => Declared::Long,

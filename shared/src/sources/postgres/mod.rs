@@ -36,7 +36,8 @@
 //! | `bool` | boolean |
 //! | `int2`, `int4`, `int8`, `oid` | integer |
 //! | `float4`, `float8` | number (`NaN`, `Infinity`, `-Infinity` as strings, which a `double` column stores as those floats) |
-//! | `numeric` | its exact decimal text, as a string (never rounded through a float) |
+//! | `numeric(p, s)`, `p` at most 38 | its exact decimal text, typed `decimal(p,s)` (Iceberg `decimal(p, s)`) |
+//! | `numeric` without a precision, or past 38 digits | its exact decimal text, a string (never rounded through a float) |
 //! | `text`, `varchar`, `char(n)`, `name`, `"char"`, enums | string |
 //! | `date` | `YYYY-MM-DD` (typed `date`); `infinity`, `-infinity` as they are |
 //! | `timestamp` | an instant, typed `timestamp` (its wall-clock time read as UTC); as text `YYYY-MM-DDTHH:MM:SS.ffffff` |
@@ -49,7 +50,8 @@
 //! | domains | as their base type |
 //! | anything else (`interval`, `inet`, ranges, geometric, ...) | its text (`::text`), with a warning naming the column |
 //!
-//! NULL is null. `infinity` and `-infinity` timestamps (and any past year 262,000) stay
+//! NULL is null. A `numeric(p, s)` column holding `NaN` is a string column of the values'
+//! text. `infinity` and `-infinity` timestamps (and any past year 262,000) stay
 //! text, so a column holding one is a `string` column of the instants' text. A table whose
 //! column was a `string` before timestamps were typed keeps it, and the instants land in it
 //! as their text (a string column takes any value). A column whose first values are all
@@ -85,7 +87,7 @@
 //! [`Source::checkpoint`]: crate::sources::Source::checkpoint
 
 pub mod cdc;
-mod decode;
+pub(crate) mod decode;
 pub mod doctor;
 pub(crate) mod pgoutput;
 pub(crate) mod reader;

@@ -84,6 +84,8 @@ pub(crate) struct RelationColumn {
     pub name: String,
     /// Its type's oid.
     pub type_oid: u32,
+    /// Its type modifier (`numeric(p, s)`'s precision and scale; -1 for none).
+    pub type_modifier: i32,
 }
 
 /// One column value of a row.
@@ -217,11 +219,12 @@ pub(crate) fn parse(bytes: &[u8]) -> Result<Message, String> {
                 let flags = r.u8("a column's flags")?;
                 let name = r.string("a column's name")?;
                 let type_oid = r.u32("a column's type")?;
-                let _typmod = r.u32("a column's type modifier")?;
+                let type_modifier = r.u32("a column's type modifier")?.cast_signed();
                 columns.push(RelationColumn {
                     key: flags & 1 == 1,
                     name,
                     type_oid,
+                    type_modifier,
                 });
             }
             Message::Relation(Relation {
@@ -353,8 +356,9 @@ mod tests {
         relation.extend_from_slice(&(-1i32).to_be_bytes());
         relation.push(0);
         relation.extend_from_slice(b"v\0");
-        relation.extend_from_slice(&25u32.to_be_bytes());
-        relation.extend_from_slice(&(-1i32).to_be_bytes());
+        relation.extend_from_slice(&1700u32.to_be_bytes());
+        // numeric(12,3): (12 << 16 | 3) + 4.
+        relation.extend_from_slice(&((12i32 << 16 | 3) + 4).to_be_bytes());
         let Message::Relation(r) = parse(&relation).unwrap() else {
             panic!("not a relation")
         };
@@ -368,12 +372,14 @@ mod tests {
                 RelationColumn {
                     key: true,
                     name: "id".into(),
-                    type_oid: 23
+                    type_oid: 23,
+                    type_modifier: -1
                 },
                 RelationColumn {
                     key: false,
                     name: "v".into(),
-                    type_oid: 25
+                    type_oid: 1700,
+                    type_modifier: (12 << 16 | 3) + 4
                 }
             ]
         );

@@ -2,6 +2,7 @@
 //! pass, tables read in key order by keyset pagination, each page sent as a [`Chunk`] through
 //! a channel of one, so memory holds at most two pages.
 
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
 use serde_json::{Map, Value};
@@ -15,7 +16,7 @@ use super::cdc::{
 use super::decode::{Decoder, RawValue};
 use super::{PostgresSourceOptions, TableStart};
 use crate::sources::SourceError;
-use crate::sources::cells::CellPage;
+use crate::sources::cells::{CellPage, Declared};
 
 /// One page of one table.
 #[derive(Debug)]
@@ -375,6 +376,8 @@ struct Column {
     name: String,
     ty: Type,
     decoder: Option<Decoder>,
+    /// The type inference gives the column (from its decoder and type modifier).
+    declared: Option<Declared>,
 }
 
 async fn columns_of(
@@ -387,11 +390,41 @@ async fn columns_of(
         .prepare(&format!("SELECT * FROM {from} LIMIT 0"))
         .await
         .map_err(|e| pg_error(options, Some(table), "cannot read the columns", &e))?;
+    // The type modifiers (`numeric(p, s)`) of the columns read straight from a table.
+    let mut typmods: HashMap<(u32, i16), i32> = HashMap::new();
+    let tables: BTreeSet<u32> = statement
+        .columns()
+        .iter()
+        .filter(|c| *c.type_() == Type::NUMERIC)
+        .filter_map(tokio_postgres::Column::table_oid)
+        .collect();
+    for oid in tables {
+        let rows = client
+            .query(
+                "SELECT attnum, atttypmod FROM pg_attribute WHERE attrelid = $1 AND attnum > 0",
+                &[&oid],
+            )
+            .await
+            .map_err(|e| pg_error(options, Some(table), "cannot read the column types", &e))?;
+        for row in rows {
+            let (Ok(attnum), Ok(typmod)) = (row.try_get::<_, i16>(0), row.try_get::<_, i32>(1))
+            else {
+                continue;
+            };
+            typmods.insert((oid, attnum), typmod);
+        }
+    }
     let columns = statement
         .columns()
         .iter()
         .map(|c| {
             let decoder = Decoder::for_type(c.type_());
+            let typmod = c
+                .table_oid()
+                .zip(c.column_id())
+                .and_then(|at| typmods.get(&at).copied())
+                .unwrap_or(-1);
+            let declared = decoder.as_ref().and_then(|d| d.declared(typmod));
             if decoder.is_none() {
                 tracing::warn!(
                     table,
@@ -406,6 +439,7 @@ async fn columns_of(
                 name: c.name().to_owned(),
                 ty: c.type_().clone(),
                 decoder,
+                declared,
             }
         })
         .collect();
@@ -730,7 +764,7 @@ fn decode_page(
     // Before a change stream, each row also carries the change columns of a snapshot read
     // (a sampling read, `discover`'s, never streams).
     let streamed = options.cdc.is_some() && options.sample_rows.is_none();
-    let declared = decoders.iter().map(Decoder::declared);
+    let declared = columns.iter().map(|c| c.declared);
     let cells = options
         .typed_cells
         .then(|| match streamed {
