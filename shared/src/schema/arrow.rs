@@ -225,7 +225,7 @@ pub(crate) fn parse_decimal(text: &str, precision: u8, scale: u8) -> Option<i128
         return None;
     }
     let significant = whole.trim_start_matches('0');
-    if significant.len() > usize::from(precision - scale) {
+    if significant.len() > usize::from(precision.checked_sub(scale)?) {
         return None;
     }
     let mut unscaled: i128 = 0;

@@ -156,6 +156,9 @@ pub(crate) struct Acc {
     strings_decimal: u64,
     /// The type a typed source declared for the field (the largest, should two differ).
     declared: Option<Declared>,
+    /// Decimals of two scales were declared (a column altered while it was read): no
+    /// decimal type holds both, so the declaration decides nothing.
+    declared_conflict: bool,
     /// Objects kept as structs (not counted here once collapsed: they are then strings).
     objects: u64,
     children: BTreeMap<String, Acc>,
@@ -278,7 +281,7 @@ impl Acc {
         place: &Place<'_>,
         walk: &mut Walk,
     ) {
-        self.declared = self.declared.max(declared);
+        self.note_declared(declared);
         match cell {
             Cell::Null => self.nulls += 1,
             Cell::Bool(_) => self.bools += 1,
@@ -304,6 +307,22 @@ impl Acc {
             }
             Cell::Json(value) => self.add(value, place, walk),
         }
+    }
+
+    /// Fold in a declared type (the largest is kept; see `declared_conflict`).
+    fn note_declared(&mut self, declared: Option<Declared>) {
+        if let (Some(Declared::Decimal { scale: mine, .. }), Some(Declared::Decimal { scale, .. })) =
+            (self.declared, declared)
+            && mine != scale
+        {
+            self.declared_conflict = true;
+        }
+        self.declared = self.declared.max(declared);
+    }
+
+    /// The declared type that decides, if any.
+    fn declared(&self) -> Option<Declared> {
+        self.declared.filter(|_| !self.declared_conflict)
     }
 
     fn add_string(&mut self, text: &str) {
@@ -364,7 +383,8 @@ impl Acc {
         self.strings_numeric += other.strings_numeric;
         self.strings_instants += other.strings_instants;
         self.strings_decimal += other.strings_decimal;
-        self.declared = self.declared.max(other.declared);
+        self.declared_conflict |= other.declared_conflict;
+        self.note_declared(other.declared);
         if !self.collapsed
             && (other.collapsed || union_exceeds(&self.children, &other.children, walk.max_fields))
         {
@@ -447,6 +467,7 @@ impl Acc {
                 part.declared = self
                     .declared
                     .filter(|d| matches!(d, Declared::Decimal { .. }));
+                part.declared_conflict = self.declared_conflict;
             }
         }
         part
@@ -463,7 +484,7 @@ impl Acc {
             Kind::Number => {
                 if self.floats > 0 || self.strings_fold_into_numbers() {
                     FieldType::Double
-                } else if self.declared == Some(Declared::Long) {
+                } else if self.declared() == Some(Declared::Long) {
                     FieldType::Long
                 } else if self.ints_in_seconds == self.ints {
                     FieldType::Timestamp
@@ -486,7 +507,7 @@ impl Acc {
                     FieldType::Date
                 } else if self.strings_instants == self.strings {
                     FieldType::Timestamp
-                } else if let Some(Declared::Decimal { precision, scale }) = self.declared
+                } else if let Some(Declared::Decimal { precision, scale }) = self.declared()
                     && self.strings_decimal == self.strings
                 {
                     FieldType::Decimal { precision, scale }
@@ -584,7 +605,7 @@ pub(crate) fn finalize_fields(
         }
         let Some((&main, others)) = kinds.split_first() else {
             // Only nulls: the type the source declared, else a string.
-            let declared = match acc.declared {
+            let declared = match acc.declared() {
                 None => FieldType::String,
                 Some(Declared::Boolean) => FieldType::Boolean,
                 Some(Declared::Int) => FieldType::Int,

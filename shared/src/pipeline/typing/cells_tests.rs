@@ -502,6 +502,61 @@ fn declared_decimals_are_decimals_when_every_value_fits() {
     assert_eq!(price.values().to_vec(), [123_450, -5]);
 }
 
+/// Decimals of two scales declared for one column (altered while it was read): no decimal
+/// holds both, so the column is a string of their text, whatever order they come in.
+#[test]
+fn decimals_of_two_scales_make_a_string_column() {
+    use crate::sources::cells::Declared;
+    let page_of = |precision, scale, text: &str| {
+        let mut page = CellPage::new(["price".to_owned()].into_iter().collect())
+            .unwrap()
+            .with_declared([Some(Declared::Decimal { precision, scale })].into());
+        page.push_text(text).unwrap();
+        Arc::new(page)
+    };
+    let pages = [
+        page_of(12, 4, "1.5000"),
+        page_of(14, 2, "2.50"),
+        page_of(10, 4, "0.1250"),
+    ];
+    let transform = TransformOptions::default();
+    for order in [[0, 1, 2], [2, 0, 1], [1, 2, 0]] {
+        let mut batch = SourceBatch::default();
+        for at in order {
+            for row in crate::sources::cells::CellRow::all(&pages[at]) {
+                batch.records.push(SourceRecord {
+                    value: serde_json::Map::new(),
+                    position: Position {
+                        uri: "postgres://h/t".into(),
+                        offset: 1,
+                        record: 1,
+                    },
+                    unparsed: None,
+                    cells: Some(row),
+                    namespace: Some("postgres_t".into()),
+                });
+            }
+        }
+        let schema = inferred_schema(&batch, &transform);
+        assert_eq!(
+            schema.namespaces["postgres_t"].fields,
+            [crate::schema::Field::new(
+                "price",
+                crate::schema::FieldType::String
+            )],
+            "{order:?}"
+        );
+        let mut typer = JsonLineTyper::default();
+        let inferred = infer_rejecting_nothing(
+            &mut batch,
+            &PipelineSchema::empty("p", "w"),
+            &transform,
+            &mut typer,
+        );
+        assert_eq!(inferred.builders["postgres_t"].len(), 3);
+    }
+}
+
 /// A column that holds instants as text (a table written before they were typed) keeps
 /// taking them as that text; a column with `infinity` among its instants is text.
 #[test]

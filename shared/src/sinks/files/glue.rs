@@ -188,11 +188,29 @@ pub struct HiveGlue {
     cache_ttl: Option<std::time::Duration>,
 }
 
-/// The columns each Glue table was last seen or made with, and when, for the whole process
+/// The columns (name and Hive type) each Glue table was last seen or made with, and when,
+/// for the whole process
 /// (the `sync` loop's passes and a warm Lambda's invocations open their sinks anew). Keyed by
 /// region, catalog, database and table.
-type Known = std::collections::HashMap<String, (Vec<String>, std::time::Instant)>;
+type Known = std::collections::HashMap<String, (Vec<(String, String)>, std::time::Instant)>;
 static KNOWN: std::sync::OnceLock<std::sync::Mutex<Known>> = std::sync::OnceLock::new();
+
+/// Whether a Glue column of Hive type `old` is widened to `new` for the data's sake: `int`
+/// to `bigint`, and `decimal(p,s)` to `decimal(q,s)` with `q > p` (the evolutions the
+/// schema makes; a table wider than the data is left as it is).
+fn widens(old: &str, new: &str) -> bool {
+    let decimal = |t: &str| -> Option<(u32, u32)> {
+        let (p, s) = t
+            .strip_prefix("decimal(")?
+            .strip_suffix(')')?
+            .split_once(',')?;
+        Some((p.trim().parse().ok()?, s.trim().parse().ok()?))
+    };
+    match (decimal(old), decimal(new)) {
+        (Some((p, s)), Some((q, t))) => s == t && q > p,
+        _ => old == "int" && new == "bigint",
+    }
+}
 
 fn known() -> std::sync::MutexGuard<'static, Known> {
     KNOWN
@@ -252,15 +270,22 @@ impl HiveGlue {
         )
     }
 
-    /// Whether the table is known, within the TTL, to have every one of `columns`.
+    /// Whether the table is known, within the TTL, to have every one of `columns`, each
+    /// with its type or a wider one.
     fn known_to_have(&self, table: &str, columns: &[HiveColumn]) -> bool {
         let Some(ttl) = self.cache_ttl else {
             return false;
         };
         known()
             .get(&self.known_key(table))
-            .is_some_and(|(names, at)| {
-                at.elapsed() < ttl && columns.iter().all(|c| names.contains(&c.name))
+            .is_some_and(|(known, at)| {
+                at.elapsed() < ttl
+                    && columns.iter().all(|c| {
+                        known.iter().any(|(name, type_name)| {
+                            *name == c.name
+                                && (*type_name == c.type_name || widens(&c.type_name, type_name))
+                        })
+                    })
             })
     }
 
@@ -269,7 +294,10 @@ impl HiveGlue {
             known().insert(
                 self.known_key(table),
                 (
-                    columns.iter().map(|c| c.name.clone()).collect(),
+                    columns
+                        .iter()
+                        .map(|c| (c.name.clone(), c.type_name.clone()))
+                        .collect(),
                     std::time::Instant::now(),
                 ),
             );
@@ -316,7 +344,10 @@ impl HiveGlue {
     }
 
     /// Table `table` as Glue has it, or `None` when it does not exist.
-    fn get_table(&self, table: &str) -> Result<Option<aws_sdk_glue::types::Table>, SinkError> {
+    pub(crate) fn get_table(
+        &self,
+        table: &str,
+    ) -> Result<Option<aws_sdk_glue::types::Table>, SinkError> {
         let get = self
             .client
             .get_table()
@@ -426,7 +457,18 @@ impl HiveGlue {
             .filter(|c| !all.iter().any(|a| a.name == c.name))
             .cloned()
             .collect();
-        if missing.is_empty() {
+        // Columns the data has widened (`int` -> `bigint`, a decimal's precision).
+        let mut widened = false;
+        for column in &mut all {
+            if let Some(wider) = columns
+                .iter()
+                .find(|c| c.name == column.name && widens(&column.type_name, &c.type_name))
+            {
+                column.type_name.clone_from(&wider.type_name);
+                widened = true;
+            }
+        }
+        if missing.is_empty() && !widened {
             self.remember(table, &all);
             return Ok(());
         }

@@ -362,6 +362,60 @@ fn a_glue_cache_ttl_spares_requests_for_known_columns_only() {
     }
 }
 
+/// A column the data widened (`int` -> `bigint`, a decimal's precision) is widened in Glue
+/// too, through the cache; data narrower than its Glue column leaves the column as it is.
+#[test]
+fn a_column_the_data_widens_is_widened_in_glue() {
+    use crate::aws::testing::{bucket, moto};
+    use glue::HiveColumn;
+    let aws = moto();
+    let name = bucket(&aws, "glue-widen");
+    let database = format!("widen_db_{}", &name[name.len() - 12..]);
+    let col = |n: &str, t: &str| HiveColumn {
+        name: n.to_owned(),
+        type_name: t.to_owned(),
+        comment: None,
+    };
+    let location = format!("s3://{name}/t/");
+    let glue = glue::HiveGlue::new(&aws, None, &database)
+        .with_cache_ttl(Some(std::time::Duration::from_secs(600)));
+    glue.ensure_database().unwrap();
+    let types = || -> Vec<(String, String)> {
+        let table = glue.get_table("t").unwrap().unwrap();
+        table
+            .storage_descriptor()
+            .unwrap()
+            .columns()
+            .iter()
+            .map(|c| (c.name().to_owned(), c.r#type().unwrap().to_owned()))
+            .collect()
+    };
+    let pair = |n: &str, t: &str| (n.to_owned(), t.to_owned());
+    glue.ensure_table(
+        "t",
+        &location,
+        &[col("a", "int"), col("p", "decimal(10,2)")],
+        &[],
+    )
+    .unwrap();
+    glue.ensure_table(
+        "t",
+        &location,
+        &[col("a", "bigint"), col("p", "decimal(14,2)")],
+        &[],
+    )
+    .unwrap();
+    assert_eq!(types(), [pair("a", "bigint"), pair("p", "decimal(14,2)")]);
+    glue.ensure_table(
+        "t",
+        &location,
+        &[col("a", "int"), col("p", "decimal(12,2)")],
+        &[],
+    )
+    .unwrap();
+    assert_eq!(types(), [pair("a", "bigint"), pair("p", "decimal(14,2)")]);
+}
+
 /// A target whose data-file uploads wait (up to 5 s) for `expect` of them to be in flight at
 /// once, and which records the most it saw.
 #[derive(Debug)]

@@ -1,13 +1,14 @@
 //! From skipprd's namespace schema to the Iceberg table schema, and Arrow batches to match.
 //!
-//! Types: `boolean`, `int`, `long`, `double`, `date` and `string` map to the Iceberg types of
-//! the same names; `timestamp` and `timestamp_ms` both map to `timestamptz` (Iceberg stores
-//! microseconds; millisecond values are scaled); structs and lists map field by field.
+//! Types: `boolean`, `int`, `long`, `double`, `date`, `decimal(p,s)` and `string` map to the
+//! Iceberg types of the same names; `timestamp` and `timestamp_ms` both map to `timestamptz`
+//! (Iceberg stores microseconds; millisecond values are scaled); structs and lists map field
+//! by field.
 //!
 //! Evolution keeps every column the table has (columns are never dropped or renamed), keeps
 //! the field id of every column it keeps, gives new columns (at any depth) fresh ids after
-//! the table's highest, and changes a type only where Iceberg allows it: `int -> long` and
-//! `float -> double`. A column whose type would have to change any other way is an error
+//! the table's highest, and changes a type only where Iceberg allows it: `int -> long`,
+//! `float -> double` and a decimal's precision (`decimal(p,s) -> decimal(q,s)`, `q > p`). A column whose type would have to change any other way is an error
 //! naming the table and the column: skipprd's own schema rules route such values to
 //! `<field>_<type>` sibling columns, so it means the table was changed by someone else.
 //!
@@ -107,7 +108,7 @@ fn evolve_type(
     let incompatible = || Incompatible {
         column: path.to_owned(),
         table_type: existing.to_string(),
-        data_type: wanted.type_name().to_owned(),
+        data_type: wanted.to_string(),
     };
     match (existing, wanted) {
         (Type::Struct(have), FieldType::Struct(want)) => Ok(Type::Struct(StructType::new(
