@@ -444,45 +444,83 @@ struct Table {
     columns: Vec<(String, Option<Decoder>, bool)>,
     /// Per column, the type inference gives it (see [`Decoder::declared`]).
     declared: Vec<Option<Declared>>,
+    /// The shape of the last change record typed (see [`typed_row`]).
+    shape: Option<Shape>,
     /// The columns of its primary key (indices into `columns`).
     primary: Vec<usize>,
+}
+
+/// The column names of a change record, with what typing its values needs: the names (one
+/// `Arc` for every record of this shape, so typing maps them to columns once), each name's
+/// declared type, and for instants whether they are UTC (`timestamptz`, `_commit_ts`).
+#[derive(Debug)]
+struct Shape {
+    names: Arc<[String]>,
+    declared: Arc<[Option<Declared>]>,
+    utc: Vec<bool>,
+}
+
+impl Shape {
+    fn of(table: &Table, record: &Map<String, Value>) -> Shape {
+        let mut declared = Vec::with_capacity(record.len());
+        let mut utc = Vec::with_capacity(record.len());
+        for name in record.keys() {
+            let (d, u) = match name.as_str() {
+                OP => (CHANGE_COLUMN_TYPES[0], false),
+                LSN => (CHANGE_COLUMN_TYPES[1], false),
+                COMMIT_LSN => (CHANGE_COLUMN_TYPES[2], false),
+                COMMIT_TS => (CHANGE_COLUMN_TYPES[3], true),
+                _ => match table
+                    .columns
+                    .iter()
+                    .position(|(column, _, _)| column == name)
+                {
+                    Some(at) => (
+                        table.declared.get(at).copied().flatten(),
+                        matches!(table.columns[at].1, Some(Decoder::Timestamptz)),
+                    ),
+                    None => (None, false),
+                },
+            };
+            declared.push(d);
+            utc.push(u);
+        }
+        Shape {
+            names: record.keys().cloned().collect(),
+            declared: declared.into(),
+            utc,
+        }
+    }
+
+    fn matches(&self, record: &Map<String, Value>) -> bool {
+        self.names.len() == record.len()
+            && self.names.iter().zip(record.keys()).all(|(a, b)| a == b)
+    }
 }
 
 /// A change's record as typed cells (see [`crate::sources::cells`]), each column with the type
 /// its decoder declares: the values of the table's `timestamp` and `timestamptz` columns and
 /// `_commit_ts` as instants (their text, as [`Decoder::parse_text`] writes it, read back),
 /// every other value as its JSON value. `None` when a name repeats (a table with a column
-/// named `_op`, ...).
-fn typed_row(table: &Table, record: &Map<String, Value>) -> Option<CellRow> {
-    let names: Arc<[String]> = record.keys().cloned().collect();
-    let declared: Arc<[Option<Declared>]> = record
-        .keys()
-        .map(|name| match name.as_str() {
-            OP => CHANGE_COLUMN_TYPES[0],
-            LSN => CHANGE_COLUMN_TYPES[1],
-            COMMIT_LSN => CHANGE_COLUMN_TYPES[2],
-            COMMIT_TS => CHANGE_COLUMN_TYPES[3],
-            _ => table
-                .columns
-                .iter()
-                .position(|(column, _, _)| column == name)
-                .and_then(|at| table.declared.get(at).copied().flatten()),
-        })
-        .collect();
-    let mut page = CellPage::new(names)?.with_declared(Arc::clone(&declared));
-    for ((name, value), declared) in record.iter().zip(declared.iter()) {
-        let utc = match (declared, value.as_str()) {
-            (Some(Declared::Timestamp), Some(_)) => Some(
-                name == COMMIT_TS
-                    || table.columns.iter().any(|(column, decoder, _)| {
-                        column == name && decoder == &Some(Decoder::Timestamptz)
-                    }),
-            ),
+/// named `_op`, ...). The table keeps the last record's [`Shape`] for the next.
+fn typed_row(table: &mut Table, record: &Map<String, Value>) -> Option<CellRow> {
+    if !table
+        .shape
+        .as_ref()
+        .is_some_and(|shape| shape.matches(record))
+    {
+        table.shape = Some(Shape::of(table, record));
+    }
+    let shape = table.shape.as_ref()?;
+    let mut page =
+        CellPage::new(Arc::clone(&shape.names))?.with_declared(Arc::clone(&shape.declared));
+    for (at, value) in record.values().enumerate() {
+        let instant = match (shape.declared.get(at), value.as_str()) {
+            (Some(Some(Declared::Timestamp)), Some(text)) => parse_instant_text(text),
             _ => None,
         };
-        let instant = utc.zip(value.as_str().and_then(parse_instant_text));
-        let pushed = instant.is_some_and(|(utc, micros)| page.push_instant(micros, utc));
-        if !pushed {
+        let utc = shape.utc.get(at).copied().unwrap_or(false);
+        if !instant.is_some_and(|micros| page.push_instant(micros, utc)) {
             page.push_json(value.clone()).ok()?;
         }
     }
@@ -715,6 +753,7 @@ impl Reader<'_> {
                         columns,
                         declared,
                         primary,
+                        shape: None,
                     },
                 );
                 Ok(0)
@@ -768,7 +807,7 @@ impl Reader<'_> {
     /// Hand a record out unless its transaction, or this record of it, was handed out
     /// before; returns 1 when it was.
     fn emit(&mut self, relation: u32, mut record: Map<String, Value>, op: &str, lsn: u64) -> u64 {
-        let Some(table) = self.tables.get(&relation).filter(|t| t.wanted) else {
+        let Some(table) = self.tables.get_mut(&relation).filter(|t| t.wanted) else {
             return 0;
         };
         let Some(txn) = self.txn.as_mut() else {
