@@ -290,9 +290,13 @@ fn cell_batch(
     for row in 0..rows {
         push(row, &mut page);
     }
-    let page = Arc::new(page);
+    pages_batch(&[Arc::new(page)])
+}
+
+/// The rows of `pages`, in order, as records of the namespace `postgres_t`.
+fn pages_batch(pages: &[Arc<CellPage>]) -> SourceBatch {
     let mut batch = SourceBatch::default();
-    for row in crate::sources::cells::CellRow::all(&page) {
+    for row in pages.iter().flat_map(crate::sources::cells::CellRow::all) {
         let index = batch.records.len() as u64 + 1;
         batch.records.push(SourceRecord {
             value: serde_json::Map::new(),
@@ -402,21 +406,7 @@ fn declared_types_decide_small_integers_and_columns_of_nulls() {
         page.push_null();
         page.push_text("not a number").unwrap();
     }
-    let page = Arc::new(page);
-    let mut batch = SourceBatch::default();
-    for row in crate::sources::cells::CellRow::all(&page) {
-        batch.records.push(SourceRecord {
-            value: serde_json::Map::new(),
-            position: Position {
-                uri: "postgres://h/t".into(),
-                offset: 1,
-                record: 1,
-            },
-            unparsed: None,
-            cells: Some(row),
-            namespace: Some("postgres_t".into()),
-        });
-    }
+    let mut batch = pages_batch(&[Arc::new(page)]);
     let transform = TransformOptions::default();
     let fields: Vec<(String, &str)> = inferred_schema(&batch, &transform).namespaces["postgres_t"]
         .fields
@@ -462,21 +452,7 @@ fn declared_decimals_are_decimals_when_every_value_fits() {
         page.push_text(nan).unwrap();
         page.push_null();
     }
-    let page = Arc::new(page);
-    let mut batch = SourceBatch::default();
-    for row in crate::sources::cells::CellRow::all(&page) {
-        batch.records.push(SourceRecord {
-            value: serde_json::Map::new(),
-            position: Position {
-                uri: "postgres://h/t".into(),
-                offset: 1,
-                record: 1,
-            },
-            unparsed: None,
-            cells: Some(row),
-            namespace: Some("postgres_t".into()),
-        });
-    }
+    let mut batch = pages_batch(&[Arc::new(page)]);
     let transform = TransformOptions::default();
     let fields: Vec<String> = inferred_schema(&batch, &transform).namespaces["postgres_t"]
         .fields
@@ -521,22 +497,7 @@ fn decimals_of_two_scales_make_a_string_column() {
     ];
     let transform = TransformOptions::default();
     for order in [[0, 1, 2], [2, 0, 1], [1, 2, 0]] {
-        let mut batch = SourceBatch::default();
-        for at in order {
-            for row in crate::sources::cells::CellRow::all(&pages[at]) {
-                batch.records.push(SourceRecord {
-                    value: serde_json::Map::new(),
-                    position: Position {
-                        uri: "postgres://h/t".into(),
-                        offset: 1,
-                        record: 1,
-                    },
-                    unparsed: None,
-                    cells: Some(row),
-                    namespace: Some("postgres_t".into()),
-                });
-            }
-        }
+        let mut batch = pages_batch(&order.map(|at| Arc::clone(&pages[at])));
         let schema = inferred_schema(&batch, &transform);
         assert_eq!(
             schema.namespaces["postgres_t"].fields,
