@@ -297,6 +297,11 @@ impl Acc {
                 self.strings += 1;
                 self.strings_instants += 1;
             }
+            // Its JSON form, a `YYYY-MM-DD` string.
+            Cell::Date(_) => {
+                self.strings += 1;
+                self.strings_dates += 1;
+            }
             Cell::Text(text) => {
                 self.add_string(text);
                 if let Some(Declared::Decimal { precision, scale }) = declared
@@ -806,7 +811,7 @@ impl SchemaInferrer {
             .map_or("", |(key, _)| key.as_str()))
     }
 
-    /// Add a typed source's row of cells (see [`Acc::add_cell`]: the cells' types are their
+    /// Add a typed source's row of cells (see `Acc::add_cell`: the cells' types are their
     /// columns', not what their JSON form would infer), in the namespace the source named
     /// (`default`) or the default one. A row that `sync` types as its JSON object (with
     /// `namespace_fields` or `flatten_events`) is added as that object, [`Self::add_or`].

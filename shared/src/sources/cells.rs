@@ -45,8 +45,18 @@ pub enum Cell<'a> {
         /// time without a zone (read as UTC all the same; its text has no `Z`).
         utc: bool,
     },
+    /// A day, in days after 1970-01-01, in the years 1 to 9999: its JSON form is its
+    /// `YYYY-MM-DD` text.
+    Date(i32),
     /// Any other JSON value.
     Json(&'a Value),
+}
+
+/// A day's text (`YYYY-MM-DD`), for days after 1970-01-01 within chrono's years.
+pub fn date_text(days: i32) -> Option<String> {
+    // Days from 0001-01-01 (day 1 of the common era) to 1970-01-01.
+    let at = chrono::NaiveDate::from_num_days_from_ce_opt(days.checked_add(719_163)?)?;
+    Some(at.format("%Y-%m-%d").to_string())
 }
 
 /// An instant's text (`YYYY-MM-DDTHH:MM:SS.ffffff`, then `Z` when `utc`); `None` beyond the
@@ -77,6 +87,7 @@ enum Stored {
     Double(f64),
     Text { start: u32, end: u32 },
     Instant { micros: i64, utc: bool },
+    Date(i32),
     Json(u32),
 }
 
@@ -209,6 +220,21 @@ impl CellPage {
         true
     }
 
+    /// Add a day (days after 1970-01-01), or `false`, with nothing added, outside the years 1
+    /// to 9999 (whose text is not `YYYY-MM-DD`; the caller adds its own text instead).
+    pub fn push_date(&mut self, days: i32) -> bool {
+        use chrono::Datelike;
+        let year = days
+            .checked_add(719_163)
+            .and_then(chrono::NaiveDate::from_num_days_from_ce_opt)
+            .map(|day| day.year());
+        if !year.is_some_and(|year| (1..=9999).contains(&year)) {
+            return false;
+        }
+        self.cells.push(Stored::Date(days));
+        true
+    }
+
     /// Add a text cell.
     pub fn push_text(&mut self, text: &str) -> Result<(), CellError> {
         self.write_text(|out| out.push_str(text))
@@ -276,6 +302,7 @@ impl CellPage {
                 micros: *micros,
                 utc: *utc,
             },
+            Some(Stored::Date(days)) => Cell::Date(*days),
             Some(Stored::Json(index)) => match self.json.get(*index as usize) {
                 Some(value) => Cell::Json(value),
                 None => Cell::Null,
@@ -337,6 +364,7 @@ impl CellRow {
                 Cell::Instant { micros, utc } => {
                     instant_text(micros, utc).map_or(Value::Null, Value::String)
                 }
+                Cell::Date(days) => date_text(days).map_or(Value::Null, Value::String),
                 Cell::Json(value) => value.clone(),
             };
             object.insert(name.clone(), value);
@@ -414,6 +442,17 @@ mod tests {
         ] {
             assert_eq!(parse_instant_text(text), None, "{text}");
         }
+        let mut days = CellPage::new(names(&["day"])).unwrap();
+        assert!(days.push_date(-719_162), "0001-01-01");
+        assert!(!days.push_date(-719_163), "0000-12-31");
+        assert!(days.push_date(2_932_896), "9999-12-31");
+        assert!(!days.push_date(2_932_897), "10000-01-01");
+        assert!(!days.push_date(i32::MAX));
+        let days = Arc::new(days);
+        let texts: Vec<Value> = CellRow::all(&days)
+            .map(|r| r.to_json()["day"].clone())
+            .collect();
+        assert_eq!(texts, [json!("0001-01-01"), json!("9999-12-31")]);
         let mut page = CellPage::new(names(&["at"])).unwrap();
         assert!(!page.push_instant(i64::MAX, true), "past chrono's years");
         assert!(page.push_instant(-1, true));

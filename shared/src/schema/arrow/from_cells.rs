@@ -13,7 +13,7 @@ use chrono::Datelike;
 
 use super::{Column, Data, RecordBatchBuilder, UNIX_EPOCH_DAYS_FROM_CE, parse_decimal};
 use crate::schema::infer::{parse_date, parse_numeric};
-use crate::sources::cells::{Cell, CellRow, instant_text};
+use crate::sources::cells::{Cell, CellRow, date_text, instant_text};
 
 /// Where each column of a page's rows goes: the slot of each name (for the page's names,
 /// compared by pointer), and the slots no name fills.
@@ -141,6 +141,13 @@ impl Column {
                 },
                 Cell::Text(text),
             ) => values.push(parse_decimal(text, *precision, *scale)?),
+            (Data::Date(values), Cell::Date(days)) => values.push(days),
+            (Data::Text { offsets, bytes }, Cell::Date(days)) => {
+                let text = date_text(days)?;
+                let end = i32::try_from(bytes.len() + text.len()).ok()?;
+                bytes.extend_from_slice(text.as_bytes());
+                offsets.push(end);
+            }
             (Data::Date(values), Cell::Text(text)) => {
                 values.push(parse_date(text)?.num_days_from_ce() - UNIX_EPOCH_DAYS_FROM_CE);
             }

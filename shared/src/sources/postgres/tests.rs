@@ -83,8 +83,9 @@ mod cells {
         ]
     }
 
-    /// The hand-written calendar (the cell path) against chrono (the JSON path), every 13th
-    /// day of the four-digit years, each day around both ends, and 2000-01-01.
+    /// Days and instants as typed cells (whose JSON form is their text) against the JSON
+    /// path, every 13th day of the four-digit years, each day around both ends (where the
+    /// cells become text), and 2000-01-01.
     #[test]
     fn dates_and_timestamps_are_written_as_chrono_writes_them() {
         let days = (-730_119i32..2_921_940)
