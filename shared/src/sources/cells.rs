@@ -172,6 +172,18 @@ impl CellPage {
         self
     }
 
+    /// Make room for `rows` more rows and `text` more bytes of text.
+    pub fn reserve(&mut self, rows: usize, text: usize) {
+        self.cells
+            .reserve_exact(rows.saturating_mul(self.names.len()));
+        self.text.reserve_exact(text);
+    }
+
+    /// Bytes of text in the page.
+    pub fn text_len(&self) -> usize {
+        self.text.len()
+    }
+
     /// Rows in the page (complete ones).
     pub fn rows(&self) -> usize {
         self.cells.len().checked_div(self.names.len()).unwrap_or(0)

@@ -621,6 +621,8 @@ async fn read_table(
         .map(|c| c.decoder.clone().unwrap_or(Decoder::Text))
         .collect();
     let names: Arc<[String]> = columns.iter().map(|c| c.name.clone()).collect();
+    // The text of the last page: the next one's is about as long.
+    let mut text_hint = 0;
     let mut read = 0usize;
     // The page after `key` (the first page for `None`), asked for on its own task, so the
     // server works on it while the page before is decoded and handed on.
@@ -674,7 +676,13 @@ async fn read_table(
         }
         let chunk = Chunk {
             table: index,
-            rows: decode_page(options, table, &columns, &decoders, &names, &rows)?,
+            rows: decode_page(
+                options,
+                table,
+                (&columns, &decoders, &names),
+                &rows,
+                &mut text_hint,
+            )?,
             last_key,
             end: false,
             last_of_pass: false,
@@ -756,10 +764,9 @@ fn missing_column(
 fn decode_page(
     options: &PostgresSourceOptions,
     table: &str,
-    columns: &[Column],
-    decoders: &[Decoder],
-    names: &Arc<[String]>,
+    (columns, decoders, names): (&[Column], &[Decoder], &Arc<[String]>),
     rows: &[tokio_postgres::Row],
+    text_hint: &mut usize,
 ) -> Result<Rows, SourceError> {
     // Before a change stream, each row also carries the change columns of a snapshot read
     // (a sampling read, `discover`'s, never streams).
@@ -788,6 +795,9 @@ fn decode_page(
             .collect::<Result<Vec<_>, _>>()
             .map(Rows::Json);
     };
+    // Sized once: growing the page's buffers copied them over and over (memmove was 8% of
+    // the Postgres benchmark's profile).
+    page.reserve(rows.len(), *text_hint);
     for row in rows {
         each_value(
             options,
@@ -816,6 +826,7 @@ fn decode_page(
             page.push_null();
         }
     }
+    *text_hint = page.text_len();
     Ok(Rows::Cells {
         page: Arc::new(page),
         changes: streamed,
@@ -924,6 +935,8 @@ async fn read_query(
         .map(|c| c.decoder.clone().unwrap_or(Decoder::Text))
         .collect();
     let names: Arc<[String]> = columns.iter().map(|c| c.name.clone()).collect();
+    // The text of the last page: the next one's is about as long.
+    let mut text_hint = 0;
     let mut read = 0usize;
     loop {
         let rows = client
@@ -935,7 +948,13 @@ async fn read_query(
             rows.len() < options.batch_rows || options.sample_rows.is_some_and(|most| read >= most);
         let chunk = Chunk {
             table: index,
-            rows: decode_page(options, table, &columns, &decoders, &names, &rows)?,
+            rows: decode_page(
+                options,
+                table,
+                (&columns, &decoders, &names),
+                &rows,
+                &mut text_hint,
+            )?,
             last_key: None,
             end: false,
             last_of_pass: false,
