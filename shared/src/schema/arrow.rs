@@ -21,6 +21,7 @@ use chrono::Datelike;
 use serde_json::{Map, Value};
 
 mod from_cells;
+use from_cells::instant_of;
 mod from_tape;
 
 use super::error::SchemaError;
@@ -28,7 +29,6 @@ use super::infer::{parse_date, parse_numeric};
 use super::namespace::flatten;
 use super::{Field, FieldType, NamespaceSchema};
 use crate::deadletter::{Deadletter, FailureCode};
-use crate::sources::cells::{Cell, CellRow};
 
 /// The Arrow schema for these fields (all nullable).
 ///
@@ -174,25 +174,6 @@ thread_local! {
     /// Set while typing a record when an object (at any depth) has a key its struct has no
     /// column for; read and cleared by [`RecordBatchBuilder::append`].
     static UNKNOWN_KEYS: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-}
-
-thread_local! {
-    /// While [`RecordBatchBuilder::append_of_cells`] types the JSON object of a row of typed
-    /// cells: the addresses of the strings in it that are its instant cells' text. Such a
-    /// text fits a `timestamp` (or, in whole milliseconds, a `timestamp_ms`) column, as the
-    /// instant itself does; a text cell that only looks like one does not.
-    static INSTANT_TEXTS: std::cell::RefCell<Vec<usize>> = const { std::cell::RefCell::new(Vec::new()) };
-}
-
-/// The instant `value` is, when it is the text of an instant cell of the row
-/// [`RecordBatchBuilder::append_of_cells`] is typing.
-fn instant_of(value: &Value) -> Option<i64> {
-    let text = value.as_str()?;
-    let address = text.as_ptr() as usize;
-    if !INSTANT_TEXTS.with(|texts| texts.borrow().contains(&address)) {
-        return None;
-    }
-    crate::sources::cells::parse_instant_text(text)
 }
 
 /// A key's value unless it is missing or null.
@@ -960,37 +941,6 @@ impl RecordBatchBuilder {
             code,
             namespace: self.namespace.clone(),
         })
-    }
-
-    /// [`Self::append`] for the JSON object ([`CellRow::to_json`]) of a row of typed cells
-    /// that [`Self::append_cells`] refused: the text of an instant cell fits a `timestamp`
-    /// column here (as the instant does), so the row lands as its cells would have.
-    pub(crate) fn append_of_cells(
-        &mut self,
-        row: &CellRow,
-        locate: impl FnOnce() -> (String, u64, u64),
-    ) -> Result<(), Deadletter> {
-        let record = row.to_json();
-        let instants: Vec<usize> = row
-            .names()
-            .iter()
-            .zip(row.cells())
-            .filter(|(_, cell)| matches!(cell, Cell::Instant { .. }))
-            .filter_map(|(name, _)| record.get(name)?.as_str())
-            .filter(|text| !text.is_empty())
-            .map(|text| text.as_ptr() as usize)
-            .collect();
-        /// Clears the instants' addresses however `append` ends (they name `record`'s
-        /// strings, which a later value could reuse).
-        struct Clear;
-        impl Drop for Clear {
-            fn drop(&mut self) {
-                INSTANT_TEXTS.with(|texts| texts.borrow_mut().clear());
-            }
-        }
-        INSTANT_TEXTS.with(|texts| *texts.borrow_mut() = instants);
-        let _clear = Clear;
-        self.append(&record, locate)
     }
 
     /// Whether any record appended so far had a key (at any depth) that the schema has no

@@ -5,13 +5,16 @@
 //! it types only rows where every cell fits its own column, with no column the schema lacks,
 //! and then gives exactly the row `append` gives for the object [`CellRow::to_json`] makes.
 //! Anything else (a value that needs a sibling column or its JSON text, an unknown column) is
-//! refused and leaves the builder as it was, for `append` to decide.
+//! refused and leaves the builder as it was, for `append` to decide, which
+//! [`RecordBatchBuilder::append_of_cells`] calls with the row's object.
 
 use std::sync::Arc;
 
 use chrono::Datelike;
+use serde_json::Value;
 
 use super::{Column, Data, RecordBatchBuilder, UNIX_EPOCH_DAYS_FROM_CE, parse_decimal};
+use crate::deadletter::Deadletter;
 use crate::schema::infer::{parse_date, parse_numeric};
 use crate::sources::cells::{Cell, CellRow, date_text, instant_text};
 
@@ -26,7 +29,57 @@ pub(super) struct CellSlots {
     unfilled: Vec<usize>,
 }
 
+thread_local! {
+    /// While [`RecordBatchBuilder::append_of_cells`] types the JSON object of a row of typed
+    /// cells: the addresses of the strings in it that are its instant cells' text. Such a
+    /// text fits a `timestamp` (or, in whole milliseconds, a `timestamp_ms`) column, as the
+    /// instant itself does; a text cell that only looks like one does not.
+    static INSTANT_TEXTS: std::cell::RefCell<Vec<usize>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// The instant `value` is, when it is the text of an instant cell of the row
+/// [`RecordBatchBuilder::append_of_cells`] is typing.
+pub(super) fn instant_of(value: &Value) -> Option<i64> {
+    let text = value.as_str()?;
+    let address = text.as_ptr() as usize;
+    if !INSTANT_TEXTS.with(|texts| texts.borrow().contains(&address)) {
+        return None;
+    }
+    crate::sources::cells::parse_instant_text(text)
+}
+
 impl RecordBatchBuilder {
+    /// [`Self::append`] for the JSON object ([`CellRow::to_json`]) of a row of typed cells
+    /// that [`Self::append_cells`] refused: the text of an instant cell fits a `timestamp`
+    /// column here (as the instant does), so the row lands as its cells would have.
+    pub(crate) fn append_of_cells(
+        &mut self,
+        row: &CellRow,
+        locate: impl FnOnce() -> (String, u64, u64),
+    ) -> Result<(), Deadletter> {
+        let record = row.to_json();
+        let instants: Vec<usize> = row
+            .names()
+            .iter()
+            .zip(row.cells())
+            .filter(|(_, cell)| matches!(cell, Cell::Instant { .. }))
+            .filter_map(|(name, _)| record.get(name)?.as_str())
+            .filter(|text| !text.is_empty())
+            .map(|text| text.as_ptr() as usize)
+            .collect();
+        /// Clears the instants' addresses however `append` ends (they name `record`'s
+        /// strings, which a later value could reuse).
+        struct Clear;
+        impl Drop for Clear {
+            fn drop(&mut self) {
+                INSTANT_TEXTS.with(|texts| texts.borrow_mut().clear());
+            }
+        }
+        INSTANT_TEXTS.with(|texts| *texts.borrow_mut() = instants);
+        let _clear = Clear;
+        self.append(&record, locate)
+    }
+
     /// Add `row` as a row, or refuse it (`false`, nothing added) when it needs
     /// [`RecordBatchBuilder::append`]: see the [module docs](self). Never with
     /// `flatten_events`.

@@ -1,6 +1,8 @@
 #![allow(clippy::unwrap_used, reason = "tests")]
 
+use super::values::numeric_binary;
 use super::*;
+use bytes::BytesMut;
 
 #[test]
 fn widenings_are_made_and_conflicts_refused() {

@@ -49,7 +49,6 @@
 //! Lambda pass's deadline).
 
 use std::collections::{BTreeSet, HashMap};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
@@ -59,12 +58,15 @@ use tokio::sync::mpsc;
 use tokio_postgres::Client;
 use tokio_postgres::types::{PgLsn, ToSql, Type};
 
+mod typed;
+
+use self::typed::{Shape, typed_row};
 use super::PostgresSourceOptions;
 use super::decode::{Decoder, RawValue, timestamp};
 use super::pgoutput::{self, Cell, Message};
 use super::reader::{connect, ident, list_tables, pg_error};
 use crate::sources::SourceError;
-use crate::sources::cells::{CellPage, CellRow, Declared, parse_instant_text};
+use crate::sources::cells::{CellRow, Declared};
 
 /// The operation column.
 pub const OP: &str = "_op";
@@ -448,84 +450,6 @@ struct Table {
     shape: Option<Shape>,
     /// The columns of its primary key (indices into `columns`).
     primary: Vec<usize>,
-}
-
-/// The column names of a change record, with what typing its values needs: the names (one
-/// `Arc` for every record of this shape, so typing maps them to columns once), each name's
-/// declared type, and for instants whether they are UTC (`timestamptz`, `_commit_ts`).
-#[derive(Debug)]
-struct Shape {
-    names: Arc<[String]>,
-    declared: Arc<[Option<Declared>]>,
-    utc: Vec<bool>,
-}
-
-impl Shape {
-    fn of(table: &Table, record: &Map<String, Value>) -> Shape {
-        let mut declared = Vec::with_capacity(record.len());
-        let mut utc = Vec::with_capacity(record.len());
-        for name in record.keys() {
-            let (d, u) = match name.as_str() {
-                OP => (CHANGE_COLUMN_TYPES[0], false),
-                LSN => (CHANGE_COLUMN_TYPES[1], false),
-                COMMIT_LSN => (CHANGE_COLUMN_TYPES[2], false),
-                COMMIT_TS => (CHANGE_COLUMN_TYPES[3], true),
-                _ => match table
-                    .columns
-                    .iter()
-                    .position(|(column, _, _)| column == name)
-                {
-                    Some(at) => (
-                        table.declared.get(at).copied().flatten(),
-                        matches!(table.columns[at].1, Some(Decoder::Timestamptz)),
-                    ),
-                    None => (None, false),
-                },
-            };
-            declared.push(d);
-            utc.push(u);
-        }
-        Shape {
-            names: record.keys().cloned().collect(),
-            declared: declared.into(),
-            utc,
-        }
-    }
-
-    fn matches(&self, record: &Map<String, Value>) -> bool {
-        self.names.len() == record.len()
-            && self.names.iter().zip(record.keys()).all(|(a, b)| a == b)
-    }
-}
-
-/// A change's record as typed cells (see [`crate::sources::cells`]), each column with the type
-/// its decoder declares: the values of the table's `timestamp` and `timestamptz` columns and
-/// `_commit_ts` as instants (their text, as [`Decoder::parse_text`] writes it, read back),
-/// every other value as its JSON value. `None` when a name repeats (a table with a column
-/// named `_op`, ...). The table keeps the last record's [`Shape`] for the next.
-fn typed_row(table: &mut Table, record: &Map<String, Value>) -> Option<CellRow> {
-    if !table
-        .shape
-        .as_ref()
-        .is_some_and(|shape| shape.matches(record))
-    {
-        table.shape = Some(Shape::of(table, record));
-    }
-    let shape = table.shape.as_ref()?;
-    let mut page =
-        CellPage::new(Arc::clone(&shape.names))?.with_declared(Arc::clone(&shape.declared));
-    for (at, value) in record.values().enumerate() {
-        let instant = match (shape.declared.get(at), value.as_str()) {
-            (Some(Some(Declared::Timestamp)), Some(text)) => parse_instant_text(text),
-            _ => None,
-        };
-        let utc = shape.utc.get(at).copied().unwrap_or(false);
-        if !instant.is_some_and(|micros| page.push_instant(micros, utc)) {
-            page.push_json(value.clone()).ok()?;
-        }
-    }
-    let page = Arc::new(page);
-    CellRow::all(&page).next()
 }
 
 /// The transaction being read.
@@ -1010,40 +934,4 @@ impl Reader<'_> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_snapshot_saw_the_transactions_below_xmin_and_the_finished_ones_below_xmax() {
-        let f = SnapshotFilter::parse("100:105:101,103", 7).unwrap();
-        assert_eq!(f.xip, vec![101, 103]);
-        for (xid, saw) in [
-            (99, true),
-            (100, true),
-            (101, false),
-            (102, true),
-            (103, false),
-            (104, true),
-            (105, false),
-            (200, false),
-        ] {
-            assert_eq!(f.saw(xid), saw, "{xid}");
-        }
-        assert_eq!(
-            SnapshotFilter::parse("5:5:", 1).unwrap().xip,
-            Vec::<u64>::new()
-        );
-        for bad in ["", "1", "1:x:", "1:2:3:4", "1:2:a"] {
-            assert!(SnapshotFilter::parse(bad, 0).is_none(), "{bad}");
-        }
-        // 64-bit ids in a later epoch: a 32-bit id is placed in the epoch around xmax.
-        let epoch = 3u64 << 32;
-        let f = SnapshotFilter::parse(&format!("{}:{}:", epoch + 10, epoch + 20), 0).unwrap();
-        assert!(f.saw(5));
-        assert!(!f.saw(25));
-        // Just below an epoch boundary, ids of the epoch before are old.
-        let f = SnapshotFilter::parse(&format!("{}:{}:", epoch + 2, epoch + 4), 0).unwrap();
-        assert!(f.saw(u32::MAX));
-        assert!(!f.saw(4));
-    }
-}
+mod tests;
