@@ -285,13 +285,7 @@ impl Acc {
         match cell {
             Cell::Null => self.nulls += 1,
             Cell::Bool(_) => self.bools += 1,
-            Cell::Long(int) => {
-                self.ints += 1;
-                self.int_bounds = Some(match self.int_bounds {
-                    Some((low, high)) => (low.min(int), high.max(int)),
-                    None => (int, int),
-                });
-            }
+            Cell::Long(int) => self.count_int(int),
             Cell::Double(_) => self.floats += 1,
             Cell::Instant { .. } => {
                 self.strings += 1;
@@ -355,12 +349,17 @@ impl Acc {
         walk.collapsed.push(place.path());
     }
 
-    fn add_int(&mut self, int: i64) {
+    /// Count an integer and widen the bounds (no reading as a Unix time).
+    fn count_int(&mut self, int: i64) {
         self.ints += 1;
         self.int_bounds = Some(match self.int_bounds {
             Some((low, high)) => (low.min(int), high.max(int)),
             None => (int, int),
         });
+    }
+
+    fn add_int(&mut self, int: i64) {
+        self.count_int(int);
         if SECONDS_RANGE.contains(&int) {
             self.ints_in_seconds += 1;
         }

@@ -267,6 +267,8 @@ pub use self::arrow::{RecordBatchBuilder, to_arrow_schema};
 pub use self::error::SchemaError;
 pub use self::evolve::{ChangeKind, SchemaChange, evolve};
 pub use self::infer::SchemaInferrer;
+#[cfg(test)]
+pub(crate) use self::infer::{MILLIS_RANGE, SECONDS_RANGE};
 pub(crate) use self::infer::{NumberShape, cells_typed, number_shape};
 pub(crate) use self::line_typer::JsonLineTyper;
 pub use self::namespace::{
@@ -343,6 +345,17 @@ impl FieldType {
             .filter(|p| (1..=38).contains(p))?;
         let scale = u8::try_from(scale).ok().filter(|s| *s <= precision)?;
         Some(FieldType::Decimal { precision, scale })
+    }
+
+    /// The precision and scale a SQL type name such as `numeric(12,3)` or `decimal(12,3)`
+    /// spells after `name`, if it is that shape.
+    pub(crate) fn precision_scale(text: &str, name: &str) -> Option<(u32, u32)> {
+        let (precision, scale) = text
+            .strip_prefix(name)?
+            .strip_prefix('(')?
+            .strip_suffix(')')?
+            .split_once(',')?;
+        Some((precision.trim().parse().ok()?, scale.trim().parse().ok()?))
     }
 
     /// The type of a scalar (non-struct, non-list, non-decimal) type name, if it is one.

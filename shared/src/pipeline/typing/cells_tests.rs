@@ -593,9 +593,7 @@ fn a_row_typed_from_its_object_keeps_its_instant_a_timestamp() {
 /// Whether JSON inference could read `value` as a Unix time.
 fn reads_as_unix_time(value: &Value) -> bool {
     value.as_i64().is_some_and(|int| {
-        // Unix seconds from 2010 to 2100, milliseconds from 2010 to 2040 (schema::infer).
-        (1_262_304_000..4_102_444_800).contains(&int)
-            || (1_262_304_000_000..2_208_988_800_000).contains(&int)
+        crate::schema::SECONDS_RANGE.contains(&int) || crate::schema::MILLIS_RANGE.contains(&int)
     })
 }
 

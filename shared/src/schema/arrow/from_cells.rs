@@ -179,12 +179,9 @@ impl Column {
             (Data::TimestampMs(values), Cell::Instant { micros, .. }) if micros % 1_000 == 0 => {
                 values.push(micros / 1_000);
             }
+            // A column that held these as text before they were typed keeps its text.
             (Data::Text { offsets, bytes }, Cell::Instant { micros, utc }) => {
-                // A column that held these as text before they were typed keeps its text.
-                let text = instant_text(micros, utc)?;
-                let end = i32::try_from(bytes.len() + text.len()).ok()?;
-                bytes.extend_from_slice(text.as_bytes());
-                offsets.push(end);
+                push_text(offsets, bytes, &instant_text(micros, utc)?)?;
             }
             (
                 Data::Decimal {
@@ -196,22 +193,23 @@ impl Column {
             ) => values.push(parse_decimal(text, *precision, *scale)?),
             (Data::Date(values), Cell::Date(days)) => values.push(days),
             (Data::Text { offsets, bytes }, Cell::Date(days)) => {
-                let text = date_text(days)?;
-                let end = i32::try_from(bytes.len() + text.len()).ok()?;
-                bytes.extend_from_slice(text.as_bytes());
-                offsets.push(end);
+                push_text(offsets, bytes, &date_text(days)?)?;
             }
             (Data::Date(values), Cell::Text(text)) => {
                 values.push(parse_date(text)?.num_days_from_ce() - UNIX_EPOCH_DAYS_FROM_CE);
             }
-            (Data::Text { offsets, bytes }, Cell::Text(text)) => {
-                let end = i32::try_from(bytes.len() + text.len()).ok()?;
-                bytes.extend_from_slice(text.as_bytes());
-                offsets.push(end);
-            }
+            (Data::Text { offsets, bytes }, Cell::Text(text)) => push_text(offsets, bytes, text)?,
             _ => return None,
         }
         self.validity.append(true);
         Some(())
     }
+}
+
+/// Append `text` to a string column's buffers; `None` (nothing added) past 2 GiB.
+fn push_text(offsets: &mut Vec<i32>, bytes: &mut Vec<u8>, text: &str) -> Option<()> {
+    let end = i32::try_from(bytes.len() + text.len()).ok()?;
+    bytes.extend_from_slice(text.as_bytes());
+    offsets.push(end);
+    Some(())
 }

@@ -199,13 +199,7 @@ static KNOWN: std::sync::OnceLock<std::sync::Mutex<Known>> = std::sync::OnceLock
 /// to `bigint`, and `decimal(p,s)` to `decimal(q,s)` with `q > p` (the evolutions the
 /// schema makes; a table wider than the data is left as it is).
 fn widens(old: &str, new: &str) -> bool {
-    let decimal = |t: &str| -> Option<(u32, u32)> {
-        let (p, s) = t
-            .strip_prefix("decimal(")?
-            .strip_suffix(')')?
-            .split_once(',')?;
-        Some((p.trim().parse().ok()?, s.trim().parse().ok()?))
-    };
+    let decimal = |t: &str| crate::schema::FieldType::precision_scale(t, "decimal");
     match (decimal(old), decimal(new)) {
         (Some((p, s)), Some((q, t))) => s == t && q > p,
         _ => old == "int" && new == "bigint",

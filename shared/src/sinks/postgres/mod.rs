@@ -156,13 +156,7 @@ pub enum Fit {
 /// Whether a column of type `table` (as `format_type` prints it) holds values of `data`.
 pub fn fit(table: &str, data: &str) -> Fit {
     // A wider precision at the same scale holds every value.
-    let numeric = |t: &str| -> Option<(u32, u32)> {
-        let (p, s) = t
-            .strip_prefix("numeric(")?
-            .strip_suffix(')')?
-            .split_once(',')?;
-        Some((p.trim().parse().ok()?, s.trim().parse().ok()?))
-    };
+    let numeric = |t: &str| FieldType::precision_scale(t, "numeric");
     if let (Some((pt, st)), Some((pd, sd))) = (numeric(table), numeric(data))
         && st == sd
     {
