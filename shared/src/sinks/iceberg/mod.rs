@@ -784,14 +784,25 @@ impl Sink for IcebergSink {
 /// events: 256k-row groups made the files 17% larger and did not lower peak memory reliably.
 pub const ROW_GROUP_ROWS: usize = 1024 * 1024;
 
+/// The most bytes a column chunk's dictionary may hold before the column's values are
+/// written plain (zstd still compresses them). The writer's default, 1 MiB, kept interning
+/// high-cardinality columns (ids, amounts, timestamps) for 131k values of every row group
+/// before giving up, and the dictionary indices of such values compress worse than the values:
+/// on the Postgres benchmark's 10M rows, 256 KiB made the lake 9% smaller (212 vs 234 MB) and
+/// the pass ~6% less CPU; low-cardinality columns (codes, names, flags, days) keep their
+/// dictionaries. On the nested events the lake is ~5% larger (19 vs 18 MB per 1M rows).
+pub const DICTIONARY_PAGE_BYTES: usize = 256 * 1024;
+
 /// How every data file is written: zstd level 1 (as small as level 3 on event data, and
-/// faster), [`ROW_GROUP_ROWS`] rows per row group.
+/// faster), [`ROW_GROUP_ROWS`] rows per row group, dictionaries up to
+/// [`DICTIONARY_PAGE_BYTES`].
 pub fn parquet_properties() -> iceberg::Result<WriterProperties> {
     let zstd = ZstdLevel::try_new(1)
         .map_err(|e| iceberg::Error::new(iceberg::ErrorKind::Unexpected, e.to_string()))?;
     Ok(WriterProperties::builder()
         .set_compression(Compression::ZSTD(zstd))
         .set_max_row_group_row_count(Some(ROW_GROUP_ROWS))
+        .set_dictionary_page_size_limit(DICTIONARY_PAGE_BYTES)
         .build())
 }
 
@@ -862,3 +873,62 @@ pub fn landed_through(metadata: &iceberg::spec::TableMetadata, identity: &str) -
 mod partition_tests;
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod properties_tests {
+    use std::sync::Arc;
+
+    use arrow::array::{Int64Array, RecordBatch};
+    use arrow::datatypes::{DataType, Field, Schema};
+    use parquet::arrow::ArrowWriter;
+    use parquet::basic::{Encoding, PageType};
+    use parquet::file::reader::{FileReader, SerializedFileReader};
+
+    use super::{DICTIONARY_PAGE_BYTES, parquet_properties};
+
+    /// A column of distinct values stops interning once its dictionary passes
+    /// [`DICTIONARY_PAGE_BYTES`] (well before the writer's 1 MiB default) and is written plain
+    /// from there; a column of a few values keeps its dictionary.
+    #[test]
+    fn distinct_values_fall_back_to_plain_and_repeated_ones_keep_a_dictionary()
+    -> Result<(), Box<dyn std::error::Error>> {
+        // 8-byte values: under the default limit all 100k would stay in the dictionary.
+        let rows = 100_000i64;
+        assert!(8 * rows as usize > DICTIONARY_PAGE_BYTES && 8 * (rows as usize) < 1 << 20);
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("id", DataType::Int64, false),
+            Field::new("code", DataType::Int64, false),
+        ]));
+        let batch = RecordBatch::try_new(
+            Arc::clone(&schema),
+            vec![
+                Arc::new(Int64Array::from_iter_values(0..rows)),
+                Arc::new(Int64Array::from_iter_values((0..rows).map(|i| i % 7))),
+            ],
+        )?;
+        let mut file = Vec::new();
+        let mut writer = ArrowWriter::try_new(&mut file, schema, Some(parquet_properties()?))?;
+        writer.write(&batch)?;
+        writer.close()?;
+        let reader = SerializedFileReader::new(bytes::Bytes::from(file))?;
+        let group = reader.get_row_group(0)?;
+        // The encodings of each column's data pages (the dictionary page is PLAIN either way).
+        let data_pages = |column: usize| -> Result<Vec<Encoding>, parquet::errors::ParquetError> {
+            let mut encodings = Vec::new();
+            for page in group.get_column_page_reader(column)? {
+                let page = page?;
+                if page.page_type() != PageType::DICTIONARY_PAGE {
+                    encodings.push(page.encoding());
+                }
+            }
+            Ok(encodings)
+        };
+        let (id, code) = (data_pages(0)?, data_pages(1)?);
+        assert!(id.contains(&Encoding::PLAIN), "id data pages: {id:?}");
+        assert!(
+            !code.is_empty() && code.iter().all(|e| *e == Encoding::RLE_DICTIONARY),
+            "code data pages: {code:?}"
+        );
+        Ok(())
+    }
+}
