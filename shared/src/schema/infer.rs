@@ -304,6 +304,11 @@ impl Acc {
                     self.strings_decimal += 1;
                 }
             }
+            // Its JSON form, the decimal's text (inferred as that text is).
+            Cell::Decimal { unscaled, scale } => {
+                let text = crate::sources::cells::decimal_text(unscaled, scale);
+                self.add_cell(Cell::Text(&text), declared, place, walk);
+            }
             Cell::Json(value) => self.add(value, place, walk),
         }
     }

@@ -600,3 +600,81 @@ fn reads_as_unix_time(value: &Value) -> bool {
 fn rows_in(pages: &[Page]) -> usize {
     pages.iter().map(|(_, rows, _)| rows.len()).sum()
 }
+
+/// A `numeric` read as a decimal cell types exactly as its text did: the same schema and the
+/// same columns, whether the declared type fits every value, a value has another scale or
+/// too many digits, or no type is declared (an unconstrained `numeric`).
+#[test]
+fn decimal_cells_type_exactly_as_their_text() {
+    use crate::sources::cells::{Declared, decimal_text};
+    let declared = |precision, scale| Some(Declared::Decimal { precision, scale });
+    // Per column: its name, declared type and values, `(unscaled, scale)` or NULL.
+    type DecimalColumn = (&'static str, Option<Declared>, [Option<(i128, u8)>; 3]);
+    let columns: [DecimalColumn; 4] = [
+        (
+            "fits",
+            declared(6, 2),
+            [Some((123_450, 2)), Some((-5, 2)), None],
+        ),
+        (
+            "scales",
+            declared(6, 2),
+            [Some((1, 3)), Some((20, 1)), Some((0, 2))],
+        ),
+        (
+            "digits",
+            declared(6, 2),
+            [Some((1_234_567_890, 2)), Some((1, 2)), None],
+        ),
+        ("open", None, [Some((125, 1)), Some((3, 0)), Some((-7, 5))]),
+    ];
+    let page_of = |typed: bool| {
+        let names = columns
+            .iter()
+            .map(|(name, ..)| (*name).to_owned())
+            .collect();
+        let mut page = CellPage::new(names)
+            .unwrap()
+            .with_declared(columns.iter().map(|(_, d, _)| *d).collect());
+        for row in 0..3 {
+            for (_, _, values) in &columns {
+                match values[row] {
+                    None => page.push_null(),
+                    Some((unscaled, scale)) if typed => {
+                        assert!(page.push_decimal(unscaled, scale));
+                    }
+                    Some((unscaled, scale)) => {
+                        page.push_text(&decimal_text(unscaled, scale)).unwrap();
+                    }
+                }
+            }
+        }
+        Arc::new(page)
+    };
+    let transform = TransformOptions::default();
+    let typed_as = |typed: bool| {
+        let mut batch = pages_batch(&[page_of(typed)]);
+        let schema = inferred_schema(&batch, &transform);
+        let mut typer = JsonLineTyper::default();
+        let mut inferred = infer_rejecting_nothing(
+            &mut batch,
+            &PipelineSchema::empty("p", "w"),
+            &transform,
+            &mut typer,
+        );
+        let columns = inferred
+            .builders
+            .get_mut("postgres_t")
+            .unwrap()
+            .finish()
+            .unwrap();
+        (schema.namespaces["postgres_t"].fields.clone(), columns)
+    };
+    let (text_fields, text_batch) = typed_as(false);
+    let (cell_fields, cell_batch) = typed_as(true);
+    assert_eq!(cell_fields, text_fields);
+    assert_eq!(cell_batch, text_batch);
+    // And the fitting column is a decimal column (the comparison above is not of nothing).
+    let fits = text_fields.iter().find(|f| f.name == "fits").unwrap();
+    assert_eq!(fits.field_type.to_string(), "decimal(6,2)");
+}

@@ -24,14 +24,23 @@ fn widenings_are_made_and_conflicts_refused() {
 }
 
 /// Decimals go out as PostgreSQL's binary `numeric`, which the Postgres source's decoder
-/// reads back as exactly the decimal they are.
+/// reads back as exactly the decimal they are: as text, and as a decimal cell whose text is
+/// that text.
 #[test]
 fn decimals_are_sent_as_binary_numeric_that_reads_back_exactly() {
-    use crate::sources::postgres::decode::numeric;
+    use crate::sources::cells::decimal_text;
+    use crate::sources::postgres::decode::{numeric, numeric_unscaled};
     let written = |unscaled: i128, scale: u8| {
         let mut out = BytesMut::new();
         numeric_binary(unscaled, scale, &mut out);
-        numeric(&out).unwrap()
+        let text = numeric(&out).unwrap();
+        assert_eq!(
+            numeric_unscaled(&out),
+            Some((unscaled, scale)),
+            "decimal cell of {text}"
+        );
+        assert_eq!(decimal_text(unscaled, scale), text);
+        text
     };
     for (unscaled, scale, text) in [
         (0, 0, "0"),

@@ -198,7 +198,15 @@ impl Decoder {
                     page.push_text(&date(days)).map_err(|e| e.to_string())?;
                 }
             }
-            Decoder::Numeric => page.try_write_text(|out| write_numeric(raw, out))?,
+            // A decimal cell when it has at most 38 digits, else its exact text (`NaN` and
+            // the infinities too).
+            Decoder::Numeric => {
+                let typed = numeric_unscaled(raw)
+                    .is_some_and(|(unscaled, scale)| page.push_decimal(unscaled, scale));
+                if !typed {
+                    page.try_write_text(|out| write_numeric(raw, out))?;
+                }
+            }
             Decoder::Timestamp | Decoder::Timestamptz => {
                 let micros = i64::from_be_bytes(fixed(raw)?);
                 let utc = *self == Decoder::Timestamptz;
@@ -337,6 +345,66 @@ pub(crate) fn numeric(raw: &[u8]) -> Result<String, String> {
     let mut out = String::new();
     write_numeric(raw, &mut out)?;
     Ok(out)
+}
+
+/// A binary `numeric` as an integer of its digits and its display scale (`12.50`: `(1250,
+/// 2)`), when it is a finite number of at most 38 digits with a scale of at most 38 (whose
+/// [`crate::sources::cells::decimal_text`] is then [`numeric`]'s text); `None` otherwise.
+///
+/// The value is `digits[i] * 10000^(weight - i)` summed, in base-10000 digits; `dscale`
+/// digits are shown after the point.
+pub(crate) fn numeric_unscaled(raw: &[u8]) -> Option<(i128, u8)> {
+    let word = |at: usize| {
+        raw.get(at..at + 2)
+            .map(|b| u16::from_be_bytes([b[0], b[1]]))
+    };
+    let ndigits = i64::from(word(0)?);
+    let weight = i64::from(word(2)? as i16);
+    let negative = match word(4)? {
+        0x0000 => false,
+        0x4000 => true,
+        _ => return None,
+    };
+    let scale = u8::try_from(word(6)?).ok().filter(|scale| *scale <= 38)?;
+    if raw.len() != 8 + 2 * usize::try_from(ndigits).ok()? {
+        return None;
+    }
+    // Base-10000 places from `weight` down to the last one the scale shows.
+    let fraction_places = i64::from(scale.div_ceil(4));
+    if ndigits > 0 && weight - (ndigits - 1) < -fraction_places {
+        // A digit past the scale (PostgreSQL never sends one).
+        return None;
+    }
+    // The last place holds 4 digits; the scale may show fewer (the rest are 0), which are
+    // dropped as the place is added (38 digits fit an `i128`, 40 would not).
+    let dropped = 10u16.pow(u32::try_from(fraction_places * 4 - i64::from(scale)).ok()?);
+    let mut value: i128 = 0;
+    for place in (-fraction_places..=weight).rev() {
+        let index = weight - place;
+        let digit = if index < ndigits {
+            word(8 + 2 * usize::try_from(index).ok()?)?
+        } else {
+            0
+        };
+        if digit > 9999 {
+            return None;
+        }
+        let (base, digit) = if place == -fraction_places {
+            if digit % dropped != 0 {
+                return None;
+            }
+            (10_000 / dropped, digit / dropped)
+        } else {
+            (10_000, digit)
+        };
+        value = value
+            .checked_mul(i128::from(base))?
+            .checked_add(i128::from(digit))?;
+    }
+    if value.unsigned_abs() >= crate::sources::cells::DECIMAL_LIMIT {
+        return None;
+    }
+    Some((if negative { -value } else { value }, scale))
 }
 
 /// [`numeric`], written into `out`; on an error nothing is written.

@@ -138,6 +138,62 @@ fn numeric_text_is_exact() {
     assert!(numeric(&[0, 1]).is_err());
 }
 
+/// The decimal cell of a `numeric`: its digits and display scale, or `None` (then its text
+/// is kept) for `NaN`, the infinities, more than 38 digits, a scale past 38, a digit past
+/// the scale, and cut-short bytes.
+#[test]
+fn numeric_decimal_cells_are_exact_or_none() {
+    use super::decode::numeric_unscaled;
+    assert_eq!(
+        numeric_unscaled(&num(&[1, 2345], 1, 0, 2)),
+        Some((1_234_500, 2))
+    );
+    assert_eq!(
+        numeric_unscaled(&num(&[12, 3400], 0, 0x4000, 3)),
+        Some((-12_340, 3))
+    );
+    assert_eq!(numeric_unscaled(&num(&[5], -1, 0, 4)), Some((5, 4)));
+    assert_eq!(numeric_unscaled(&num(&[50], -2, 0, 8)), Some((50, 8)));
+    assert_eq!(numeric_unscaled(&num(&[], 0, 0, 0)), Some((0, 0)));
+    assert_eq!(numeric_unscaled(&num(&[], 0, 0, 3)), Some((0, 3)));
+    assert_eq!(
+        numeric_unscaled(&num(&[1], 2, 0, 0)),
+        Some((100_000_000, 0))
+    );
+    for special in [0xC000, 0xD000, 0xF000] {
+        assert_eq!(numeric_unscaled(&num(&[], 0, special, 0)), None);
+    }
+    // 40 and 39 digits; 38 is the most.
+    assert_eq!(numeric_unscaled(&num(&[1234; 10], 9, 0, 0)), None);
+    assert_eq!(
+        numeric_unscaled(&num(
+            &[999, 9999, 9999, 9999, 9999, 9999, 9999, 9999, 9999, 9999],
+            9,
+            0,
+            0
+        )),
+        None
+    );
+    assert_eq!(
+        numeric_unscaled(&num(
+            &[99, 9999, 9999, 9999, 9999, 9999, 9999, 9999, 9999, 9999],
+            9,
+            0,
+            0
+        )),
+        Some((10i128.pow(38) - 1, 0))
+    );
+    assert_eq!(numeric_unscaled(&num(&[1], 0, 0, 39)), None);
+    // 0.00005 shown with 4 digits: a digit past the scale.
+    assert_eq!(numeric_unscaled(&num(&[5000], -2, 0, 4)), None);
+    assert_eq!(numeric_unscaled(&num(&[1, 5000], 0, 0, 1)), Some((15, 1)));
+    assert_eq!(numeric_unscaled(&num(&[1, 5100], 0, 0, 1)), None);
+    let whole = num(&[1, 2345], 1, 0, 2);
+    for cut in 0..whole.len() {
+        assert_eq!(numeric_unscaled(&whole[..cut]), None, "cut at {cut}");
+    }
+}
+
 #[test]
 fn dates_timestamps_and_times_are_iso() {
     let days = |d: i32| Decoder::Date.decode(&d.to_be_bytes()).unwrap();
