@@ -468,7 +468,7 @@ pub fn sync_pass(
                         let mut names: Vec<String> = batch
                             .records
                             .iter()
-                            .map(|r| r.position.uri.as_str())
+                            .map(|r| &*r.position.uri)
                             .chain(batch.deadletters.iter().map(|d| d.source_uri.as_str()))
                             .map(crate::sources::replay::ReplaySource::file_name)
                             .collect();

@@ -295,7 +295,7 @@ pub(crate) fn infer_and_type(
             }
             let position = &record.position;
             if let Err(dl) = builder.append_of_cells(cells, || {
-                (position.uri.clone(), position.record, position.offset)
+                (position.uri.to_string(), position.record, position.offset)
             }) {
                 reject(dl);
             }
@@ -327,7 +327,7 @@ pub(crate) fn infer_and_type(
         };
         let position = &record.position;
         if let Err(dl) = builder.append(&record.value, || {
-            (position.uri.clone(), position.record, position.offset)
+            (position.uri.to_string(), position.record, position.offset)
         }) {
             reject(dl);
         }
@@ -406,7 +406,7 @@ fn untypeable(record: &SourceRecord, error: &str) -> Deadletter {
         }
     };
     Deadletter {
-        source_uri: record.position.uri.clone(),
+        source_uri: record.position.uri.to_string(),
         line: record.position.record,
         offset: record.position.offset,
         raw,

@@ -27,8 +27,9 @@ use crate::deadletter::Deadletter;
 /// Where a record came from, precise enough to resume right after it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Position {
-    /// The file path (as matched by the configured path or glob) or object URI.
-    pub uri: String,
+    /// The file path (as matched by the configured path or glob) or object URI (shared by
+    /// the records of one file or table: a `String` per record was an allocation per row).
+    pub uri: std::sync::Arc<str>,
     /// Byte offset just after this record in the (decompressed) stream; for Parquet, the
     /// 0-based index of the next row.
     pub offset: u64,
@@ -58,7 +59,7 @@ pub struct SourceRecord {
     /// The namespace the source names for this record (table-safe already, such as
     /// `postgres_orders`), used where `transform.namespace_fields` route nothing; `None`: the
     /// pipeline's default namespace.
-    pub namespace: Option<String>,
+    pub namespace: Option<std::sync::Arc<str>>,
 }
 
 /// The text of a JSON-lines record that was not parsed when it was read.
@@ -131,7 +132,7 @@ impl SourceBatch {
                         kept += 1;
                     }
                     self.deadletters.push(Deadletter {
-                        source_uri: record.position.uri,
+                        source_uri: record.position.uri.to_string(),
                         line: record.position.record,
                         offset: unparsed.start,
                         raw: file::raw_text(&unparsed.text),

@@ -111,7 +111,7 @@ impl Source for ReplaySource {
                 Ok(serde_json::Value::Object(value)) => batch.records.push(SourceRecord {
                     value,
                     position: Position {
-                        uri: uri.clone(),
+                        uri: uri.as_str().into(),
                         offset,
                         record: line_no,
                     },

@@ -108,7 +108,7 @@ impl Shape {
     fn dead(&self, record: &SourceRecord, error: &str) -> Deadletter {
         let raw = serde_json::to_string(&record.value).unwrap_or_default();
         Deadletter {
-            source_uri: record.position.uri.clone(),
+            source_uri: record.position.uri.to_string(),
             line: record.position.record,
             offset: record.position.offset,
             raw: Deadletter::clip_raw(&raw),

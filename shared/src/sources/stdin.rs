@@ -85,7 +85,7 @@ impl StdinSource {
         std::thread::spawn(move || feed(tx));
         StdinSource {
             ctx: FileContext {
-                uri: "stdin".to_owned(),
+                uri: "stdin".into(),
                 max_record_bytes: options.max_record_bytes.max(1),
                 max_record_memory: super::file::FileSourceOptions::DEFAULT_MAX_RECORD_MEMORY,
                 leniency: options.leniency,

@@ -111,7 +111,7 @@ fn batch(pages: &[Page], cells: bool) -> SourceBatch {
                 },
                 unparsed: None,
                 cells: cells.then_some(row),
-                namespace: namespace.clone(),
+                namespace: namespace.as_deref().map(Into::into),
             });
         }
     }

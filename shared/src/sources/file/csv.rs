@@ -165,7 +165,7 @@ impl CsvReader {
     pub(crate) fn header_names(mut self) -> Result<Vec<String>, SourceError> {
         if self.read_headers()?.is_some() {
             return Err(SourceError::Csv {
-                path: self.ctx.uri.clone(),
+                path: self.ctx.uri.to_string(),
                 line: 1,
                 message: "the header row could not be read again to resume the file".to_owned(),
             });
@@ -213,7 +213,7 @@ impl CsvReader {
                 Err(stream_error(&self.ctx.uri, self.compression, io_error))
             }
             _ => Err(SourceError::Csv {
-                path: self.ctx.uri.clone(),
+                path: self.ctx.uri.to_string(),
                 line,
                 message,
             }),

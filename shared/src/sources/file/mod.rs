@@ -788,7 +788,7 @@ impl Inputs for FileInputs {
         self.read.finished(index, false);
         let file = &self.files[index];
         let ctx = FileContext {
-            uri: file.display.clone(),
+            uri: file.display.as_str().into(),
             max_record_bytes: self.options.max_record_bytes.max(1),
             max_record_memory: self.options.max_record_memory,
             leniency: self.options.leniency,

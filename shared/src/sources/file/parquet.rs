@@ -108,7 +108,7 @@ impl ParquetReader {
             Some(Err(error)) => Err(parquet_error(&self.ctx, &error)),
             Some(Ok(batch)) => {
                 let rows = batch_to_json(&batch).map_err(|message| SourceError::Parquet {
-                    path: self.ctx.uri.clone(),
+                    path: self.ctx.uri.to_string(),
                     message,
                 })?;
                 self.pending.extend(rows);
@@ -154,7 +154,7 @@ impl RecordReader for ParquetReader {
 
 fn parquet_error(ctx: &FileContext, error: &dyn std::fmt::Display) -> SourceError {
     SourceError::Parquet {
-        path: ctx.uri.clone(),
+        path: ctx.uri.to_string(),
         message: crate::sources::error::lower_first(&error.to_string()),
     }
 }
@@ -447,7 +447,7 @@ mod tests {
             .collect();
         assert_eq!(positions[0], (1, 1));
         assert_eq!(positions[7], (8, 8));
-        assert_eq!(records[0].position.uri, "x.parquet");
+        assert_eq!(&*records[0].position.uri, "x.parquet");
     }
 
     #[test]

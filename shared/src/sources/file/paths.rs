@@ -628,7 +628,7 @@ mod tests {
             ..FileSourceOptions::default()
         })
         .unwrap();
-        assert_eq!(records[0].position.uri, absolute);
+        assert_eq!(*records[0].position.uri, *absolute);
     }
 
     #[test]

@@ -48,7 +48,7 @@ pub(crate) struct Resume {
 #[derive(Debug, Clone)]
 pub(crate) struct FileContext {
     /// The file as shown to users and stored in positions.
-    pub(crate) uri: String,
+    pub(crate) uri: std::sync::Arc<str>,
     /// The longest record accepted, in bytes.
     pub(crate) max_record_bytes: usize,
     /// The most memory a JSON record may take parsed, as [`parsed_size_bound`] estimates it.
@@ -88,7 +88,7 @@ impl FileContext {
         code: FailureCode,
     ) -> Item {
         Item::Dead(Deadletter {
-            source_uri: self.uri.clone(),
+            source_uri: self.uri.to_string(),
             line,
             offset,
             raw,

@@ -75,11 +75,7 @@ fn a_batch_spans_files_and_progress_reaches_the_total() {
     assert_eq!(source.progress().files_total, Some(3));
     let batch = source.next_batch().unwrap().unwrap();
     assert_eq!(batch.records.len(), 5);
-    let uris: Vec<&str> = batch
-        .records
-        .iter()
-        .map(|r| r.position.uri.as_str())
-        .collect();
+    let uris: Vec<&str> = batch.records.iter().map(|r| &*r.position.uri).collect();
     assert_eq!(
         uris,
         vec![

@@ -612,11 +612,11 @@ proptest::proptest! {
                 age();
             }
             let step = pass(&options, checkpoint.as_deref(), stop);
-            read.extend(step.records.iter().map(|r| r.position.uri.clone()));
+            read.extend(step.records.iter().map(|r| r.position.uri.to_string()));
             checkpoint = Some(step.checkpoint);
         }
         let last = rest(&options, checkpoint.as_deref());
-        read.extend(last.records.iter().map(|r| r.position.uri.clone()));
+        read.extend(last.records.iter().map(|r| r.position.uri.to_string()));
         read.sort();
         written.sort();
         proptest::prop_assert_eq!(read, written);

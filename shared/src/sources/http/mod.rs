@@ -637,7 +637,7 @@ impl Source for HttpSource {
             };
             current.taken += 1;
             let position = Position {
-                uri: current.shown.clone(),
+                uri: current.shown.as_str().into(),
                 offset: current.taken,
                 record: current.taken,
             };
@@ -664,7 +664,7 @@ impl Source for HttpSource {
                     namespace: None,
                 }),
                 Item::Bad(raw, error, code) => batch.deadletters.push(Deadletter {
-                    source_uri: position.uri,
+                    source_uri: position.uri.to_string(),
                     line: position.record,
                     offset: position.offset,
                     raw: Deadletter::clip_raw(&raw),

@@ -599,13 +599,14 @@ impl PostgresSource {
                     batch.records.push(SourceRecord {
                         value: change.value,
                         position: Position {
-                            uri: format!("postgres://{}/{}", self.options.server, change.table),
+                            uri: format!("postgres://{}/{}", self.options.server, change.table)
+                                .into(),
                             offset: change.lsn,
                             record: self.rows_done,
                         },
                         unparsed: None,
                         cells: change.cells,
-                        namespace: Some(namespace_of(&change.table)),
+                        namespace: Some(namespace_of(&change.table).into()),
                     });
                 }
                 self.state.cdc = Some(changes.at);
@@ -654,8 +655,8 @@ impl PostgresSource {
             .and_then(|p| p.get(chunk.table))
             .map(|p| p.name.clone())
             .unwrap_or_default();
-        let namespace = namespace_of(&name);
-        let uri = format!("postgres://{}/{name}", self.options.server);
+        let namespace: std::sync::Arc<str> = namespace_of(&name).into();
+        let uri: std::sync::Arc<str> = format!("postgres://{}/{name}", self.options.server).into();
         let streaming = self.state.cdc.is_some();
         let at = self.state.tables.entry(name).or_default();
         let mut batch = SourceBatch::default();

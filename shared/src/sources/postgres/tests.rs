@@ -402,7 +402,7 @@ mod checkpoint {
             .unwrap();
         assert_eq!(batch.records.len(), 2);
         assert_eq!(
-            batch.records[1].position.uri,
+            &*batch.records[1].position.uri,
             "postgres://h:1/db/public.full"
         );
         assert_eq!(batch.records[1].namespace.as_deref(), Some("postgres_full"));

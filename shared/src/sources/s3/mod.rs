@@ -624,7 +624,7 @@ impl Inputs for Objects {
         let at = self.object(index, Some(object.etag.clone()));
         let uri = at.uri();
         let ctx = FileContext {
-            uri: uri.clone(),
+            uri: uri.as_str().into(),
             max_record_bytes: self.options.max_record_bytes.max(1),
             max_record_memory: self.options.max_record_memory,
             leniency: self.options.leniency,

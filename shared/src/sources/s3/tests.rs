@@ -83,7 +83,10 @@ fn formats_are_told_per_object_and_a_pass_with_nothing_new_costs_one_list() {
         vec!["a1", "a2", "b1", "b2", "c1", "c2", "d1"]
     );
     assert_eq!(records[2].value["n"], serde_json::json!(1));
-    assert_eq!(records[0].position.uri, format!("s3://{bucket}/in/a.jsonl"));
+    assert_eq!(
+        *records[0].position.uri,
+        format!("s3://{bucket}/in/a.jsonl")
+    );
     assert_eq!(records[5].position.record, 2);
     let state = parsed(&checkpoint);
     assert_eq!(state.after.as_deref(), Some("in/d"));
