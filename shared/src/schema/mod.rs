@@ -263,6 +263,8 @@ mod saved;
 pub mod store;
 
 pub(crate) use self::arrow::parse_decimal;
+#[cfg(test)]
+pub(crate) use self::arrow::sample_decimals;
 pub use self::arrow::{RecordBatchBuilder, to_arrow_schema};
 pub use self::error::SchemaError;
 pub use self::evolve::{ChangeKind, SchemaChange, evolve};

@@ -65,20 +65,8 @@ fn decimals_are_sent_as_binary_numeric_that_reads_back_exactly() {
         assert_eq!(written(unscaled, scale), text, "{unscaled} scale {scale}");
     }
     // Many more, through the decoder and back.
-    let mut state = 0x2545_f491_4f6c_dd1du64;
-    for _ in 0..20_000 {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        let digits = (state % 39) as u32;
+    for (state, unscaled) in crate::schema::sample_decimals(0x2545_f491_4f6c_dd1d).take(20_000) {
         let scale = ((state >> 8) % 39) as u8;
-        let magnitude =
-            i128::from(state >> 16) * i128::from(state as u32) % 10i128.pow(digits.max(1));
-        let unscaled = if state & 1 == 1 {
-            -magnitude
-        } else {
-            magnitude
-        };
         let text = written(unscaled, scale);
         assert_eq!(
             crate::schema::parse_decimal(&text, 38, scale),
