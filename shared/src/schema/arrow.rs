@@ -21,6 +21,8 @@ use chrono::Datelike;
 use serde_json::{Map, Value};
 
 mod from_cells;
+#[cfg(test)]
+pub(crate) use self::from_cells::sample_decimals;
 use from_cells::instant_of;
 mod from_tape;
 
@@ -217,33 +219,6 @@ pub(crate) fn parse_decimal(text: &str, precision: u8, scale: u8) -> Option<i128
         unscaled *= 10;
     }
     Some(if negative { -unscaled } else { unscaled })
-}
-
-/// Decimal test values: per step, the generator's state (for drawing scales and the like)
-/// and an unscaled value of 0 to 38 digits, either sign (xorshift from `seed`, repeatable).
-#[cfg(test)]
-pub(crate) fn sample_decimals(seed: u64) -> impl Iterator<Item = (u64, i128)> {
-    std::iter::successors(Some(seed), |state| {
-        let mut state = *state;
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        Some(state)
-    })
-    .skip(1)
-    .map(|state| {
-        let digits = (state % 39) as u32;
-        let magnitude =
-            i128::from(state >> 16) * i128::from(state as u32) % 10i128.pow(digits.max(1));
-        (
-            state,
-            if state & 1 == 1 {
-                -magnitude
-            } else {
-                magnitude
-            },
-        )
-    })
 }
 
 /// One column's growable buffers.
