@@ -277,7 +277,7 @@ fn keyset_pages_over_text_uuid_negative_and_composite_keys_read_every_row_once()
         (
             "by_text",
             "k text PRIMARY KEY",
-            // A quote and a backslash in the key text: each page starts after the last one's key.
+            // A quote and a backslash: the start key is an SQL literal.
             r"'k '' \ é ' || lpad(g::text, 5, '0')",
         ),
         ("by_uuid", "k uuid PRIMARY KEY", "md5(g::text)::uuid"),

@@ -227,11 +227,19 @@ impl CellPage {
         self
     }
 
-    /// Make room for `rows` more rows and `text` more bytes of text.
+    /// Make room for `rows` more rows and `text` more bytes of text (and a decimal per row in
+    /// each column declared `decimal`).
     pub fn reserve(&mut self, rows: usize, text: usize) {
         self.cells
             .reserve_exact(rows.saturating_mul(self.names.len()));
         self.text.reserve_exact(text);
+        let decimal_columns = self
+            .declared
+            .iter()
+            .filter(|d| matches!(d, Some(Declared::Decimal { .. })))
+            .count();
+        self.decimals
+            .reserve_exact(rows.saturating_mul(decimal_columns));
     }
 
     /// Bytes of text in the page.
@@ -466,6 +474,25 @@ mod tests {
 
     fn names(list: &[&str]) -> Arc<[String]> {
         list.iter().map(|n| (*n).to_owned()).collect()
+    }
+
+    #[test]
+    fn reserving_rows_makes_room_for_a_decimal_per_declared_decimal_column() {
+        let decimal = Some(Declared::Decimal {
+            precision: 12,
+            scale: 2,
+        });
+        let declared: Arc<[Option<Declared>]> = vec![decimal, Some(Declared::Long), decimal].into();
+        let mut page = CellPage::new(names(&["a", "b", "c"]))
+            .map(|page| page.with_declared(declared))
+            .unwrap_or_default();
+        page.reserve(1000, 0);
+        assert!(
+            page.decimals.capacity() >= 2000,
+            "{}",
+            page.decimals.capacity()
+        );
+        assert!(page.cells.capacity() >= 3000);
     }
 
     #[test]

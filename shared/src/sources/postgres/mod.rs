@@ -87,6 +87,7 @@
 //! [`Source::checkpoint`]: crate::sources::Source::checkpoint
 
 pub mod cdc;
+mod copy;
 pub(crate) mod decode;
 pub mod doctor;
 pub(crate) mod pgoutput;

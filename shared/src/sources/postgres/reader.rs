@@ -5,15 +5,17 @@
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
+use futures::StreamExt;
 use serde_json::{Map, Value};
 use tokio::sync::mpsc;
-use tokio_postgres::types::{ToSql, Type};
+use tokio_postgres::types::Type;
 use tokio_postgres::{Client, NoTls};
 
 use super::cdc::{
     CHANGE_COLUMN_TYPES, COMMIT_LSN, COMMIT_TS, LSN, OP, SNAPSHOT_OP, SnapshotFilter,
 };
-use super::decode::{Decoder, RawValue};
+use super::copy::{CopyPage, CopyRow, RawRow, literal};
+use super::decode::Decoder;
 use super::{PostgresSourceOptions, TableStart};
 use crate::sources::SourceError;
 use crate::sources::cells::{CellPage, Declared};
@@ -582,12 +584,7 @@ async fn read_table(
         .map(|(n, _, _)| n.as_str())
         .collect::<Vec<_>>()
         .join(", ");
-    let params_list = key
-        .iter()
-        .enumerate()
-        .map(|(i, (_, ty, _))| format!("${}::text::{ty}", i + 1))
-        .collect::<Vec<_>>()
-        .join(", ");
+    let key_types: Vec<&str> = key.iter().map(|(_, ty, _)| ty.as_str()).collect();
     let not_null = config
         .cursor_field
         .as_ref()
@@ -600,22 +597,23 @@ async fn read_table(
         Some(cond) => format!("{base} WHERE {cond} ORDER BY {key_list} LIMIT {limit}"),
         None => format!("{base} ORDER BY {key_list} LIMIT {limit}"),
     };
-    let next_sql = match &not_null {
-        Some(cond) => format!(
-            "{base} WHERE {cond} AND ({key_list}) > ({params_list}) ORDER BY {key_list} LIMIT {limit}"
-        ),
-        None => {
-            format!("{base} WHERE ({key_list}) > ({params_list}) ORDER BY {key_list} LIMIT {limit}")
+    // The page after `key`: a COPY takes no parameters, so the key is written as literals.
+    let next_sql = |key: &[String]| {
+        let after = key
+            .iter()
+            .zip(&key_types)
+            .map(|(text, ty)| format!("{}::text::{ty}", literal(text)))
+            .collect::<Vec<_>>()
+            .join(", ");
+        match &not_null {
+            Some(cond) => format!(
+                "{base} WHERE {cond} AND ({key_list}) > ({after}) ORDER BY {key_list} LIMIT {limit}"
+            ),
+            None => {
+                format!("{base} WHERE ({key_list}) > ({after}) ORDER BY {key_list} LIMIT {limit}")
+            }
         }
     };
-    let first = client
-        .prepare(&first_sql)
-        .await
-        .map_err(|e| pg_error(options, Some(table), "cannot prepare the read", &e))?;
-    let next = client
-        .prepare(&next_sql)
-        .await
-        .map_err(|e| pg_error(options, Some(table), "cannot prepare the read", &e))?;
     let decoders: Vec<Decoder> = columns
         .iter()
         .map(|c| c.decoder.clone().unwrap_or(Decoder::Text))
@@ -624,25 +622,30 @@ async fn read_table(
     // The text of the last page: the next one's is about as long.
     let mut text_hint = 0;
     let mut read = 0usize;
+    let width = extra;
+    // The bytes of the last page: the next one's are about as many.
+    let mut bytes_hint = 0;
     // The page after `key` (the first page for `None`), asked for on its own task, so the
     // server works on it while the page before is decoded and handed on.
-    let ask = |key: Option<Vec<String>>| {
+    let ask = |key: Option<Vec<String>>, bytes_hint: usize| {
         let client = std::sync::Arc::clone(client);
-        let (first, next) = (first.clone(), next.clone());
+        let sql = format!(
+            "COPY ({}) TO STDOUT (FORMAT binary)",
+            key.as_deref().map_or_else(|| first_sql.clone(), next_sql)
+        );
         tokio::spawn(async move {
-            match key {
-                None => client.query(&first, &[]).await,
-                Some(key) => {
-                    let params: Vec<&(dyn ToSql + Sync)> =
-                        key.iter().map(|k| k as &(dyn ToSql + Sync)).collect();
-                    client.query(&next, &params).await
-                }
+            let stream = client.copy_out(sql.as_str()).await?;
+            futures::pin_mut!(stream);
+            let mut bytes = Vec::with_capacity(bytes_hint);
+            while let Some(data) = stream.next().await {
+                bytes.extend_from_slice(&data?);
             }
+            Ok::<_, tokio_postgres::Error>(bytes)
         })
     };
-    let mut pending = Some(ask(plan.start.key.clone()));
+    let mut pending = Some(ask(plan.start.key.clone(), bytes_hint));
     while let Some(page) = pending.take() {
-        let rows = page
+        let bytes = page
             .await
             .map_err(|e| SourceError::Postgres {
                 server: options.server.clone(),
@@ -651,13 +654,21 @@ async fn read_table(
                 retryable: true,
             })?
             .map_err(|e| pg_error(options, Some(table), "cannot read rows", &e))?;
-        read += rows.len();
-        let end = rows.len() < limit || options.sample_rows.is_some_and(|most| read >= most);
+        bytes_hint = bytes.len();
+        let page = CopyPage::parse(bytes, width, limit).map_err(|why| SourceError::Postgres {
+            server: options.server.clone(),
+            table: Some(table.to_owned()),
+            message: format!("cannot read the server's binary COPY data: {why}"),
+            retryable: false,
+        })?;
+        let rows = page.rows();
+        read += rows;
+        let end = rows < limit || options.sample_rows.is_some_and(|most| read >= most);
         // The next page is asked for before this one is decoded (its key is the last row's).
-        let key_of = |row: &tokio_postgres::Row| -> Result<Vec<String>, SourceError> {
+        let key_of = |row: CopyRow<'_>| -> Result<Vec<String>, SourceError> {
             key.iter()
                 .map(|(_, _, text)| {
-                    text.of_row(row)
+                    text.of_row(&row)
                         .map(Option::unwrap_or_default)
                         .map_err(|why| SourceError::Postgres {
                             server: options.server.clone(),
@@ -668,9 +679,15 @@ async fn read_table(
                 })
                 .collect()
         };
-        let last_key = rows.last().map(key_of).transpose()?;
+        let last_key = rows
+            .checked_sub(1)
+            .map(|last| key_of(page.row(last)))
+            .transpose()?;
         if !end {
-            pending = Some(ask(last_key.clone().or_else(|| plan.start.key.clone())));
+            pending = Some(ask(
+                last_key.clone().or_else(|| plan.start.key.clone()),
+                bytes_hint,
+            ));
             // Let the connection send it before the decoding below holds the thread.
             tokio::task::yield_now().await;
         }
@@ -680,7 +697,7 @@ async fn read_table(
                 options,
                 table,
                 (&columns, &decoders, &names),
-                &rows,
+                (0..rows).map(|row| page.row(row)),
                 &mut text_hint,
             )?,
             last_key,
@@ -728,19 +745,22 @@ impl KeyText {
     }
 
     /// The key's text in `row` (`None` for NULL).
-    fn of_row(&self, row: &tokio_postgres::Row) -> Result<Option<String>, String> {
+    fn of_row(&self, row: &impl RawRow) -> Result<Option<String>, String> {
         match self {
             KeyText::Server(at) => row
-                .try_get::<_, Option<String>>(*at)
-                .map_err(|e| e.to_string()),
-            KeyText::Decoded(at, decoder) => {
-                let raw: Option<RawValue<'_>> = row.try_get(*at).map_err(|e| e.to_string())?;
-                raw.map(|RawValue(bytes)| match decoder.decode(bytes)? {
+                .raw(*at)?
+                .map(|bytes| {
+                    String::from_utf8(bytes.to_vec())
+                        .map_err(|_| "a key's text is not UTF-8".into())
+                })
+                .transpose(),
+            KeyText::Decoded(at, decoder) => row
+                .raw(*at)?
+                .map(|bytes| match decoder.decode(bytes)? {
                     Value::String(text) => Ok(text),
                     other => Ok(other.to_string()),
                 })
-                .transpose()
-            }
+                .transpose(),
         }
     }
 }
@@ -765,7 +785,7 @@ fn decode_page(
     options: &PostgresSourceOptions,
     table: &str,
     (columns, decoders, names): (&[Column], &[Decoder], &Arc<[String]>),
-    rows: &[tokio_postgres::Row],
+    rows: impl ExactSizeIterator<Item = impl RawRow>,
     text_hint: &mut usize,
 ) -> Result<Rows, SourceError> {
     // Before a change stream, each row also carries the change columns of a snapshot read
@@ -790,8 +810,7 @@ fn decode_page(
         .flatten();
     let Some(mut page) = cells else {
         return rows
-            .iter()
-            .map(|row| record(options, table, columns, decoders, row))
+            .map(|row| record(options, table, columns, decoders, &row))
             .collect::<Result<Vec<_>, _>>()
             .map(Rows::Json);
     };
@@ -804,7 +823,7 @@ fn decode_page(
             table,
             columns,
             decoders,
-            row,
+            &row,
             |_, decoder, raw| match raw {
                 None => {
                     page.push_null();
@@ -839,7 +858,7 @@ fn record(
     table: &str,
     columns: &[Column],
     decoders: &[Decoder],
-    row: &tokio_postgres::Row,
+    row: &impl RawRow,
 ) -> Result<Map<String, Value>, SourceError> {
     let mut out = Map::with_capacity(columns.len());
     each_value(
@@ -867,20 +886,21 @@ fn each_value(
     table: &str,
     columns: &[Column],
     decoders: &[Decoder],
-    row: &tokio_postgres::Row,
+    row: &impl RawRow,
     mut take: impl FnMut(&Column, &Decoder, Option<&[u8]>) -> Result<(), String>,
 ) -> Result<(), SourceError> {
     for (i, (column, decoder)) in columns.iter().zip(decoders).enumerate() {
-        let raw: Option<RawValue<'_>> = row
-            .try_get(i)
-            .map_err(|e| pg_error(options, Some(table), "cannot read a value", &e))?;
-        take(column, decoder, raw.map(|RawValue(bytes)| bytes)).map_err(|why| {
-            SourceError::Postgres {
-                server: options.server.clone(),
-                table: Some(table.to_owned()),
-                message: format!("cannot decode column `{}`: {why}", column.name),
-                retryable: false,
-            }
+        let raw = row.raw(i).map_err(|why| SourceError::Postgres {
+            server: options.server.clone(),
+            table: Some(table.to_owned()),
+            message: format!("cannot read the value of column `{}`: {why}", column.name),
+            retryable: false,
+        })?;
+        take(column, decoder, raw).map_err(|why| SourceError::Postgres {
+            server: options.server.clone(),
+            table: Some(table.to_owned()),
+            message: format!("cannot decode column `{}`: {why}", column.name),
+            retryable: false,
         })?;
     }
     Ok(())
@@ -952,7 +972,7 @@ async fn read_query(
                 options,
                 table,
                 (&columns, &decoders, &names),
-                &rows,
+                rows.iter(),
                 &mut text_hint,
             )?,
             last_key: None,
