@@ -14,8 +14,8 @@ use super::secret::Secret;
 
 /// `Postgres` source: tables of a PostgreSQL database (or one custom `query`), read through one
 /// consistent snapshot (a `REPEATABLE READ` transaction whose snapshot every table's read
-/// shares) in primary-key order by keyset pagination, `batch_size_rows` rows per query, so
-/// memory stays bounded by one batch whatever the table's size. A table entry with a
+/// shares) in primary-key order, one streaming binary `COPY` per table per pass cut into pages
+/// of `batch_size_rows` rows, so memory stays bounded by a few pages whatever the table's size. A table entry with a
 /// `cursor_field` is read incrementally: each pass reads only the rows whose `(cursor_field,
 /// primary_key)` is after the last committed one, so rows sharing a cursor value are never
 /// lost or repeated. The position (table and key of the last row handed out) is committed with
@@ -62,7 +62,7 @@ pub struct PostgresSourceConfig {
     /// the namespace `postgres.query`; every pass reads it whole again. Not with `tables`.
     #[serde(default)]
     pub query: Option<String>,
-    /// Rows per query and per batch. Default 10000.
+    /// Rows per page of a table (or fetch of a `query`) and per batch. Default 10000.
     #[serde(default)]
     pub batch_size_rows: Option<usize>,
     /// `snapshot` (default): each pass reads the tables (incrementally where a table has a

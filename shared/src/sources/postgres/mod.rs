@@ -7,11 +7,15 @@
 //! way the HTTP source drives `reqwest`), begins a `REPEATABLE READ READ ONLY` transaction and
 //! exports its snapshot (`pg_export_snapshot`, logged at debug level); every table of the pass
 //! is read inside that one transaction, so all of them show the same instant. Each table is
-//! read by keyset pagination: `SELECT ... WHERE (key) > (last key) ORDER BY key LIMIT
-//! batch_size_rows`, where the key is `(cursor_field, primary key...)` for an incremental
-//! table, else the primary key (configured, or the table's own), else `ctid` for a table with
-//! neither. A page is sent to the reading side through a channel of one, so memory holds at
-//! most two pages whatever the table's size. A custom `query` is read through a cursor
+//! read in key order from the checkpoint's key on by one binary `COPY (SELECT ... WHERE (key) >
+//! (checkpoint's key) ORDER BY key) TO STDOUT (FORMAT binary)` per pass (`copy.rs`), where
+//! the key is `(cursor_field, primary key...)` for an incremental table, else the primary key
+//! (configured, or the table's own), else `ctid` for a table with neither; the planner is
+//! told to prefer an index in key order to a sort (`SET LOCAL enable_sort = off`). The
+//! stream is cut into pages of `batch_size_rows` rows (or 32 MiB of the server's data), each
+//! carrying its last row's key as the position, and a page is sent to the reading side
+//! through a channel of one (with one page cut ahead), so memory holds a few pages whatever
+//! the table's size. A custom `query` is read through a cursor
 //! (`DECLARE ... NO SCROLL CURSOR`, `FETCH FORWARD batch_size_rows`). Without `tables`, the
 //! pass reads every ordinary and partitioned table of `schema`, by name.
 //!

@@ -1,11 +1,10 @@
 //! The async side of the Postgres source: one connection, one `REPEATABLE READ` snapshot per
-//! pass, tables read in key order by keyset pagination, each page sent as a [`Chunk`] through
-//! a channel of one, so memory holds at most two pages.
+//! pass, each table read in key order by one binary `COPY` cut into pages, each page sent as
+//! a [`Chunk`] through a channel of one, so memory holds a few pages.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
-use futures::StreamExt;
 use serde_json::{Map, Value};
 use tokio::sync::mpsc;
 use tokio_postgres::types::Type;
@@ -14,7 +13,7 @@ use tokio_postgres::{Client, NoTls};
 use super::cdc::{
     CHANGE_COLUMN_TYPES, COMMIT_LSN, COMMIT_TS, LSN, OP, SNAPSHOT_OP, SnapshotFilter,
 };
-use super::copy::{CopyPage, CopyRow, RawRow, literal};
+use super::copy::{CopyPages, CopyRow, Fetch, PAGE_BYTES, RawRow, literal, read_copy};
 use super::decode::Decoder;
 use super::{PostgresSourceOptions, TableStart};
 use crate::sources::SourceError;
@@ -127,6 +126,10 @@ pub(crate) fn pg_error(
             let code = db.code().code();
             let retryable = code.starts_with("08")
                 || code.starts_with("57P")
+                // A statement cancelled (`statement_timeout`, `pg_cancel_backend`): a
+                // table's read is one statement per pass, and the next resumes after the
+                // last committed key.
+                || code == "57014"
                 || code == "40001"
                 || code == "40P01"
                 || code.starts_with("53");
@@ -320,7 +323,7 @@ async fn read_all(
     tx: &mpsc::Sender<Message>,
     filter: Option<tokio::sync::oneshot::Sender<SnapshotFilter>>,
 ) -> Result<(), SourceError> {
-    // Shared with the task that asks for the next page while this one is decoded.
+    // Shared with the task that reads a table's COPY while the page before is decoded.
     let client = std::sync::Arc::new(connect(options).await?);
     client
         .batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
@@ -584,36 +587,38 @@ async fn read_table(
         .map(|(n, _, _)| n.as_str())
         .collect::<Vec<_>>()
         .join(", ");
-    let key_types: Vec<&str> = key.iter().map(|(_, ty, _)| ty.as_str()).collect();
     let not_null = config
         .cursor_field
         .as_ref()
         .map(|c| format!("skipprd_t.{} IS NOT NULL", ident(c)));
-    let limit = options
-        .sample_rows
-        .map_or(options.batch_rows, |most| most.min(options.batch_rows));
-    let base = format!("SELECT {} FROM {from} AS skipprd_t", select.join(", "));
-    let first_sql = match &not_null {
-        Some(cond) => format!("{base} WHERE {cond} ORDER BY {key_list} LIMIT {limit}"),
-        None => format!("{base} ORDER BY {key_list} LIMIT {limit}"),
-    };
-    // The page after `key`: a COPY takes no parameters, so the key is written as literals.
-    let next_sql = |key: &[String]| {
-        let after = key
+    // After the checkpoint's key: a COPY takes no parameters, so the key is written as
+    // literals (cast from text, as the checkpoint holds it).
+    let after = plan.start.key.as_ref().map(|start| {
+        let values = start
             .iter()
-            .zip(&key_types)
-            .map(|(text, ty)| format!("{}::text::{ty}", literal(text)))
+            .zip(&key)
+            .map(|(text, (_, ty, _))| format!("{}::text::{ty}", literal(text)))
             .collect::<Vec<_>>()
             .join(", ");
-        match &not_null {
-            Some(cond) => format!(
-                "{base} WHERE {cond} AND ({key_list}) > ({after}) ORDER BY {key_list} LIMIT {limit}"
-            ),
-            None => {
-                format!("{base} WHERE ({key_list}) > ({after}) ORDER BY {key_list} LIMIT {limit}")
-            }
-        }
-    };
+        format!("({key_list}) > ({values})")
+    });
+    let conditions: Vec<String> = not_null.into_iter().chain(after).collect();
+    let mut sql = format!("SELECT {} FROM {from} AS skipprd_t", select.join(", "));
+    if !conditions.is_empty() {
+        sql.push_str(&format!(" WHERE {}", conditions.join(" AND ")));
+    }
+    sql.push_str(&format!(" ORDER BY {key_list}"));
+    if let Some(most) = options.sample_rows {
+        sql.push_str(&format!(" LIMIT {most}"));
+    }
+    // The table's rows in key order are read by one statement per pass: an index scan in
+    // key order when an index gives that order, which the planner is told to prefer over
+    // sorting the table (`enable_sort` off, for this transaction), so rows stream from the
+    // first and the server holds no sort of the table.
+    client
+        .batch_execute("SET LOCAL enable_sort = off")
+        .await
+        .map_err(|e| pg_error(options, Some(table), "cannot set the read up", &e))?;
     let decoders: Vec<Decoder> = columns
         .iter()
         .map(|c| c.decoder.clone().unwrap_or(Decoder::Text))
@@ -621,50 +626,35 @@ async fn read_table(
     let names: Arc<[String]> = columns.iter().map(|c| c.name.clone()).collect();
     // The text of the last page: the next one's is about as long.
     let mut text_hint = 0;
-    let mut read = 0usize;
-    let width = extra;
-    // The bytes of the last page: the next one's are about as many.
-    let mut bytes_hint = 0;
-    // The page after `key` (the first page for `None`), asked for on its own task, so the
-    // server works on it while the page before is decoded and handed on.
-    let ask = |key: Option<Vec<String>>, bytes_hint: usize| {
-        let client = std::sync::Arc::clone(client);
-        let sql = format!(
-            "COPY ({}) TO STDOUT (FORMAT binary)",
-            key.as_deref().map_or_else(|| first_sql.clone(), next_sql)
-        );
-        tokio::spawn(async move {
-            let stream = client.copy_out(sql.as_str()).await?;
-            futures::pin_mut!(stream);
-            let mut bytes = Vec::with_capacity(bytes_hint);
-            while let Some(data) = stream.next().await {
-                bytes.extend_from_slice(&data?);
+    let mut pages = read_copy(
+        Arc::clone(client),
+        format!("COPY ({sql}) TO STDOUT (FORMAT binary)"),
+        CopyPages::new(extra, options.batch_rows, PAGE_BYTES),
+    );
+    while let Some(page) = pages.next().await {
+        let page = match page {
+            Ok(page) => page,
+            Err(Fetch::Server(e)) => {
+                return Err(pg_error(options, Some(table), "cannot read rows", &e));
             }
-            Ok::<_, tokio_postgres::Error>(bytes)
-        })
-    };
-    let mut pending = Some(ask(plan.start.key.clone(), bytes_hint));
-    while let Some(page) = pending.take() {
-        let bytes = page
-            .await
-            .map_err(|e| SourceError::Postgres {
-                server: options.server.clone(),
-                table: Some(table.to_owned()),
-                message: format!("the page reader stopped: {e}"),
-                retryable: true,
-            })?
-            .map_err(|e| pg_error(options, Some(table), "cannot read rows", &e))?;
-        bytes_hint = bytes.len();
-        let page = CopyPage::parse(bytes, width, limit).map_err(|why| SourceError::Postgres {
-            server: options.server.clone(),
-            table: Some(table.to_owned()),
-            message: format!("cannot read the server's binary COPY data: {why}"),
-            retryable: false,
-        })?;
+            Err(Fetch::Stopped(why)) => {
+                return Err(SourceError::Postgres {
+                    server: options.server.clone(),
+                    table: Some(table.to_owned()),
+                    message: format!("the table's reader stopped: {why}"),
+                    retryable: true,
+                });
+            }
+            Err(Fetch::Data(why)) => {
+                return Err(SourceError::Postgres {
+                    server: options.server.clone(),
+                    table: Some(table.to_owned()),
+                    message: format!("cannot read the server's binary COPY data: {why}"),
+                    retryable: false,
+                });
+            }
+        };
         let rows = page.rows();
-        read += rows;
-        let end = rows < limit || options.sample_rows.is_some_and(|most| read >= most);
-        // The next page is asked for before this one is decoded (its key is the last row's).
         let key_of = |row: CopyRow<'_>| -> Result<Vec<String>, SourceError> {
             key.iter()
                 .map(|(_, _, text)| {
@@ -683,14 +673,6 @@ async fn read_table(
             .checked_sub(1)
             .map(|last| key_of(page.row(last)))
             .transpose()?;
-        if !end {
-            pending = Some(ask(
-                last_key.clone().or_else(|| plan.start.key.clone()),
-                bytes_hint,
-            ));
-            // Let the connection send it before the decoding below holds the thread.
-            tokio::task::yield_now().await;
-        }
         let chunk = Chunk {
             table: index,
             rows: decode_page(
@@ -707,17 +689,14 @@ async fn read_table(
         if !out.push(chunk).await {
             return Ok(false);
         }
-        if end {
-            return Ok(true);
-        }
     }
     Ok(true)
 }
 
-/// Where the text of a key column (the checkpoint's, and the next page's parameter) comes
-/// from. The server's text cast of every row's key cost the benchmark's server a fifth more
-/// CPU (10M rows: 2.2 s of 9.9 s), and only each page's last row needs it: the types whose
-/// decoded value is exactly the server's text are decoded from the row's own value.
+/// Where the text of a key column (the checkpoint's) comes from. The server's text cast of
+/// every row's key cost the benchmark's server a fifth more CPU (10M rows: 2.2 s of 9.9 s),
+/// and only each page's last row needs it: the types whose decoded value is exactly the
+/// server's text are decoded from the row's own value.
 #[derive(Debug, Clone)]
 enum KeyText {
     /// The server's text, in this column of the row.
