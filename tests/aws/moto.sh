@@ -1,8 +1,9 @@
 # Sourced by tests/run and bench/run: defines moto_server, which starts a moto server (S3,
-# DynamoDB, Glue, Athena's API) on a free 127.0.0.1 port from its own venv (cached under
-# ${SKIPPR_MOTO_VENV:-~/.cache/skipprd-moto-venv}), waits until it answers, exports
-# SKIPPR_TEST_AWS_ENDPOINT, AWS_ENDPOINT_URL, a region and dummy credentials, and leaves its
-# PID in MOTO_PID: the caller stops it (by PID, never by name) when it exits.
+# DynamoDB, Glue, Athena's API; through tests/aws/moto_server.py) on a free 127.0.0.1 port
+# from its own venv (cached under ${SKIPPR_MOTO_VENV:-~/.cache/skipprd-moto-venv}), waits
+# until it answers, exports SKIPPR_TEST_AWS_ENDPOINT, AWS_ENDPOINT_URL, a region and dummy
+# credentials, and leaves its PID in MOTO_PID: the caller stops it (by PID, never by name)
+# when it exits.
 MOTO_PINS=('moto[server]==5.2.5' 'boto3==1.44.8')
 moto_server() {
   local venv="${SKIPPR_MOTO_VENV:-$HOME/.cache/skipprd-moto-venv}"
@@ -16,7 +17,9 @@ moto_server() {
   local port
   port="$("$venv/bin/python" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
   local log="${TMPDIR:-/tmp}/skipprd-moto-$port.log"
-  "$venv/bin/moto_server" -H 127.0.0.1 -p "$port" >"$log" 2>&1 &
+  # moto_server, with DynamoDB's actions one at a time (conditional writes atomic, as in
+  # DynamoDB; see the launcher's docstring).
+  "$venv/bin/python" "$(dirname "${BASH_SOURCE[0]}")/moto_server.py" -H 127.0.0.1 -p "$port" >"$log" 2>&1 &
   MOTO_PID=$!
   for _ in $(seq 1 100); do
     if "$venv/bin/python" -c "import urllib.request,sys; urllib.request.urlopen('http://127.0.0.1:$port/moto-api/', timeout=1)" 2>/dev/null; then
