@@ -686,6 +686,7 @@ async fn read_table(
             end: false,
             last_of_pass: false,
         };
+        pages.recycle(page);
         if !out.push(chunk).await {
             return Ok(false);
         }
