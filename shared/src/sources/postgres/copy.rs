@@ -482,6 +482,13 @@ mod tests {
         Ok(pages)
     }
 
+    /// `rows` with their values copied.
+    fn owned(rows: &[Vec<Option<&[u8]>>]) -> Vec<Vec<Option<Vec<u8>>>> {
+        rows.iter()
+            .map(|row| row.iter().map(|v| v.map(<[u8]>::to_vec)).collect())
+            .collect()
+    }
+
     /// Every value of every page, row after row.
     fn values_of(pages: &[CopyPage]) -> Result<Vec<Vec<Option<Vec<u8>>>>, String> {
         let mut rows = Vec::new();
@@ -509,10 +516,7 @@ mod tests {
                 ]
             })
             .collect();
-        let expected: Vec<Vec<Option<Vec<u8>>>> = rows
-            .iter()
-            .map(|row| row.iter().map(|v| v.map(<[u8]>::to_vec)).collect())
-            .collect();
+        let expected = owned(&rows);
         let bytes = copy_bytes(&rows);
         for chunk in 1..=bytes.len() {
             for (rows_per_page, bytes_per_page) in [(5, usize::MAX), (1000, 100), (1, 1)] {
@@ -542,10 +546,7 @@ mod tests {
                 ]
             })
             .collect();
-        let expected: Vec<Vec<Option<Vec<u8>>>> = rows
-            .iter()
-            .map(|row| row.iter().map(|v| v.map(<[u8]>::to_vec)).collect())
-            .collect();
+        let expected = owned(&rows);
         let bytes = copy_bytes(&rows);
         let mut stream = CopyPages::new(2, 3, usize::MAX);
         let reader = CopyReader {

@@ -632,26 +632,23 @@ async fn read_table(
         CopyPages::new(extra, options.batch_rows, PAGE_BYTES),
     );
     while let Some(page) = pages.next().await {
+        let failed = |message: String, retryable: bool| SourceError::Postgres {
+            server: options.server.clone(),
+            table: Some(table.to_owned()),
+            message,
+            retryable,
+        };
         let page = match page {
             Ok(page) => page,
             Err(Fetch::Server(e)) => {
                 return Err(pg_error(options, Some(table), "cannot read rows", &e));
             }
             Err(Fetch::Stopped(why)) => {
-                return Err(SourceError::Postgres {
-                    server: options.server.clone(),
-                    table: Some(table.to_owned()),
-                    message: format!("the table's reader stopped: {why}"),
-                    retryable: true,
-                });
+                return Err(failed(format!("the table's reader stopped: {why}"), true));
             }
             Err(Fetch::Data(why)) => {
-                return Err(SourceError::Postgres {
-                    server: options.server.clone(),
-                    table: Some(table.to_owned()),
-                    message: format!("cannot read the server's binary COPY data: {why}"),
-                    retryable: false,
-                });
+                let message = format!("cannot read the server's binary COPY data: {why}");
+                return Err(failed(message, false));
             }
         };
         let rows = page.rows();
