@@ -64,6 +64,8 @@ impl Source for ReplaySource {
             source,
         };
         let mut batch = SourceBatch::default();
+        // One string for every record's position.
+        let shared_uri: std::sync::Arc<str> = uri.as_str().into();
         let mut offset = 0u64;
         for (i, line) in bytes.as_slice().lines().enumerate() {
             let line = line.map_err(io)?;
@@ -111,7 +113,7 @@ impl Source for ReplaySource {
                 Ok(serde_json::Value::Object(value)) => batch.records.push(SourceRecord {
                     value,
                     position: Position {
-                        uri: uri.as_str().into(),
+                        uri: std::sync::Arc::clone(&shared_uri),
                         offset,
                         record: line_no,
                     },

@@ -222,8 +222,8 @@ pub struct PageAt {
 
 /// A page fetched and being handed out.
 struct Loaded {
-    /// `url` redacted, as records' positions name it.
-    shown: String,
+    /// `url` redacted, as records' positions name it (one string shared by the page's records).
+    shown: Arc<str>,
     url: reqwest::Url,
     items: std::iter::Peekable<page::Items>,
     taken: u64,
@@ -430,7 +430,7 @@ impl HttpSource {
             items.next();
         }
         self.current = Some(Loaded {
-            shown: walked.shown,
+            shown: walked.shown.into(),
             url: walked.url,
             items,
             taken: skip,
@@ -637,7 +637,7 @@ impl Source for HttpSource {
             };
             current.taken += 1;
             let position = Position {
-                uri: current.shown.as_str().into(),
+                uri: Arc::clone(&current.shown),
                 offset: current.taken,
                 record: current.taken,
             };
