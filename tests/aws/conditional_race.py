@@ -39,7 +39,7 @@ def main():
         for k in range(keys):
             wins = []
 
-            def take(who, c=None, k=k, wins=wins):
+            def take(who, c, k=k, wins=wins):
                 try:
                     c.update_item(
                         TableName=table,
@@ -53,7 +53,7 @@ def main():
                     pass
 
             threads = [
-                threading.Thread(target=take, args=(who,), kwargs={"c": c})
+                threading.Thread(target=take, args=(who, c))
                 for who, c in zip("ab", racers)
             ]
             for t in threads:

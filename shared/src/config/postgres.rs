@@ -15,11 +15,12 @@ use super::secret::Secret;
 /// `Postgres` source: tables of a PostgreSQL database (or one custom `query`), read through one
 /// consistent snapshot (a `REPEATABLE READ` transaction whose snapshot every table's read
 /// shares) in primary-key order, one streaming binary `COPY` per table per pass cut into pages
-/// of `batch_size_rows` rows, so memory stays bounded by a few pages whatever the table's size. A table entry with a
-/// `cursor_field` is read incrementally: each pass reads only the rows whose `(cursor_field,
-/// primary_key)` is after the last committed one, so rows sharing a cursor value are never
-/// lost or repeated. The position (table and key of the last row handed out) is committed with
-/// every WAL batch, so a crash resumes right after the last committed row. Records go to the
+/// of `batch_size_rows` rows, so memory stays bounded by a few pages whatever the table's
+/// size. A table entry with a `cursor_field` is read incrementally: each pass reads only the
+/// rows whose `(cursor_field, primary_key)` is after the last committed one, so rows sharing a
+/// cursor value are never lost or repeated. The position (table and key of the last row handed
+/// out) is committed with every WAL batch, so a crash resumes right after the last committed
+/// row. Records go to the
 /// namespace `postgres.{table}` made table-safe (`postgres_orders`) unless
 /// `transform.namespace_fields` routes them. Column values are typed as the module docs of
 /// `skipprd::sources::postgres` (and docs/architecture.md) describe. Errors name the host,

@@ -293,6 +293,17 @@ fn cell_batch(
     pages_batch(&[Arc::new(page)])
 }
 
+/// Infer and type `batch` from an empty schema with a fresh typer, rejecting nothing.
+fn infer_from_empty(batch: &mut SourceBatch, transform: &TransformOptions) -> Inferred {
+    let mut typer = JsonLineTyper::default();
+    infer_rejecting_nothing(
+        batch,
+        &PipelineSchema::empty("p", "w"),
+        transform,
+        &mut typer,
+    )
+}
+
 /// The rows of `pages`, in order, as records of the namespace `postgres_t`.
 fn pages_batch(pages: &[Arc<CellPage>]) -> SourceBatch {
     let mut batch = SourceBatch::default();
@@ -339,13 +350,7 @@ fn integer_cells_stay_integers_and_instants_are_timestamps() {
         assert!(page.push_instant(NEW_YEAR_2024 - 7, false));
     });
     let transform = TransformOptions::default();
-    let mut typer = JsonLineTyper::default();
-    let mut inferred = infer_rejecting_nothing(
-        &mut batch,
-        &PipelineSchema::empty("p", "w"),
-        &transform,
-        &mut typer,
-    );
+    let mut inferred = infer_from_empty(&mut batch, &transform);
     let fields: Vec<(String, &str)> = inferred_schema(&batch, &transform).namespaces["postgres_t"]
         .fields
         .iter()
@@ -424,13 +429,7 @@ fn declared_types_decide_small_integers_and_columns_of_nulls() {
             ("odd".to_owned(), "string"),
         ]
     );
-    let mut typer = JsonLineTyper::default();
-    let inferred = infer_rejecting_nothing(
-        &mut batch,
-        &PipelineSchema::empty("p", "w"),
-        &transform,
-        &mut typer,
-    );
+    let inferred = infer_from_empty(&mut batch, &transform);
     assert_eq!(inferred.builders["postgres_t"].len(), 2);
 }
 
@@ -463,13 +462,7 @@ fn declared_decimals_are_decimals_when_every_value_fits() {
         fields,
         ["empty decimal(6,2)", "nan string", "price decimal(6,2)"]
     );
-    let mut typer = JsonLineTyper::default();
-    let mut inferred = infer_rejecting_nothing(
-        &mut batch,
-        &PipelineSchema::empty("p", "w"),
-        &transform,
-        &mut typer,
-    );
+    let mut inferred = infer_from_empty(&mut batch, &transform);
     let price = column(&mut inferred, "price");
     let price = price
         .as_any()
@@ -507,13 +500,7 @@ fn decimals_of_two_scales_make_a_string_column() {
             )],
             "{order:?}"
         );
-        let mut typer = JsonLineTyper::default();
-        let inferred = infer_rejecting_nothing(
-            &mut batch,
-            &PipelineSchema::empty("p", "w"),
-            &transform,
-            &mut typer,
-        );
+        let inferred = infer_from_empty(&mut batch, &transform);
         assert_eq!(inferred.builders["postgres_t"].len(), 3);
     }
 }
@@ -566,7 +553,6 @@ fn instants_land_as_text_in_a_string_column_and_beside_text() {
 #[test]
 fn a_row_typed_from_its_object_keeps_its_instant_a_timestamp() {
     let transform = TransformOptions::default();
-    let mut typer = JsonLineTyper::default();
     let mut batch = cell_batch(&["at", "tags"], 2, |row, page| {
         assert!(page.push_instant(NEW_YEAR_2024 + row as i64, true));
         if row == 0 {
@@ -575,12 +561,7 @@ fn a_row_typed_from_its_object_keeps_its_instant_a_timestamp() {
             page.push_text("x").unwrap();
         }
     });
-    let mut inferred = infer_rejecting_nothing(
-        &mut batch,
-        &PipelineSchema::empty("p", "w"),
-        &transform,
-        &mut typer,
-    );
+    let mut inferred = infer_from_empty(&mut batch, &transform);
     let at = column(&mut inferred, "at");
     let at = at
         .as_any()
@@ -655,13 +636,7 @@ fn decimal_cells_type_exactly_as_their_text() {
     let typed_as = |typed: bool| {
         let mut batch = pages_batch(&[page_of(typed)]);
         let schema = inferred_schema(&batch, &transform);
-        let mut typer = JsonLineTyper::default();
-        let mut inferred = infer_rejecting_nothing(
-            &mut batch,
-            &PipelineSchema::empty("p", "w"),
-            &transform,
-            &mut typer,
-        );
+        let mut inferred = infer_from_empty(&mut batch, &transform);
         let columns = inferred
             .builders
             .get_mut("postgres_t")

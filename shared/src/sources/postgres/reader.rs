@@ -631,13 +631,22 @@ async fn read_table(
         format!("COPY ({sql}) TO STDOUT (FORMAT binary)"),
         CopyPages::new(extra, options.batch_rows, PAGE_BYTES),
     );
+    let failed = |message: String, retryable: bool| SourceError::Postgres {
+        server: options.server.clone(),
+        table: Some(table.to_owned()),
+        message,
+        retryable,
+    };
+    let key_of = |row: CopyRow<'_>| -> Result<Vec<String>, SourceError> {
+        key.iter()
+            .map(|(_, _, text)| {
+                text.of_row(&row)
+                    .map(Option::unwrap_or_default)
+                    .map_err(|why| failed(format!("cannot read a key: {why}"), false))
+            })
+            .collect()
+    };
     while let Some(page) = pages.next().await {
-        let failed = |message: String, retryable: bool| SourceError::Postgres {
-            server: options.server.clone(),
-            table: Some(table.to_owned()),
-            message,
-            retryable,
-        };
         let page = match page {
             Ok(page) => page,
             Err(Fetch::Server(e)) => {
@@ -652,20 +661,6 @@ async fn read_table(
             }
         };
         let rows = page.rows();
-        let key_of = |row: CopyRow<'_>| -> Result<Vec<String>, SourceError> {
-            key.iter()
-                .map(|(_, _, text)| {
-                    text.of_row(&row)
-                        .map(Option::unwrap_or_default)
-                        .map_err(|why| SourceError::Postgres {
-                            server: options.server.clone(),
-                            table: Some(table.to_owned()),
-                            message: format!("cannot read a key: {why}"),
-                            retryable: false,
-                        })
-                })
-                .collect()
-        };
         let last_key = rows
             .checked_sub(1)
             .map(|last| key_of(page.row(last)))
@@ -866,19 +861,21 @@ fn each_value(
     row: &impl RawRow,
     mut take: impl FnMut(&Column, &Decoder, Option<&[u8]>) -> Result<(), String>,
 ) -> Result<(), SourceError> {
+    let failed = |message: String| SourceError::Postgres {
+        server: options.server.clone(),
+        table: Some(table.to_owned()),
+        message,
+        retryable: false,
+    };
     for (i, (column, decoder)) in columns.iter().zip(decoders).enumerate() {
-        let raw = row.raw(i).map_err(|why| SourceError::Postgres {
-            server: options.server.clone(),
-            table: Some(table.to_owned()),
-            message: format!("cannot read the value of column `{}`: {why}", column.name),
-            retryable: false,
+        let raw = row.raw(i).map_err(|why| {
+            failed(format!(
+                "cannot read the value of column `{}`: {why}",
+                column.name
+            ))
         })?;
-        take(column, decoder, raw).map_err(|why| SourceError::Postgres {
-            server: options.server.clone(),
-            table: Some(table.to_owned()),
-            message: format!("cannot decode column `{}`: {why}", column.name),
-            retryable: false,
-        })?;
+        take(column, decoder, raw)
+            .map_err(|why| failed(format!("cannot decode column `{}`: {why}", column.name)))?;
     }
     Ok(())
 }
