@@ -484,3 +484,56 @@ fn the_documented_http_client_fixture_runs_against_a_local_api() {
     assert_eq!(refused.code, 1, "{}", refused.stderr);
     assert!(refused.stderr.contains("401"), "{}", refused.stderr);
 }
+
+/// Every WAL segment file under `dir`, read whole.
+fn wal_bytes(dir: &Path) -> Vec<u8> {
+    fn walk(dir: &Path, out: &mut Vec<u8>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                walk(&path, out);
+            } else if path.extension().is_some_and(|e| e == "seg") {
+                out.extend(std::fs::read(&path).unwrap());
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(dir, &mut out);
+    out
+}
+
+/// `WAL_COMPRESSION` (ours): a pipeline without a destination keeps its WAL lz4-compressed
+/// unless told `none`; either way every row is queryable.
+#[test]
+fn wal_compression_is_lz4_where_the_wal_keeps_the_data_unless_set_to_none() {
+    let text = "a value repeated on every line of the file";
+    let lines: String = (0..2000)
+        .map(|i| format!("{{\"id\":{i},\"note\":\"{text}\"}}\n"))
+        .collect();
+    let needle = format!("{text}{text}");
+    for (env, raw) in [(&[][..], false), (&[("WAL_COMPRESSION", "none")][..], true)] {
+        let dir = project(&lines);
+        let run = skipprd(dir.path(), &["sync", "--once"], env);
+        assert_eq!(run.code, 0, "{}", run.stderr);
+        let wal = wal_bytes(dir.path());
+        assert!(
+            !wal.is_empty(),
+            "no WAL segment under {}",
+            dir.path().display()
+        );
+        let found = wal.windows(needle.len()).any(|w| w == needle.as_bytes());
+        assert_eq!(
+            found, raw,
+            "{env:?}: the values are stored as they are: {found}"
+        );
+        assert_eq!(rows(dir.path()), 2000, "{env:?}");
+    }
+    let dir = project("{\"id\":1}\n");
+    let run = skipprd(
+        dir.path(),
+        &["sync", "--once"],
+        &[("WAL_COMPRESSION", "gzip")],
+    );
+    assert_eq!(run.code, 2, "{}{}", run.stdout, run.stderr);
+    assert!(run.stderr.contains("WAL_COMPRESSION"), "{}", run.stderr);
+}

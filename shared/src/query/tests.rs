@@ -41,6 +41,7 @@ fn write(dir: &Path, batches: Vec<Vec<BatchPart>>) {
     let options = WalOptions {
         segment_target_bytes: 1 << 20,
         fsync: false,
+        ..WalOptions::default()
     };
     let (mut wal, _) = DiskWal::open(dir, options).unwrap();
     for (i, parts) in batches.into_iter().enumerate() {
@@ -434,6 +435,7 @@ fn a_query_during_an_incomplete_append_sees_only_committed_batches_and_changes_n
     let options = WalOptions {
         segment_target_bytes: 1 << 20,
         fsync: false,
+        ..WalOptions::default()
     };
     let (mut writer, _) = DiskWal::open(&dir, options).unwrap();
     crate::wal::failpoint::arm(crate::wal::failpoint::AFTER_DATA_WRITE, 0);

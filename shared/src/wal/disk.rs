@@ -230,7 +230,8 @@ impl DiskWal {
     pub fn append(&mut self, position: &[u8], parts: &[BatchPart]) -> Result<BatchMeta, WalError> {
         self.check_poisoned()?;
         let id = self.next_id();
-        let (payload, part_metas) = format::encode_data_payload(id, position, parts)?;
+        let (payload, part_metas) =
+            format::encode_data_payload(id, position, parts, self.options.compression)?;
         if self.active_segment().end_id > self.active_segment().first_id
             && self.active_segment().len >= self.options.segment_target_bytes
         {

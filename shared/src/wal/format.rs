@@ -287,11 +287,12 @@ pub fn commit_payload(data_offset: u64, data_crc: u32) -> [u8; COMMIT_PAYLOAD_LE
 }
 
 /// Encode a batch's data payload: position, then per part namespace, schema version, rows
-/// and an LZ4_FRAME-compressed Arrow IPC stream. Checks every limit.
+/// and an Arrow IPC stream, its buffers compressed as `compression` says. Checks every limit.
 pub fn encode_data_payload(
     batch: BatchId,
     position: &[u8],
     parts: &[BatchPart],
+    compression: super::WalCompression,
 ) -> Result<(Vec<u8>, Vec<PartMeta>), WalError> {
     let invalid = |reason: String| WalError::InvalidBatch { batch, reason };
     if parts.is_empty() {
@@ -310,7 +311,10 @@ pub fn encode_data_payload(
         )));
     }
     let options = IpcWriteOptions::default()
-        .try_with_compression(Some(CompressionType::LZ4_FRAME))
+        .try_with_compression(match compression {
+            super::WalCompression::Lz4 => Some(CompressionType::LZ4_FRAME),
+            super::WalCompression::None => None,
+        })
         .map_err(|source| WalError::Arrow {
             op: "encode",
             batch,

@@ -331,6 +331,7 @@ mod tests {
         WalOptions {
             segment_target_bytes: 1 << 20,
             fsync: false,
+            ..WalOptions::default()
         }
     }
 
@@ -398,6 +399,7 @@ mod tests {
         let one_per_segment = WalOptions {
             segment_target_bytes: 1,
             fsync: false,
+            ..WalOptions::default()
         };
         let (mut writer, _) = DiskWal::open(dir.path(), one_per_segment).unwrap();
         writer.append(b"p1", &[part("a", &[1])]).unwrap();

@@ -823,7 +823,8 @@ impl WalReader for S3Reader {
 impl super::Wal for S3Wal<'_> {
     fn append(&mut self, position: &[u8], parts: &[BatchPart]) -> Result<BatchMeta, WalError> {
         let id = BatchId(self.next);
-        let (payload, part_metas) = format::encode_data_payload(id, position, parts)?;
+        let (payload, part_metas) =
+            format::encode_data_payload(id, position, parts, super::WalCompression::Lz4)?;
         let header = RecordHeader::for_payload(RecordKind::Data, id.0, &payload);
         let mut body = Vec::with_capacity(RECORD_HEADER_LEN + payload.len());
         body.extend_from_slice(&header.encode());

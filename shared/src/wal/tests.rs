@@ -20,6 +20,7 @@ fn options() -> WalOptions {
     WalOptions {
         segment_target_bytes: 1 << 20,
         fsync: false,
+        ..WalOptions::default()
     }
 }
 
@@ -28,6 +29,7 @@ fn one_batch_per_segment() -> WalOptions {
     WalOptions {
         segment_target_bytes: 1,
         fsync: false,
+        ..WalOptions::default()
     }
 }
 
@@ -172,6 +174,7 @@ fn segments_roll_once_the_active_segment_reaches_the_size_target() {
     let small = WalOptions {
         segment_target_bytes: target,
         fsync: false,
+        ..WalOptions::default()
     };
     let (mut wal, _) = open(dir.path(), small.clone());
     let second = wal.append(b"p2", &[part("a", 1, flat(10, 0))]).unwrap();
@@ -207,6 +210,7 @@ fn a_zero_segment_target_is_rejected() {
         WalOptions {
             segment_target_bytes: 0,
             fsync: false,
+            ..WalOptions::default()
         },
     )
     .unwrap_err();
@@ -226,6 +230,7 @@ fn reclaim_deletes_only_segments_whose_batches_are_all_acknowledged() {
     let two = WalOptions {
         segment_target_bytes: 40 + first.bytes,
         fsync: false,
+        ..WalOptions::default()
     };
     let (mut wal, _) = open(dir.path(), two.clone());
     for i in 2..=5 {
@@ -839,6 +844,7 @@ fn run_model(ops: Vec<Op>) -> Result<(), TestCaseError> {
     let options = WalOptions {
         segment_target_bytes: 1200,
         fsync: false,
+        ..WalOptions::default()
     };
     let (mut wal, _) = DiskWal::open(dir.path(), options.clone()).unwrap();
     let mut model = Model {

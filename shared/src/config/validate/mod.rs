@@ -106,6 +106,10 @@ pub struct Settings {
     pub buffer_threshold_seconds: Duration,
     /// WAL segment size target (`WAL_BYTES_PER_FILE`; default 64 MiB, at least 4 MiB).
     pub wal_bytes_per_file: Option<u64>,
+    /// How the disk WAL stores each batch's Arrow data (`WAL_COMPRESSION`: `lz4` or `none`;
+    /// `none` is refused with `WAL_STORAGE=s3`); `None`: not set, so
+    /// [`crate::wal::WalCompression::default_for`] decides per pipeline.
+    pub wal_compression: Option<crate::wal::WalCompression>,
     /// During a pass, committed batches are also delivered once this long passed since the
     /// last delivery started, however few bytes they take (`WAL_MAX_DELAY_SECONDS`); `None`:
     /// at `DELIVER_THRESHOLD_BYTES` and at the end of the pass only.

@@ -286,6 +286,34 @@ impl Validator<'_> {
                     })?,
             ),
         };
+        let wal_compression = match self.var("WAL_COMPRESSION") {
+            None => None,
+            Some(v) => {
+                let compression = match v.trim().to_ascii_lowercase().as_str() {
+                    "lz4" => crate::wal::WalCompression::Lz4,
+                    "none" => crate::wal::WalCompression::None,
+                    _ => {
+                        return Err(self.invalid(
+                            &Origin::Var("WAL_COMPRESSION".to_owned()),
+                            &v,
+                            "is not a WAL compression; use `lz4` or `none`",
+                        ));
+                    }
+                };
+                if wal_storage == WalStorage::S3 && compression == crate::wal::WalCompression::None
+                {
+                    return Err(ConfigError::UnsupportedSetting {
+                        setting: "WAL_COMPRESSION".to_owned(),
+                        value: v.clone(),
+                        note: Some(
+                            "the S3 WAL always compresses its batches (lz4): unset it, or use `lz4`"
+                                .to_owned(),
+                        ),
+                    });
+                }
+                Some(compression)
+            }
+        };
         let buffer_threshold_seconds = std::time::Duration::from_secs(
             self.positive_bytes_or_seconds("BUFFER_THRESHOLD_SECONDS", 60, "seconds")?,
         );
@@ -312,6 +340,7 @@ impl Validator<'_> {
             lease_ttl,
             buffer_threshold_seconds,
             wal_bytes_per_file,
+            wal_compression,
             schema_auto_approve,
             reset_offsets,
             reset_metadata,

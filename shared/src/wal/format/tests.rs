@@ -127,3 +127,107 @@ fn a_segment_header_with_a_flipped_byte_is_corrupt_and_a_future_version_is_unsup
     let error = SegmentHeader::decode(b"PAR1xxxx", Path::new("s")).unwrap_err();
     assert!(matches!(error, WalError::BadMagic { .. }), "{error}");
 }
+
+/// A batch whose strings compress well (the same value on every row).
+fn repetitive(rows: usize) -> arrow::record_batch::RecordBatch {
+    use arrow::array::StringArray;
+    use arrow::datatypes::{DataType, Field, Schema};
+    let schema = std::sync::Arc::new(Schema::new(vec![Field::new("s", DataType::Utf8, false)]));
+    let s: StringArray = (0..rows)
+        .map(|_| Some("the same text on every row"))
+        .collect();
+    arrow::record_batch::RecordBatch::try_new(schema, vec![std::sync::Arc::new(s)]).unwrap()
+}
+
+#[test]
+fn a_payload_with_either_compression_decodes_to_the_same_batch() {
+    use crate::wal::conformance::part;
+    use crate::wal::{BatchId, WalCompression};
+    let parts = [part("a", 1, repetitive(10_000))];
+    let encode = |compression| {
+        encode_data_payload(BatchId(7), b"pos", &parts, compression)
+            .unwrap()
+            .0
+    };
+    let (lz4, none) = (encode(WalCompression::Lz4), encode(WalCompression::None));
+    // `none` leaves the values as they are; lz4 shrinks them (10,000 x 26 bytes of text).
+    assert!(
+        none.len() > 260_000,
+        "uncompressed payload {} bytes",
+        none.len()
+    );
+    assert!(
+        lz4.len() * 5 < none.len(),
+        "lz4 {} vs none {}",
+        lz4.len(),
+        none.len()
+    );
+    let needle = b"the same text on every rowthe same text";
+    assert!(none.windows(needle.len()).any(|w| w == needle));
+    assert!(!lz4.windows(needle.len()).any(|w| w == needle));
+    for payload in [&lz4, &none] {
+        let decoded = decode_parts(BatchId(7), payload, Path::new("x"), 0).unwrap();
+        assert_eq!(decoded.len(), 1);
+        assert_eq!(decoded[0].batch, parts[0].batch);
+        assert_eq!(decoded[0].namespace, "a");
+    }
+}
+
+#[test]
+fn a_disk_wal_reads_back_batches_written_with_either_compression() {
+    use crate::wal::conformance::part;
+    use crate::wal::{DiskWal, WalCompression, WalOptions};
+    let dir = tempfile::tempdir().unwrap();
+    let options = |compression| WalOptions {
+        fsync: false,
+        compression,
+        ..WalOptions::default()
+    };
+    let (mut wal, _) = DiskWal::open(dir.path(), options(WalCompression::Lz4)).unwrap();
+    let small = wal
+        .append(b"1", &[part("a", 1, repetitive(5_000))])
+        .unwrap();
+    drop(wal);
+    // Reopened with the other setting (WAL_COMPRESSION changed between runs).
+    let (mut wal, recovery) = DiskWal::open(dir.path(), options(WalCompression::None)).unwrap();
+    assert!(recovery.warnings.is_empty(), "{:?}", recovery.warnings);
+    let large = wal
+        .append(b"2", &[part("a", 1, repetitive(5_000))])
+        .unwrap();
+    assert!(
+        large.bytes > small.bytes * 5,
+        "{} vs {}",
+        large.bytes,
+        small.bytes
+    );
+    drop(wal);
+    let (wal, _) = DiskWal::open(dir.path(), options(WalCompression::Lz4)).unwrap();
+    for (meta, position) in wal.batches().iter().zip([b"1", b"2"]) {
+        assert_eq!(meta.position, position);
+        let parts = wal.read(meta.id).unwrap();
+        assert_eq!(parts[0].batch, repetitive(5_000));
+    }
+    assert_eq!(wal.batches().len(), 2);
+}
+
+#[test]
+fn a_disk_wal_is_left_uncompressed_only_when_a_destination_takes_its_batches() {
+    use crate::wal::WalCompression;
+    assert_eq!(
+        WalCompression::default_for(true, true),
+        WalCompression::None
+    );
+    assert_eq!(
+        WalCompression::default_for(true, false),
+        WalCompression::Lz4
+    );
+    assert_eq!(
+        WalCompression::default_for(false, true),
+        WalCompression::Lz4
+    );
+    assert_eq!(
+        WalCompression::default_for(false, false),
+        WalCompression::Lz4
+    );
+    assert_eq!(WalCompression::default(), WalCompression::Lz4);
+}

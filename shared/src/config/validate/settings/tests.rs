@@ -334,3 +334,30 @@ fn batch_sizes_by_bytes_and_seconds_are_accepted_on_file_and_s3_sources() {
         .to_string();
     assert!(e.contains("BUFFER_THRESHOLD_SECONDS"), "{e}");
 }
+
+#[test]
+fn wal_compression_is_lz4_or_none_and_none_only_on_a_disk_wal() {
+    use crate::wal::WalCompression;
+    let settings =
+        |vars: &[(&str, &str)]| validated("", vars, &Overrides::default()).map(|c| c.settings);
+    assert_eq!(settings(&[]).unwrap().wal_compression, None);
+    for (value, expected) in [
+        ("lz4", WalCompression::Lz4),
+        ("none", WalCompression::None),
+        (" NONE ", WalCompression::None),
+    ] {
+        let s = settings(&[("WAL_COMPRESSION", value)]).unwrap();
+        assert_eq!(s.wal_compression, Some(expected), "{value}");
+    }
+    let e = settings(&[("WAL_COMPRESSION", "zstd")])
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("WAL_COMPRESSION") && e.contains("zstd"), "{e}");
+    let s3 = [("WAL_STORAGE", "s3"), ("SKIPPR_S3_BUCKET", "b")];
+    let lz4 = settings(&[s3[0], s3[1], ("WAL_COMPRESSION", "lz4")]).unwrap();
+    assert_eq!(lz4.wal_compression, Some(WalCompression::Lz4));
+    let e = settings(&[s3[0], s3[1], ("WAL_COMPRESSION", "none")])
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("WAL_COMPRESSION") && e.contains("S3 WAL"), "{e}");
+}
