@@ -53,8 +53,8 @@
 //! namespace length `u16`, namespace (UTF-8), schema version `u32`, row count `u64`, IPC length
 //! `u32`, and an Arrow IPC stream (one schema message, one record batch, end marker) with
 //! `LZ4_FRAME` buffer compression, or none ([`WalCompression`]: the IPC message says which, so
-//! a reader takes either, and one WAL may hold both). Commit payload: data record offset `u64`, data record CRC
-//! `u32`. Reclaim payload: empty.
+//! a reader takes either, and one WAL may hold both). Commit payload: data record offset
+//! `u64`, data record CRC `u32`. Reclaim payload: empty.
 //!
 //! Recovery ([`DiskWal::open`]): a torn tail after the last complete unit of the **last**
 //! segment (partial header or payload, data without commit, zero fill) is truncated and
@@ -179,17 +179,10 @@ pub enum WalCompression {
 }
 
 impl WalCompression {
-    /// The name `WAL_COMPRESSION` takes: `lz4` or `none`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            WalCompression::Lz4 => "lz4",
-            WalCompression::None => "none",
-        }
-    }
-
     /// The compression a WAL gets when `WAL_COMPRESSION` is not set: none for a disk WAL whose
-    /// batches a destination takes (they are reclaimed once delivered, so the bytes are on disk
-    /// for seconds, and skipping the compression and decompression is the cheaper side), `lz4`
+    /// batches a destination takes (they are reclaimed once delivered, so the bytes stay on disk
+    /// only until the next delivery, and skipping the compression and decompression is the
+    /// cheaper side), `lz4`
     /// where the WAL keeps the data (no destination) or the bytes cross the network (the S3
     /// WAL).
     pub fn default_for(disk: bool, has_destination: bool) -> WalCompression {
