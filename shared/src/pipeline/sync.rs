@@ -297,14 +297,7 @@ pub fn sync_pass(
             segment_target_bytes: settings
                 .wal_bytes_per_file
                 .unwrap_or(options.wal.segment_target_bytes),
-            compression: settings.wal_compression.unwrap_or_else(|| {
-                crate::wal::WalCompression::default_for(
-                    matches!(pipeline.wal, WalLocation::Disk { .. }),
-                    pipeline.destination.is_some()
-                        || pipeline.files.is_some()
-                        || pipeline.postgres.is_some(),
-                )
-            }),
+            compression: pipeline.wal_compression,
             ..options.wal.clone()
         },
     )?;

@@ -182,9 +182,8 @@ impl WalCompression {
     /// The compression a WAL gets when `WAL_COMPRESSION` is not set: none for a disk WAL whose
     /// batches a destination takes (they are reclaimed once delivered, so the bytes stay on disk
     /// only until the next delivery, and skipping the compression and decompression is the
-    /// cheaper side), `lz4`
-    /// where the WAL keeps the data (no destination) or the bytes cross the network (the S3
-    /// WAL).
+    /// cheaper side), `lz4` where the WAL keeps the data (no destination) or the bytes cross
+    /// the network (the S3 WAL).
     pub fn default_for(disk: bool, has_destination: bool) -> WalCompression {
         if disk && has_destination {
             WalCompression::None

@@ -108,7 +108,8 @@ pub struct Settings {
     pub wal_bytes_per_file: Option<u64>,
     /// How the disk WAL stores each batch's Arrow data (`WAL_COMPRESSION`: `lz4` or `none`;
     /// `none` is refused with `WAL_STORAGE=s3`); `None`: not set, so
-    /// [`crate::wal::WalCompression::default_for`] decides per pipeline.
+    /// [`crate::wal::WalCompression::default_for`] decides per pipeline
+    /// ([`ValidatedPipeline::wal_compression`]).
     pub wal_compression: Option<crate::wal::WalCompression>,
     /// During a pass, committed batches are also delivered once this long passed since the
     /// last delivery started, however few bytes they take (`WAL_MAX_DELAY_SECONDS`); `None`:
@@ -222,6 +223,10 @@ pub struct ValidatedPipeline {
     /// `buffer_threshold_seconds`, else [`Settings::buffer_threshold_seconds`]; a source's
     /// `batch_size_seconds` wins).
     pub buffer_threshold_seconds: Duration,
+    /// How its disk WAL stores each batch's Arrow data: `WAL_COMPRESSION` when set, else
+    /// [`crate::wal::WalCompression::default_for`] its WAL's place and whether it has a
+    /// destination.
+    pub wal_compression: crate::wal::WalCompression,
     /// The Postgres change stream (`snapshot_then_cdc` or `cdc_only`, from the pipeline's
     /// `cdc` or the source's `cdc_mode`); `None`: the source's own read (`snapshot`).
     pub cdc: Option<ResolvedCdc>,
@@ -697,6 +702,12 @@ pub fn validate_with(
             && (postgres.is_some() || destination.is_some());
         let wal = placement::wal_location(&settings, name, state_dir(&data_dir, &settings, name))
             .ok_or_else(|| v.no_wal_bucket(overrides.wal_storage.as_deref()))?;
+        let wal_compression = settings.wal_compression.unwrap_or_else(|| {
+            crate::wal::WalCompression::default_for(
+                matches!(wal, WalLocation::Disk { .. }),
+                destination.is_some() || files.is_some() || postgres.is_some(),
+            )
+        });
         let aws = placement::aws_settings(
             &settings,
             &source,
@@ -723,6 +734,7 @@ pub fn validate_with(
                 buffer_threshold_seconds: p
                     .buffer_threshold_seconds
                     .map_or(settings.buffer_threshold_seconds, Duration::from_secs),
+                wal_compression,
                 cdc,
                 data_dir,
                 transform,

@@ -212,22 +212,15 @@ fn a_disk_wal_reads_back_batches_written_with_either_compression() {
 
 #[test]
 fn a_disk_wal_is_left_uncompressed_only_when_a_destination_takes_its_batches() {
-    use crate::wal::WalCompression;
-    assert_eq!(
-        WalCompression::default_for(true, true),
-        WalCompression::None
-    );
-    assert_eq!(
-        WalCompression::default_for(true, false),
-        WalCompression::Lz4
-    );
-    assert_eq!(
-        WalCompression::default_for(false, true),
-        WalCompression::Lz4
-    );
-    assert_eq!(
-        WalCompression::default_for(false, false),
-        WalCompression::Lz4
-    );
-    assert_eq!(WalCompression::default(), WalCompression::Lz4);
+    use crate::wal::WalCompression as C;
+    for (disk, has_destination, expected) in [
+        (true, true, C::None),
+        (true, false, C::Lz4),
+        (false, true, C::Lz4),
+        (false, false, C::Lz4),
+    ] {
+        let got = C::default_for(disk, has_destination);
+        assert_eq!(got, expected, "disk {disk}, destination {has_destination}");
+    }
+    assert_eq!(C::default(), C::Lz4);
 }

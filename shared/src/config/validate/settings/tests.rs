@@ -341,6 +341,18 @@ fn wal_compression_is_lz4_or_none_and_none_only_on_a_disk_wal() {
     let settings =
         |vars: &[(&str, &str)]| validated("", vars, &Overrides::default()).map(|c| c.settings);
     assert_eq!(settings(&[]).unwrap().wal_compression, None);
+    // Resolved per pipeline: this one has no destination, so its WAL keeps lz4 unless told.
+    let pipeline = |vars: &[(&str, &str)]| {
+        validated("", vars, &Overrides::default())
+            .unwrap()
+            .pipelines["p"]
+            .wal_compression
+    };
+    assert_eq!(pipeline(&[]), WalCompression::Lz4);
+    assert_eq!(
+        pipeline(&[("WAL_COMPRESSION", "none")]),
+        WalCompression::None
+    );
     for (value, expected) in [
         ("lz4", WalCompression::Lz4),
         ("none", WalCompression::None),
