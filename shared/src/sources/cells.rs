@@ -61,6 +61,11 @@ pub enum Cell<'a> {
     Json(&'a Value),
 }
 
+/// The instants [`instant_text`] can write, in microseconds after the Unix epoch.
+const INSTANT_MICROS: std::ops::RangeInclusive<i64> = chrono::DateTime::<chrono::Utc>::MIN_UTC
+    .timestamp_micros()
+    ..=chrono::DateTime::<chrono::Utc>::MAX_UTC.timestamp_micros();
+
 /// 10^38: a decimal cell's unscaled value stays below it in magnitude (38 digits, the most a
 /// `decimal` column holds).
 pub const DECIMAL_LIMIT: u128 = 10u128.pow(38);
@@ -288,7 +293,9 @@ impl CellPage {
     /// `false`, with nothing added, when [`instant_text`] cannot write it (the caller adds
     /// its own text instead).
     pub fn push_instant(&mut self, micros: i64, utc: bool) -> bool {
-        if chrono::DateTime::from_timestamp_micros(micros).is_none() {
+        // A range, not `from_timestamp_micros(micros).is_some()`: that works out the calendar
+        // date (1% of the Postgres benchmark's CPU).
+        if !INSTANT_MICROS.contains(&micros) {
             return false;
         }
         self.cells.push(Stored::Instant { micros, utc });
@@ -474,6 +481,31 @@ mod tests {
 
     fn names(list: &[&str]) -> Arc<[String]> {
         list.iter().map(|n| (*n).to_owned()).collect()
+    }
+
+    /// An instant is taken exactly where its text can be written, to the microsecond at
+    /// either end of chrono's years.
+    #[test]
+    fn instants_are_taken_exactly_where_their_text_can_be_written() {
+        let (first, last) = (*INSTANT_MICROS.start(), *INSTANT_MICROS.end());
+        for micros in [
+            i64::MIN,
+            first - 1,
+            first,
+            first + 1,
+            -1,
+            0,
+            last - 1,
+            last,
+            last + 1,
+            i64::MAX,
+        ] {
+            let mut page = CellPage::new(names(&["at"])).unwrap();
+            let writable = instant_text(micros, true).is_some();
+            assert_eq!(page.push_instant(micros, true), writable, "{micros}");
+            assert_eq!(page.rows(), usize::from(writable), "{micros}");
+        }
+        assert!(first < -8_000_000_000_000_000_000 && last > 8_000_000_000_000_000_000);
     }
 
     #[test]
