@@ -10,6 +10,8 @@
 
 #[path = "common/bin.rs"]
 mod bin;
+#[path = "common/files.rs"]
+mod files;
 #[path = "common/local_aws.rs"]
 mod local_aws;
 use bin::skipprd_command;
@@ -298,7 +300,7 @@ fn query_reads_a_wal_kept_in_s3() {
         let out = skipprd(dir.path(), &["sync", "--once"], &env);
         succeeded(&out);
         assert!(
-            walkdir_has_no_segments(&dir.path().join("data")),
+            files::files_with_extension(&dir.path().join("data"), "seg").is_empty(),
             "the WAL must not be on local disk"
         );
         assert_eq!(
@@ -337,25 +339,6 @@ fn succeeded(out: &Output) {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-}
-
-/// Whether no WAL segment file exists under `dir`.
-fn walkdir_has_no_segments(dir: &Path) -> bool {
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(&d) else {
-            continue;
-        };
-        for entry in entries {
-            let path = entry.unwrap().path();
-            if path.is_dir() {
-                stack.push(path);
-            } else if path.extension().is_some_and(|e| e == "seg") {
-                return false;
-            }
-        }
-    }
-    true
 }
 
 /// Every row of the Glue tables, read by PyIceberg's `GlueCatalog`: table -> ids.

@@ -9,6 +9,8 @@
 
 #[path = "common/bin.rs"]
 mod bin;
+#[path = "common/files.rs"]
+mod files;
 #[path = "common/local_aws.rs"]
 mod local_aws;
 #[path = "common/loopback.rs"]
@@ -487,19 +489,10 @@ fn the_documented_http_client_fixture_runs_against_a_local_api() {
 
 /// Every WAL segment file under `dir`, read whole.
 fn wal_bytes(dir: &Path) -> Vec<u8> {
-    fn walk(dir: &Path, out: &mut Vec<u8>) {
-        for entry in std::fs::read_dir(dir).unwrap() {
-            let path = entry.unwrap().path();
-            if path.is_dir() {
-                walk(&path, out);
-            } else if path.extension().is_some_and(|e| e == "seg") {
-                out.extend(std::fs::read(&path).unwrap());
-            }
-        }
-    }
-    let mut out = Vec::new();
-    walk(dir, &mut out);
-    out
+    files::files_with_extension(dir, "seg")
+        .iter()
+        .flat_map(|path| std::fs::read(path).unwrap())
+        .collect()
 }
 
 /// `WAL_COMPRESSION` (ours): a pipeline without a destination keeps its WAL lz4-compressed
