@@ -705,7 +705,7 @@ pub fn validate_with(
         let wal_compression = settings.wal_compression.unwrap_or_else(|| {
             crate::wal::WalCompression::default_for(
                 matches!(wal, WalLocation::Disk { .. }),
-                destination.is_some() || files.is_some() || postgres.is_some(),
+                sink.is_some(),
             )
         });
         let aws = placement::aws_settings(

@@ -373,3 +373,30 @@ fn wal_compression_is_lz4_or_none_and_none_only_on_a_disk_wal() {
         .to_string();
     assert!(e.contains("WAL_COMPRESSION") && e.contains("S3 WAL"), "{e}");
 }
+
+/// Unset, a disk WAL is left uncompressed under any destination (its batches are delivered
+/// and reclaimed), whatever its kind.
+#[test]
+fn wal_compression_is_none_under_every_kind_of_destination() {
+    for sink in [
+        "Duckdb:\n      warehouse: file:///tmp/lake\n      table_namespace: t",
+        "File:\n      path: out",
+        "Postgres:\n      host: h\n      user: u\n      database: d\n      schema: public",
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("skippr.yml");
+        let yaml = format!(
+            "pipelines:\n  p:\n    data_source: data_sources.s\n    data_sink: data_sinks.d\n\
+             data_sources:\n  s:\n    File:\n      path: in.jsonl\n\
+             data_sinks:\n  d:\n    {sink}\n"
+        );
+        std::fs::write(&path, yaml).unwrap();
+        let loaded = load_file(&path, BTreeMap::new()).unwrap();
+        let config = validate_with(&loaded, &Overrides::default()).unwrap();
+        assert_eq!(
+            config.pipelines["p"].wal_compression,
+            crate::wal::WalCompression::None,
+            "{sink}"
+        );
+    }
+}
