@@ -68,8 +68,9 @@ pub struct SourceRecord {
 /// a record or a deadletter, exactly as when the source parses lines itself.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UnparsedJson {
-    /// The line, without its `\n`, a `\r` before that, or a byte order mark.
-    pub text: Vec<u8>,
+    /// The line, without its `\n`, a `\r` before that, or a byte order mark (a slice of the
+    /// chunk the line was read in, shared with the other lines of that chunk).
+    pub text: bytes::Bytes,
     /// The byte offset where the line starts (the deadletter's offset, should it be one).
     pub start: u64,
     /// How many of the batch's deadletters were read before this line, so that a deadletter

@@ -31,7 +31,7 @@ fn unparsed_batch(lines: &[String], before: usize) -> SourceBatch {
                 record: index as u64 + 1,
             },
             unparsed: Some(UnparsedJson {
-                text: line.as_bytes().to_vec(),
+                text: bytes::Bytes::copy_from_slice(line.as_bytes()),
                 start,
                 // Half the earlier deadletters come before the first line.
                 deadletters_before: if index == 0 { before / 2 } else { before },

@@ -69,6 +69,9 @@ pub(crate) struct Batcher {
     /// What the current reader gave after its batch was full (see [`Batcher::close`]): the
     /// first item (or error) of the next batch.
     peeked: Option<Result<Item, SourceError>>,
+    /// Records in the last batch: room made for as many up front, so that filling a batch
+    /// does not move its records again and again as the vector grows.
+    last_records: usize,
 }
 
 impl Batcher {
@@ -89,6 +92,7 @@ impl Batcher {
             files_total: inputs.count() as u64,
             pending_error: None,
             peeked: None,
+            last_records: 0,
         }
     }
 
@@ -123,8 +127,12 @@ impl Batcher {
         if let Some(error) = self.pending_error.take() {
             return Err(error);
         }
-        let mut batch = SourceBatch::default();
+        let mut batch = SourceBatch {
+            records: Vec::with_capacity(self.last_records.min(self.batch_rows)),
+            ..SourceBatch::default()
+        };
         let result = self.fill(inputs, &mut batch);
+        self.last_records = batch.records.len();
         let no_items = batch.records.is_empty() && batch.deadletters.is_empty();
         match result {
             Ok(()) if no_items && batch.bytes_read == 0 => Ok(None),

@@ -1,18 +1,37 @@
 //! JSON lines: one JSON object per `\n`-terminated line.
+//!
+//! The stream is read in chunks of [`CHUNK_BYTES`], straight from the decompressed stream
+//! into a buffer that each of its lines then shares ([`Bytes`]): a line handed out unparsed
+//! is a slice of its chunk, not a copy of its own. Only the start of a line cut by a chunk's
+//! end is copied, into the next chunk.
 
-use std::io::{BufRead, ErrorKind};
+use std::io::{BufRead, Read};
 use std::sync::atomic::Ordering;
+
+use bytes::Bytes;
 
 use super::compression::{Compression, InputStream, stream_error};
 use super::detect::UTF8_BOM;
 use super::reader::{FileContext, Item, KEPT_PREFIX_BYTES, RecordReader, Resume};
 use crate::sources::SourceError;
 
-/// A line buffer that grew past this is released after its record.
-const LINE_CAPACITY_KEPT: usize = 4 * 1024 * 1024;
+/// Bytes read from the stream at a time (more when one line is longer). Lines handed out
+/// keep their chunk alive, so this is also about the most a batch's lines hold beyond their
+/// own bytes at either end.
+const CHUNK_BYTES: usize = 64 * 1024;
 
-/// Reads a JSON-lines stream line by line, never holding more than one line (and never more
-/// than the maximum record size of it).
+/// One line of the stream, as [`JsonLinesReader::read_line`] found it.
+enum Line {
+    /// A line within the maximum record size: its bytes without the `\n`, and whether the
+    /// `\n` was there (the last line of a stream may end without one).
+    Whole { text: Bytes, newline: bool },
+    /// A line longer than the maximum record size: its full length without the `\n`; the
+    /// first [`KEPT_PREFIX_BYTES`] of it are in [`JsonLinesReader::prefix`].
+    TooLarge { length: u64 },
+}
+
+/// Reads a JSON-lines stream line by line, never holding more than a chunk and its current
+/// line (and never more than the maximum record size of a line).
 pub(crate) struct JsonLinesReader {
     ctx: FileContext,
     stream: InputStream,
@@ -20,8 +39,15 @@ pub(crate) struct JsonLinesReader {
     offset: u64,
     /// Number of the last line read (1-based).
     line_no: u64,
-    /// The current line's bytes (or the kept prefix of a line that is too long).
-    line: Vec<u8>,
+    /// The chunk read last; `chunk[at..]` is not handed out yet.
+    chunk: Bytes,
+    at: usize,
+    /// The stream had no more bytes when the chunk was read.
+    eof: bool,
+    /// Bytes read at a time (see [`CHUNK_BYTES`]).
+    chunk_bytes: usize,
+    /// The kept start of the last line that was too long.
+    prefix: Vec<u8>,
     done: bool,
     /// Hand lines out unparsed (see [`super::FileSourceOptions::unparsed_json_lines`]).
     unparsed: bool,
@@ -41,7 +67,11 @@ impl JsonLinesReader {
             stream,
             offset: start.offset,
             line_no: start.records,
-            line: Vec::new(),
+            chunk: Bytes::new(),
+            at: 0,
+            eof: false,
+            chunk_bytes: CHUNK_BYTES,
+            prefix: Vec::new(),
             done: false,
             unparsed: false,
             complete: false,
@@ -62,55 +92,110 @@ impl JsonLinesReader {
         self
     }
 
-    /// Read the next line into `self.line`. Returns its full length without the `\n`,
-    /// whether it was cut for being too long and whether it ended with a `\n`, or `None` at
-    /// the end of the stream.
-    fn read_line(&mut self) -> Result<Option<(u64, bool, bool)>, SourceError> {
-        self.line.clear();
-        if self.line.capacity() > LINE_CAPACITY_KEPT {
-            self.line = Vec::new();
+    /// Read chunks of `bytes` (tests cut lines at every place this way).
+    #[cfg(test)]
+    fn chunk_bytes(mut self, bytes: usize) -> Self {
+        self.chunk_bytes = bytes.max(1);
+        self
+    }
+
+    /// Read the next chunk: what is left of the current one (the start of a line), then as
+    /// much of the stream as fits in a chunk, or in twice what was left when that is more.
+    fn refill(&mut self, keep: bool) -> Result<(), SourceError> {
+        let rest = if keep {
+            &self.chunk[self.at..]
+        } else {
+            &[][..]
+        };
+        let capacity = self.chunk_bytes.max(rest.len().saturating_mul(2));
+        let mut next = Vec::with_capacity(capacity);
+        next.extend_from_slice(rest);
+        // Bytes the stream's buffer holds come first; then read around that buffer, straight
+        // into the chunk.
+        let buffered = self.stream.reader.buffer();
+        let take = buffered.len().min(capacity - next.len());
+        next.extend_from_slice(&buffered[..take]);
+        self.stream.reader.consume(take);
+        let room = (capacity - next.len()) as u64;
+        let before = next.len();
+        if room > 0 {
+            self.stream
+                .reader
+                .get_mut()
+                .take(room)
+                .read_to_end(&mut next)
+                .map_err(|error| stream_error(&self.ctx.uri, self.stream.compression, error))?;
         }
+        // `read_to_end` stops short of the room only at the end of the stream.
+        self.eof = ((next.len() - before) as u64) < room;
+        self.chunk = Bytes::from(next);
+        self.at = 0;
+        Ok(())
+    }
+
+    /// Hand out `length` bytes of the chunk and the `\n` after them (when `newline`).
+    fn take_line(&mut self, length: usize, newline: bool) -> Bytes {
+        let text = self.chunk.slice(self.at..self.at + length);
+        let taken = length + usize::from(newline);
+        self.at += taken;
+        self.offset += taken as u64;
+        text
+    }
+
+    /// Read the next line. `None` at the end of the stream.
+    fn read_line(&mut self) -> Result<Option<Line>, SourceError> {
         let max = self.ctx.max_record_bytes;
-        let mut length: u64 = 0;
-        let mut too_large = false;
-        let mut any = false;
-        let mut newline = false;
         loop {
-            let buf = match self.stream.reader.fill_buf() {
-                Ok(buf) => buf,
-                Err(error) if error.kind() == ErrorKind::Interrupted => continue,
-                Err(error) => {
-                    return Err(stream_error(&self.ctx.uri, self.stream.compression, error));
+            let rest = &self.chunk[self.at..];
+            let found = memchr::memchr(b'\n', rest);
+            let length = found.unwrap_or(rest.len());
+            if length > max {
+                return self.too_large(found).map(Some);
+            }
+            if let Some(at) = found {
+                return Ok(Some(Line::Whole {
+                    text: self.take_line(at, true),
+                    newline: true,
+                }));
+            }
+            if self.eof {
+                if rest.is_empty() {
+                    return Ok(None);
                 }
-            };
-            if buf.is_empty() {
-                break;
+                return Ok(Some(Line::Whole {
+                    text: self.take_line(length, false),
+                    newline: false,
+                }));
             }
-            any = true;
-            let (content, taken, ended) = match memchr::memchr(b'\n', buf) {
-                Some(at) => (&buf[..at], at + 1, true),
-                None => (buf, buf.len(), false),
-            };
-            length += content.len() as u64;
-            if !too_large {
-                if self.line.len() + content.len() > max {
-                    too_large = true;
-                    let room = KEPT_PREFIX_BYTES.saturating_sub(self.line.len());
-                    self.line
-                        .extend_from_slice(&content[..room.min(content.len())]);
-                    self.line.truncate(KEPT_PREFIX_BYTES);
-                } else {
-                    self.line.extend_from_slice(content);
-                }
-            }
-            self.stream.reader.consume(taken);
-            self.offset += taken as u64;
-            if ended {
-                newline = true;
-                break;
-            }
+            self.refill(true)?;
         }
-        Ok(any.then_some((length, too_large, newline)))
+    }
+
+    /// The line at `chunk[at..]` is longer than the maximum record size: keep its start,
+    /// skip the rest of it (reading on while no `\n` comes) and say how long it was.
+    /// `newline_at` is where its `\n` is in the chunk, if it is there.
+    fn too_large(&mut self, mut newline_at: Option<usize>) -> Result<Line, SourceError> {
+        self.prefix.clear();
+        let mut length = 0u64;
+        loop {
+            let rest = &self.chunk[self.at..];
+            let piece = newline_at.unwrap_or(rest.len());
+            let room = KEPT_PREFIX_BYTES.saturating_sub(self.prefix.len());
+            self.prefix.extend_from_slice(&rest[..piece.min(room)]);
+            length += piece as u64;
+            self.at += piece;
+            self.offset += piece as u64;
+            if newline_at.is_some() {
+                self.at += 1;
+                self.offset += 1;
+                return Ok(Line::TooLarge { length });
+            }
+            if self.eof {
+                return Ok(Line::TooLarge { length });
+            }
+            self.refill(false)?;
+            newline_at = memchr::memchr(b'\n', &self.chunk);
+        }
     }
 }
 
@@ -118,24 +203,31 @@ impl RecordReader for JsonLinesReader {
     fn next_item(&mut self) -> Result<Option<Item>, SourceError> {
         while !self.done {
             let start = self.offset;
-            let Some((length, too_large, newline)) = self.read_line()? else {
+            let Some(line) = self.read_line()? else {
                 self.done = true;
                 break;
             };
             self.line_no += 1;
-            if too_large {
-                return Ok(Some(self.ctx.too_large(
-                    &self.line,
-                    length,
-                    self.line_no,
-                    start,
-                )));
+            let (line_text, newline) = match line {
+                Line::TooLarge { length } => {
+                    return Ok(Some(self.ctx.too_large(
+                        &self.prefix,
+                        length,
+                        self.line_no,
+                        start,
+                    )));
+                }
+                Line::Whole { text, newline } => (text, newline),
+            };
+            let mut from = 0;
+            if start == 0 && line_text.starts_with(UTF8_BOM) {
+                from = UTF8_BOM.len();
             }
-            let mut text = self.line.as_slice();
-            if start == 0 {
-                text = text.strip_prefix(UTF8_BOM).unwrap_or(text);
+            let mut to = line_text.len();
+            if line_text[from..].ends_with(b"\r") {
+                to -= 1;
             }
-            text = text.strip_suffix(b"\r").unwrap_or(text);
+            let text = &line_text[from..to];
             if text.iter().all(u8::is_ascii_whitespace) {
                 continue;
             }
@@ -154,7 +246,9 @@ impl RecordReader for JsonLinesReader {
             }
             let (line, end) = (self.line_no, self.offset);
             return Ok(Some(if self.unparsed {
-                self.ctx.unparsed(text, line, start, end)
+                // A slice of the line (and so of its chunk), not a copy.
+                self.ctx
+                    .unparsed(line_text.slice(from..to), line, start, end)
             } else {
                 self.ctx.parse_json(text, line, start, end)
             }));
@@ -183,11 +277,70 @@ impl RecordReader for JsonLinesReader {
 
 #[cfg(test)]
 mod tests {
+    use super::super::compression::{Compression, InputStream};
+    use super::super::reader::{FileContext, Item, RecordReader, Resume};
     use super::super::testing::*;
     use super::super::{FileSource, FileSourceOptions};
+    use super::JsonLinesReader;
     use crate::deadletter::FailureCode;
     use crate::sources::Source;
     use proptest::prelude::*;
+
+    /// What a reader of `text` read in chunks of `chunk` bytes gives: every item (as debug
+    /// text), then where it would resume and whether it held a last line back.
+    fn read_in_chunks(
+        text: &[u8],
+        chunk: usize,
+        max_record_bytes: usize,
+        unparsed: bool,
+        complete: bool,
+    ) -> (Vec<String>, Resume, bool) {
+        let ctx = FileContext {
+            uri: "x.jsonl".into(),
+            max_record_bytes,
+            max_record_memory: FileSourceOptions::DEFAULT_MAX_RECORD_MEMORY,
+            leniency: Default::default(),
+        };
+        let stream = InputStream::new(
+            Box::new(std::io::Cursor::new(text.to_vec())),
+            Compression::None,
+        );
+        let mut reader = JsonLinesReader::new(ctx, stream, Resume::default())
+            .unparsed(unparsed)
+            .complete(complete)
+            .chunk_bytes(chunk);
+        let mut items = Vec::new();
+        while let Some(item) = reader.next_item().unwrap() {
+            items.push(format!("{item:?}"));
+        }
+        (items, reader.resume_point(), reader.held_back())
+    }
+
+    #[test]
+    fn unparsed_lines_are_slices_of_the_chunk_they_were_read_in() {
+        let text = b"{\"a\":1}\n{\"a\":2}\n";
+        let ctx = FileContext {
+            uri: "x.jsonl".into(),
+            max_record_bytes: 100,
+            max_record_memory: FileSourceOptions::DEFAULT_MAX_RECORD_MEMORY,
+            leniency: Default::default(),
+        };
+        let stream = InputStream::new(
+            Box::new(std::io::Cursor::new(text.to_vec())),
+            Compression::None,
+        );
+        let mut reader = JsonLinesReader::new(ctx, stream, Resume::default()).unparsed(true);
+        let mut texts = Vec::new();
+        while let Some(item) = reader.next_item().unwrap() {
+            let Item::Record(record) = item else {
+                panic!("{item:?}")
+            };
+            texts.push(record.unparsed.unwrap().text);
+        }
+        assert_eq!(texts, [&text[..7], &text[8..15]]);
+        // The second line starts in the same buffer, right after the first and its `\n`.
+        assert_eq!(texts[0].as_ptr().wrapping_add(8), texts[1].as_ptr());
+    }
 
     const TEXT: &[u8] = b"{\"a\":1}\n{\"a\":2,\"b\":{\"c\":[1,2]}}\n";
 
@@ -342,6 +495,32 @@ mod tests {
 
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(40))]
+
+        #[test]
+        fn lines_read_the_same_whatever_the_chunks_cut_them_at(
+            text in jsonl_text(),
+            bom in any::<bool>(),
+            long in proptest::option::of(("[a-z]{30,90}", 0..30usize)),
+            chunk in 1..48usize,
+            max_record_bytes in 8..60usize,
+            unparsed in any::<bool>(),
+            complete in any::<bool>(),
+        ) {
+            // A byte order mark and a line longer than some maximum record sizes, somewhere.
+            let mut text = text.into_bytes();
+            if let Some((pad, at)) = long {
+                let line = format!("{{\"pad\":\"{pad}\"}}\n");
+                let at = text.iter().enumerate().filter(|(_, b)| **b == b'\n').map(|(i, _)| i + 1).nth(at).unwrap_or(0);
+                text.splice(at..at, line.into_bytes());
+            }
+            if bom {
+                text.splice(0..0, b"\xEF\xBB\xBF".iter().copied());
+            }
+            // The whole text in one chunk is the reference.
+            let whole = read_in_chunks(&text, 1 << 20, max_record_bytes, unparsed, complete);
+            let cut = read_in_chunks(&text, chunk, max_record_bytes, unparsed, complete);
+            prop_assert_eq!(cut, whole);
+        }
 
         #[test]
         fn unparsed_lines_parsed_later_give_exactly_the_batches_the_source_gives(

@@ -118,8 +118,8 @@ impl FileContext {
 
     /// A record holding `text` unparsed (see
     /// [`super::FileSourceOptions::unparsed_json_lines`]).
-    pub(crate) fn unparsed(&self, text: &[u8], line: u64, start: u64, end: u64) -> Item {
-        if let Some(dead) = self.too_much_memory(text, line, start) {
+    pub(crate) fn unparsed(&self, text: bytes::Bytes, line: u64, start: u64, end: u64) -> Item {
+        if let Some(dead) = self.too_much_memory(&text, line, start) {
             return dead;
         }
         Item::Record(SourceRecord {
@@ -130,7 +130,7 @@ impl FileContext {
                 record: line,
             },
             unparsed: Some(UnparsedJson {
-                text: text.to_vec(),
+                text,
                 start,
                 deadletters_before: 0,
             }),
@@ -316,7 +316,12 @@ mod tests {
         let many = format!("{{\"a\":[{}]}}", vec!["0"; 1000].join(","));
         for item in [
             ctx.parse_json(many.as_bytes(), 7, 40, 40 + many.len() as u64),
-            ctx.unparsed(many.as_bytes(), 7, 40, 40 + many.len() as u64),
+            ctx.unparsed(
+                bytes::Bytes::copy_from_slice(many.as_bytes()),
+                7,
+                40,
+                40 + many.len() as u64,
+            ),
         ] {
             match item {
                 Item::Dead(d) => {

@@ -655,7 +655,7 @@ impl Source for HttpSource {
                 Item::Unparsed(text) => batch.records.push(SourceRecord {
                     value: serde_json::Map::new(),
                     unparsed: Some(UnparsedJson {
-                        text,
+                        text: text.into(),
                         start: position.offset,
                         deadletters_before: batch.deadletters.len(),
                     }),
