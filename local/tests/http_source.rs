@@ -21,6 +21,8 @@ mod common;
 mod local_aws;
 #[path = "common/loopback.rs"]
 mod loopback;
+#[path = "common/rss.rs"]
+mod rss;
 
 use std::path::{Path, PathBuf};
 use std::process::{Output, Stdio};
@@ -30,6 +32,7 @@ use serde_json::Value;
 use bin::skipprd_command;
 use local_aws::reader_python;
 use loopback::ScriptServer;
+use rss::skipprd_peak_rss;
 
 const API: &str = "tests/http/api_server.py";
 
@@ -206,33 +209,10 @@ fn a_500_mb_single_array_page_lands_in_bounded_memory() {
         ),
     )
     .unwrap();
-    // Peak RSS of the child, as the kernel counts it (ru_maxrss, KiB).
-    let measure = "import json, resource, subprocess, sys\n\
-r = subprocess.run(sys.argv[1:], capture_output=True)\n\
-print(json.dumps({'code': r.returncode, 'maxrss_kib': resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, 'stdout': r.stdout.decode(errors='replace'), 'stderr': r.stderr.decode(errors='replace')[-2000:]}))";
-    let bin = skipprd_command(dir.path());
-    let program = bin.get_program().to_owned();
-    let mut cmd = std::process::Command::new(reader_python());
-    cmd.current_dir(dir.path())
-        .arg("-c")
-        .arg(measure)
-        .arg(program)
-        .args(bin.get_args())
-        .args(["sync", "--once", "--output", "json", "--no-log-file"]);
-    // The same environment the helper gives skipprd (its scrubbed variables removed).
-    for (key, value) in bin.get_envs() {
-        match value {
-            Some(value) => cmd.env(key, value),
-            None => cmd.env_remove(key),
-        };
-    }
-    let out = cmd.output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let (report, peak_mib) = skipprd_peak_rss(
+        dir.path(),
+        &["sync", "--once", "--output", "json", "--no-log-file"],
     );
-    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(report["code"], 0, "{report}");
     let stdout = report["stdout"].as_str().unwrap();
     let done: Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
@@ -240,7 +220,6 @@ print(json.dumps({'code': r.returncode, 'maxrss_kib': resource.getrusage(resourc
     let rows = done["total_rows"].as_u64().unwrap();
     assert!(rows > size / 250 && rows < size / 180, "{done}");
     assert_eq!(done["deadletters"], 0, "{done}");
-    let peak_mib = report["maxrss_kib"].as_u64().unwrap() / 1024;
     println!("500 MB page: {rows} records, peak RSS {peak_mib} MiB");
     assert!(peak_mib < 256, "peak RSS {peak_mib} MiB: {done}");
 }
