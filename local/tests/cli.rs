@@ -312,6 +312,25 @@ fn an_unreadable_source_exits_1_naming_the_path() {
     assert!(run.stderr.contains("input/*.jsonl"), "{}", run.stderr);
 }
 
+/// Input files kept in the data directory (`data/`, where skipprd keeps its WAL and state)
+/// are never read: the error says so and how to fix it, not just "no files match".
+#[test]
+fn inputs_under_the_data_directory_are_refused_naming_it_and_the_fix() {
+    let config = CONFIG.replace("path: input/*.jsonl", "path: data/*.jsonl");
+    let dir = project(&config, &[("data/a.jsonl", &(RECORDS.join("\n") + "\n"))]);
+    for args in [&["discover"][..], &["sync", "--once"]] {
+        let run = skipprd(dir.path(), args, &[]);
+        assert_eq!(run.code, 1, "{args:?}: {}", run.stderr);
+        for part in ["data/*.jsonl", "data directory", "data_dir"] {
+            assert!(
+                run.stderr.contains(part),
+                "{args:?}: {part:?} in {}",
+                run.stderr
+            );
+        }
+    }
+}
+
 #[test]
 fn bad_command_lines_exit_2() {
     let dir = tempfile::tempdir().unwrap();

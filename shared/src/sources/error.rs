@@ -28,6 +28,18 @@ pub enum SourceError {
         pattern: String,
     },
 
+    /// Everything the configured path names is under a directory the source never reads:
+    /// the pipeline's data directory, which holds its WAL and state.
+    #[error(
+        "every file `{pattern}` names is under `{excluded}`, the pipeline's data directory (its WAL and state), which is never read as input: move the files out of it, or give the pipeline another `data_dir`"
+    )]
+    Excluded {
+        /// The path or pattern as configured.
+        pattern: String,
+        /// The excluded directory, as configured.
+        excluded: String,
+    },
+
     /// The glob pattern is not valid.
     #[error("bad glob pattern `{pattern}`: {message}")]
     BadPattern {
@@ -224,6 +236,7 @@ impl SourceError {
             SourceError::EmptyPath
             | SourceError::NotFound { .. }
             | SourceError::NoFiles { .. }
+            | SourceError::Excluded { .. }
             | SourceError::BadPattern { .. }
             | SourceError::UnknownFormat { .. }
             | SourceError::NotJson { .. }
@@ -253,7 +266,9 @@ impl SourceError {
             | SourceError::Csv { path, .. }
             | SourceError::Deadletter { path, .. }
             | SourceError::BadCheckpoint { path, .. } => path,
-            SourceError::NoFiles { pattern } | SourceError::BadPattern { pattern, .. } => pattern,
+            SourceError::NoFiles { pattern }
+            | SourceError::Excluded { pattern, .. }
+            | SourceError::BadPattern { pattern, .. } => pattern,
             SourceError::S3 { key, .. } | SourceError::ObjectChanged { key, .. } => key,
             SourceError::Http { url, .. } => url,
             SourceError::Postgres { server, table, .. } => table.as_deref().unwrap_or(server),

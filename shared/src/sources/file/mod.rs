@@ -27,7 +27,9 @@
 //! a socket or a device; in a directory, a link to a directory, which is not followed). A gzip file whose stream cannot be decoded far enough to sniff it is reported as
 //! such: [`SourceError::CorruptGzip`] when named directly, a warning and skipped when found.
 //! The list is sorted by path (component by component), so reading order is deterministic.
-//! Nothing found is [`SourceError::NoFiles`]; a missing literal path is
+//! Nothing found is [`SourceError::NoFiles`], or [`SourceError::Excluded`] when what the path
+//! names is all under an excluded directory (the pipeline's data directory); a missing literal
+//! path is
 //! [`SourceError::NotFound`]; an empty one [`SourceError::EmptyPath`]; a malformed glob is
 //! [`SourceError::BadPattern`].
 //!

@@ -159,18 +159,23 @@ fn find(options: &FileSourceOptions) -> Result<(Vec<PathBuf>, Origin, bool), Sou
     let display = shown_by(options);
     let excluded = Excluded::new(options);
     let mut complete = true;
+    // The exclusion that took what the path names, when it took something (a directory or
+    // file named directly, or glob matches): said in the error when nothing else is left.
+    let mut took: Option<&str> = None;
     let (mut candidates, origin) = match fs::metadata(&resolved) {
         Ok(meta) if meta.is_dir() => {
             let mut found = Vec::new();
             let real = excluded.real(&resolved);
-            if !excluded.covers(real.as_deref()) {
+            took = excluded.covering(real.as_deref());
+            if took.is_none() {
                 walk_dir(&resolved, real.as_deref(), &excluded, &mut found, &display)?;
             }
             (found, Origin::Found)
         }
         Ok(_) => {
             let real = excluded.real(&resolved);
-            let found = if excluded.covers(real.as_deref()) {
+            took = excluded.covering(real.as_deref());
+            let found = if took.is_some() {
                 Vec::new()
             } else {
                 vec![resolved.clone()]
@@ -185,7 +190,15 @@ fn find(options: &FileSourceOptions) -> Result<(Vec<PathBuf>, Origin, bool), Sou
             }
             let (mut found, saw_all) = expand_glob(options, relative)?;
             complete = saw_all;
-            found.retain(|path| !excluded.covers(excluded.real(path).as_deref()));
+            found.retain(
+                |path| match excluded.covering(excluded.real(path).as_deref()) {
+                    Some(shown) => {
+                        took = took.or(Some(shown));
+                        false
+                    }
+                    None => true,
+                },
+            );
             (found, Origin::Found)
         }
         Err(source) => {
@@ -195,6 +208,12 @@ fn find(options: &FileSourceOptions) -> Result<(Vec<PathBuf>, Origin, bool), Sou
             });
         }
     };
+    if let (true, Some(took)) = (candidates.is_empty(), took) {
+        return Err(SourceError::Excluded {
+            pattern: configured.to_owned(),
+            excluded: took.to_owned(),
+        });
+    }
     candidates.sort();
     candidates.dedup();
     Ok((candidates, origin, complete))
@@ -221,18 +240,33 @@ fn is_hidden(name: &std::ffi::OsStr) -> bool {
 }
 
 /// The paths never to read, in comparable form (see [`comparable`]).
-struct Excluded(Vec<PathBuf>);
+struct Excluded(Vec<(PathBuf, String)>);
 
 impl Excluded {
-    /// The exclusions of `options`, resolved against its base directory.
+    /// The exclusions of `options`, resolved against its base directory (each with its
+    /// name as configured, for messages).
     fn new(options: &FileSourceOptions) -> Excluded {
         let paths = options
             .exclude
             .iter()
             .filter(|path| !path.as_os_str().is_empty())
-            .map(|path| comparable(&options.base_dir.join(path)))
+            .map(|path| {
+                (
+                    comparable(&options.base_dir.join(path)),
+                    path.display().to_string(),
+                )
+            })
             .collect();
         Excluded(paths)
+    }
+
+    /// The exclusion (as configured) at or above the comparable path `real`, if any.
+    fn covering(&self, real: Option<&Path>) -> Option<&str> {
+        let real = real?;
+        self.0
+            .iter()
+            .find(|(excluded, _)| real.starts_with(excluded))
+            .map(|(_, shown)| shown.as_str())
     }
 
     /// `path` in comparable form, or `None` when nothing is excluded (sparing the work).
@@ -242,7 +276,7 @@ impl Excluded {
 
     /// Whether the comparable path `real` is at or below an exclusion.
     fn covers(&self, real: Option<&Path>) -> bool {
-        real.is_some_and(|real| self.0.iter().any(|excluded| real.starts_with(excluded)))
+        self.covering(real).is_some()
     }
 }
 
@@ -775,9 +809,11 @@ mod tests {
             ("in", "."),
             ("*.json", "b.json"),
         ] {
+            // Said as excluded, naming the exclusion, not as "no files".
             let error = list_files(&excluding(dir.path(), path, &[exclude])).unwrap_err();
             assert!(
-                matches!(error, SourceError::NoFiles { ref pattern } if pattern == path),
+                matches!(error, SourceError::Excluded { ref pattern, ref excluded }
+                    if pattern == path && excluded == exclude),
                 "{path}: {error}"
             );
         }
