@@ -128,7 +128,7 @@ impl JsonLinesReader {
         }
         // `read_to_end` stops short of the room only at the end of the stream.
         self.eof = ((next.len() - before) as u64) < room;
-        if next.len() < capacity / 4 {
+        if self.eof && next.len() < capacity / 4 {
             // The end of a small file: its lines would keep the whole chunk alive (a batch
             // of many small files, each line holding a chunk of its own).
             next.shrink_to_fit();
