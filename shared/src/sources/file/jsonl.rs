@@ -291,15 +291,8 @@ mod tests {
     use crate::sources::Source;
     use proptest::prelude::*;
 
-    /// What a reader of `text` read in chunks of `chunk` bytes gives: every item (as debug
-    /// text), then where it would resume and whether it held a last line back.
-    fn read_in_chunks(
-        text: &[u8],
-        chunk: usize,
-        max_record_bytes: usize,
-        unparsed: bool,
-        complete: bool,
-    ) -> (Vec<String>, Resume, bool) {
+    /// A reader of `text` from its start, with `max_record_bytes`.
+    fn reader(text: &[u8], max_record_bytes: usize) -> JsonLinesReader {
         let ctx = FileContext {
             uri: "x.jsonl".into(),
             max_record_bytes,
@@ -310,7 +303,19 @@ mod tests {
             Box::new(std::io::Cursor::new(text.to_vec())),
             Compression::None,
         );
-        let mut reader = JsonLinesReader::new(ctx, stream, Resume::default())
+        JsonLinesReader::new(ctx, stream, Resume::default())
+    }
+
+    /// What a reader of `text` read in chunks of `chunk` bytes gives: every item (as debug
+    /// text), then where it would resume and whether it held a last line back.
+    fn read_in_chunks(
+        text: &[u8],
+        chunk: usize,
+        max_record_bytes: usize,
+        unparsed: bool,
+        complete: bool,
+    ) -> (Vec<String>, Resume, bool) {
+        let mut reader = reader(text, max_record_bytes)
             .unparsed(unparsed)
             .complete(complete)
             .chunk_bytes(chunk);
@@ -324,17 +329,7 @@ mod tests {
     #[test]
     fn unparsed_lines_are_slices_of_the_chunk_they_were_read_in() {
         let text = b"{\"a\":1}\n{\"a\":2}\n";
-        let ctx = FileContext {
-            uri: "x.jsonl".into(),
-            max_record_bytes: 100,
-            max_record_memory: FileSourceOptions::DEFAULT_MAX_RECORD_MEMORY,
-            leniency: Default::default(),
-        };
-        let stream = InputStream::new(
-            Box::new(std::io::Cursor::new(text.to_vec())),
-            Compression::None,
-        );
-        let mut reader = JsonLinesReader::new(ctx, stream, Resume::default()).unparsed(true);
+        let mut reader = reader(text, 100).unparsed(true);
         let mut texts = Vec::new();
         while let Some(item) = reader.next_item().unwrap() {
             let Item::Record(record) = item else {
