@@ -196,7 +196,10 @@ pub struct PipelineConfig {
     /// Directory for the WAL, resume positions and (in local storage mode) the schema; the
     /// pipeline uses `<data_dir>/<workspace>_<pipeline>/`. Relative paths are resolved against
     /// the config file's directory. Default: env `DATA_DIR` (relative to the current
-    /// directory, like any path in a variable), else `./data` beside the config file.
+    /// directory, like any path in a variable), else `./data` beside the config file. A
+    /// `File` source never reads input under it (the pipeline's own WAL and state are there):
+    /// a `path` whose files are all under it is refused with an error naming the directory;
+    /// keep inputs elsewhere, or set `data_dir` to another directory.
     #[serde(default)]
     pub data_dir: Option<PathBuf>,
     /// How records are routed to namespaces (tables) and shaped.
